@@ -1,0 +1,142 @@
+# lockedjob: a Kubernetes operator that runs batch Jobs under a Redis lock.
+# `make help` lists the targets. Nothing here downloads anything but Go modules
+# and Debian packages: the Kubernetes binaries are built from source (hack/k8s-bin.sh)
+# and cached outside the checkout.
+
+# Image URL to use for building/pushing the manager image (for clusters with a container runtime).
+IMG ?= controller:latest
+YEAR ?= $(shell date +%Y)
+
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+# Extra flags for `go test` (e.g. GO_TEST_ARGS=-v).
+GO_TEST_ARGS ?=
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Display this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate ClusterRole and CustomResourceDefinition objects.
+	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: controller-gen ## Generate DeepCopy methods.
+	"$(CONTROLLER_GEN)" object:headerFile="hack/boilerplate.go.txt",year=$(YEAR) paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Run gofmt -w on the code.
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+
+.PHONY: lint
+lint: ## Check formatting (gofmt) and run go vet; fails instead of rewriting.
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
+	go vet ./...
+
+.PHONY: verify
+verify: manifests generate ## Fail if generated files are out of date.
+	@git diff --exit-code -- config/crd config/rbac api || { echo "generated files changed: run 'make manifests generate' and commit"; exit 1; }
+
+.PHONY: redis
+redis: ## Make sure redis-server is installed (installs the Debian package when root).
+	@bash hack/ensure-redis.sh
+
+.PHONY: test
+test: manifests generate lint redis k8s-bin ## Run every test: lock library on real Redis, envtest on the real kube-apiserver, local cluster.
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" go test $(GO_TEST_ARGS) $$(go list ./... | grep -v /test/e2e)
+
+.PHONY: bench
+bench: redis ## Run the lock library's benchmarks (side by side with redsync and bsm/redislock in test/bench).
+	cd test/bench && go test -run '^$$' -bench . -benchmem -count 6 ./...
+
+##@ Build
+
+.PHONY: build
+build: manifests generate ## Build the manager binary.
+	go build -o bin/manager ./cmd/manager
+
+.PHONY: run
+run: manifests generate ## Run the manager from your host against the current KUBECONFIG.
+	go run ./cmd/manager
+
+.PHONY: docker-build
+docker-build: ## Build the manager image (needs a container engine; not available on the dev machines).
+	docker build -t ${IMG} .
+
+##@ Deployment
+
+ifndef ignore-not-found
+  ignore-not-found = false
+endif
+
+.PHONY: install
+install: manifests ## Install the CRDs into the cluster of the current KUBECONFIG.
+	"$(KUBECTL)" apply -k config/crd
+
+.PHONY: uninstall
+uninstall: manifests ## Uninstall the CRDs from the cluster of the current KUBECONFIG.
+	"$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -k config/crd
+
+.PHONY: deploy
+deploy: manifests kustomize ## Deploy the manager as a Deployment (image IMG) into the current cluster.
+	cd config/manager && "$(KUSTOMIZE)" edit set image controller=${IMG}
+	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" apply -f -
+
+.PHONY: undeploy
+undeploy: kustomize ## Remove the Deployment and everything config/default installed.
+	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
+
+-include hack/make/cluster.mk
+
+##@ Dependencies
+
+## Location to install tools to
+LOCALBIN ?= $(shell pwd)/bin
+$(LOCALBIN):
+	mkdir -p "$(LOCALBIN)"
+
+## kubectl: the one built with the local control plane, unless one is on PATH
+KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo "$(K8S_BIN_DIR)/kubectl")
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+
+KUSTOMIZE_VERSION ?= v5.8.1
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE) ## Build kustomize locally if necessary.
+$(KUSTOMIZE): $(LOCALBIN)
+	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Build controller-gen locally if necessary.
+$(CONTROLLER_GEN): $(LOCALBIN)
+	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+# go-install-tool 'go install's a pinned tool into $(LOCALBIN) behind a versioned symlink.
+# $1 - target path with name of binary
+# $2 - package url which can be installed
+# $3 - specific version of package
+define go-install-tool
+@[ -f "$(1)-$(3)" ] && [ "$$(readlink -- "$(1)" 2>/dev/null)" = "$(1)-$(3)" ] || { \
+set -e; \
+package=$(2)@$(3) ;\
+echo "Installing $${package}" ;\
+rm -f "$(1)" ;\
+GOBIN="$(LOCALBIN)" go install $${package} ;\
+mv "$(LOCALBIN)/$$(basename "$(1)")" "$(1)-$(3)" ;\
+} ;\
+ln -sf "$$(realpath "$(1)-$(3)")" "$(1)"
+endef
