@@ -1,0 +1,229 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// MinTTL is the shortest lease Obtain accepts: Redis expires keys with millisecond precision.
+	MinTTL = time.Millisecond
+
+	maxKeyLen = 1024
+
+	defaultNodeTimeout     = 50 * time.Millisecond
+	defaultDriftFactor     = 0.01
+	defaultRedlockDriftAdd = 2 * time.Millisecond
+)
+
+// Client obtains locks from one Redis deployment (New) or from a quorum of independent nodes
+// (NewRedlock). It is safe for concurrent use.
+type Client struct {
+	nodes  []redis.UniversalClient
+	all    []int // 0..len(nodes)-1, the default node set of onNodes
+	quorum int
+
+	prefix      string
+	nodeTimeout time.Duration
+	driftFactor float64
+	driftAdd    time.Duration
+	notify      string
+	now         func() time.Time
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithKeyPrefix puts prefix in front of every key the client writes (default: none), so several
+// applications can share one Redis without colliding.
+func WithKeyPrefix(prefix string) Option { return func(c *Client) { c.prefix = prefix } }
+
+// WithNodeTimeout bounds each Redlock node call (default 50ms), so a slow or paused node cannot
+// stall an acquisition past it. A single-node client relies on the caller's context instead.
+func WithNodeTimeout(d time.Duration) Option { return func(c *Client) { c.nodeTimeout = d } }
+
+// WithDrift sets the clock-drift allowance subtracted from every lease: ttl*factor + add.
+// Defaults: factor 0.01, add 2ms for Redlock and 0 for a single node.
+func WithDrift(factor float64, add time.Duration) Option {
+	return func(c *Client) { c.driftFactor, c.driftAdd = factor, add }
+}
+
+// WithReleaseNotifications makes Release publish the lock's Redis key on channel, so waiters can
+// try again at once instead of at their next backoff (see Client.SubscribeReleases). Default: off.
+func WithReleaseNotifications(channel string) Option { return func(c *Client) { c.notify = channel } }
+
+// WithClock replaces time.Now, which the client uses to measure validity. For tests.
+func WithClock(now func() time.Time) Option { return func(c *Client) { c.now = now } }
+
+// New returns a client for one Redis deployment: a single node, Sentinel or Cluster
+// (any redis.UniversalClient).
+func New(client redis.UniversalClient, opts ...Option) (*Client, error) {
+	if client == nil {
+		return nil, invalidf("nil redis client")
+	}
+	c := newClient([]redis.UniversalClient{client}, 0, opts)
+	return c, nil
+}
+
+// NewRedlock returns a client that takes each lock on a majority of independent Redis nodes.
+// The number of nodes must be odd and at least 3: an even count adds a node without adding
+// failure tolerance.
+func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
+	if len(clients) < 3 || len(clients)%2 == 0 {
+		return nil, invalidf("redlock needs an odd number of nodes, at least 3; got %d", len(clients))
+	}
+	for i, cl := range clients {
+		if cl == nil {
+			return nil, invalidf("redlock node %d: nil redis client", i)
+		}
+	}
+	return newClient(clients, defaultRedlockDriftAdd, opts), nil
+}
+
+func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Option) *Client {
+	c := &Client{
+		nodes:       nodes,
+		all:         make([]int, len(nodes)),
+		quorum:      len(nodes)/2 + 1,
+		nodeTimeout: defaultNodeTimeout,
+		driftFactor: defaultDriftFactor,
+		driftAdd:    driftAdd,
+		now:         time.Now,
+	}
+	for i := range c.all {
+		c.all[i] = i
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Nodes returns the number of Redis nodes behind the client (1 unless Redlock).
+func (c *Client) Nodes() int { return len(c.nodes) }
+
+// Quorum returns how many nodes must agree for an operation to succeed.
+func (c *Client) Quorum() int { return c.quorum }
+
+// RedisKey returns the Redis key that holds the lock named key.
+func (c *Client) RedisKey(key string) string { return c.keysFor(key).lock }
+
+// keys names the three Redis keys of one lock. They share the hash tag {key}, so a Redis Cluster
+// keeps them in one slot and a script may touch all of them.
+type keys struct{ lock, fence, meta string }
+
+func (c *Client) keysFor(key string) keys {
+	base := c.prefix + "{" + key + "}"
+	return keys{lock: base, fence: base + ":fence", meta: base + ":meta"}
+}
+
+func validateKey(key string) error {
+	switch {
+	case key == "":
+		return invalidf("empty lock key")
+	case len(key) > maxKeyLen:
+		return invalidf("lock key is %d bytes; at most %d", len(key), maxKeyLen)
+	case strings.ContainsAny(key, "{}"):
+		// A brace would change the hash tag, and the lock's keys could land in different slots.
+		return invalidf("lock key %q must not contain { or }", key)
+	}
+	return nil
+}
+
+func validateTTL(ttl time.Duration) error {
+	if ttl < MinTTL {
+		return invalidf("ttl %v: must be at least %v", ttl, MinTTL)
+	}
+	return nil
+}
+
+// drift is the part of a lease that the client does not trust: clocks of client and servers run
+// at slightly different rates, and Redis expires with millisecond precision.
+func (c *Client) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.driftFactor) + c.driftAdd
+}
+
+// validUntil is the instant until which a lease that Redis granted for ttl, asked for at start,
+// is safe to rely on.
+func (c *Client) validUntil(start time.Time, ttl time.Duration) time.Time {
+	return start.Add(ttl - c.drift(ttl))
+}
+
+// nodeReply is what one node answered to one script call.
+type nodeReply struct {
+	val any
+	err error
+}
+
+// onNodes runs call on the nodes whose indexes are in which (all nodes if which is nil) and returns
+// their replies in the same order. A single node is called inline with the caller's context, so the
+// common case costs no goroutine. Redlock nodes are called concurrently, each bounded by the node
+// timeout; a node that has not answered by then counts as failed even if its client ignores context
+// deadlines.
+func (c *Client) onNodes(ctx context.Context, which []int, call func(ctx context.Context, n redis.UniversalClient) (any, error)) []nodeReply {
+	if which == nil {
+		which = c.all
+	}
+	if len(c.nodes) == 1 {
+		replies := make([]nodeReply, len(which))
+		for j, i := range which {
+			v, err := call(ctx, c.nodes[i])
+			if err != nil {
+				err = &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err}
+			}
+			replies[j] = nodeReply{val: v, err: err}
+		}
+		return replies
+	}
+
+	type indexed struct {
+		j int
+		nodeReply
+	}
+	// Buffered, so a straggler we stopped waiting for can still send and exit.
+	ch := make(chan indexed, len(which))
+	for j, i := range which {
+		go func() {
+			nctx, cancel := context.WithTimeout(ctx, c.nodeTimeout)
+			defer cancel()
+			v, err := call(nctx, c.nodes[i])
+			ch <- indexed{j, nodeReply{v, err}}
+		}()
+	}
+
+	replies := make([]nodeReply, len(which))
+	answered := make([]bool, len(which))
+	// A little grace past the per-node timeout lets a client that honours deadlines report its
+	// own error; past it we stop waiting.
+	deadline := time.NewTimer(c.nodeTimeout + c.nodeTimeout/2)
+	defer deadline.Stop()
+collect:
+	for range which {
+		select {
+		case r := <-ch:
+			replies[r.j], answered[r.j] = r.nodeReply, true
+		case <-deadline.C:
+			break collect
+		}
+	}
+	for j, i := range which {
+		if !answered[j] {
+			replies[j].err = fmt.Errorf("no answer within %v: %w", c.nodeTimeout, context.DeadlineExceeded)
+		}
+		if replies[j].err != nil {
+			replies[j].err = &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: replies[j].err}
+		}
+	}
+	return replies
+}
+
+func nodeAddr(n redis.UniversalClient) string {
+	if cl, ok := n.(*redis.Client); ok {
+		return cl.Options().Addr
+	}
+	return fmt.Sprintf("%T", n)
+}

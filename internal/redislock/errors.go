@@ -1,0 +1,43 @@
+package redislock
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotObtained means the lock is held by another token (after any retries). It is the
+	// normal outcome of contention, not a failure of Redis.
+	ErrNotObtained = errors.New("redislock: not obtained")
+
+	// ErrLockLost means a refresh found the lock gone or held by another token: the caller no
+	// longer holds it and must stop the work it protects. Retrying cannot recover it.
+	ErrLockLost = errors.New("redislock: lock lost")
+
+	// ErrNotHeld means the operation needs a lock that this Lock does not hold: it was released
+	// already, it expired, someone else holds it now, or the Lock is nil.
+	ErrNotHeld = errors.New("redislock: lock not held")
+
+	// ErrInvalidArgument wraps every rejection of bad input (empty key, bad ttl, nil client...).
+	ErrInvalidArgument = errors.New("redislock: invalid argument")
+)
+
+// NodeError is a transport or server error from one node of a Redlock client (or the only node of a
+// single-node client). Several are combined with errors.Join; match them with errors.As.
+type NodeError struct {
+	// Node is the index of the node in the slice given to NewRedlock (0 for a single node).
+	Node int
+	// Addr is the node's address as its client reports it, for humans.
+	Addr string
+	// Err is what the node call returned.
+	Err error
+}
+
+func (e *NodeError) Error() string { return fmt.Sprintf("redis node %d (%s): %v", e.Node, e.Addr, e.Err) }
+
+// Unwrap lets errors.Is see the underlying error, e.g. context.DeadlineExceeded.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}

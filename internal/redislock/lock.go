@@ -1,0 +1,553 @@
+package redislock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// tokenBytes is the entropy of a generated token: 128 bits cannot be guessed or collide.
+const tokenBytes = 16
+
+// Lock states. A Lock starts held and ends released or lost; it never goes back.
+const (
+	stateHeld int32 = iota
+	stateReleased
+	stateLost
+)
+
+// Lock is a lock this process obtained. Its methods are safe for concurrent use and safe on a nil
+// *Lock (they return ErrNotHeld).
+type Lock struct {
+	client   *Client
+	key      string
+	keys     keys
+	token    string
+	metadata string
+	fence    int64
+
+	state atomic.Int32
+
+	mu         sync.Mutex
+	ttl        time.Duration
+	validUntil time.Time
+}
+
+// ObtainOption configures one Obtain call.
+type ObtainOption func(*obtainOptions)
+
+type obtainOptions struct {
+	token    string
+	metadata string
+	retry    RetryStrategy
+}
+
+// WithToken obtains with the given token instead of a random one. Obtaining a lock that is held
+// with this very token succeeds and extends it: that is how a restarted process re-adopts the locks
+// it held. The token is the lock's only credential: derive it from a secret, never from public data.
+func WithToken(token string) ObtainOption { return func(o *obtainOptions) { o.token = token } }
+
+// WithMetadata stores m beside the lock for the lock's lifetime, for others to read with Inspect
+// (e.g. who holds it). Default: empty.
+func WithMetadata(m string) ObtainOption { return func(o *obtainOptions) { o.metadata = m } }
+
+// WithRetry sets how Obtain retries while the lock is held by someone else. Default: NoRetry.
+// Retries always end when the context does.
+func WithRetry(s RetryStrategy) ObtainOption { return func(o *obtainOptions) { o.retry = s } }
+
+// Obtain takes the lock named key for ttl. It returns ErrNotObtained (possibly joined with the
+// context's error) when someone else holds the lock, and other errors when Redis could not answer;
+// errors.Is tells them apart. Transport errors are not retried here: a lock that Redis cannot grant
+// now will not become safe by hammering it, and the caller knows better how long to wait.
+func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	if err := validateTTL(ttl); err != nil {
+		return nil, err
+	}
+	o := obtainOptions{retry: NoRetry()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.token == "" {
+		t, err := newToken()
+		if err != nil {
+			return nil, err
+		}
+		o.token = t
+	}
+	if o.retry == nil {
+		o.retry = NoRetry()
+	}
+
+	k := c.keysFor(key)
+	var timer *time.Timer
+	for attempt := 1; ; attempt++ {
+		l, err := c.attemptObtain(ctx, key, k, ttl, &o)
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, ErrNotObtained) {
+			return nil, fmt.Errorf("obtain %s: %w", key, err)
+		}
+		wait, again := o.retry.Backoff(attempt)
+		if !again {
+			return nil, err
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// attemptObtain makes one acquisition attempt on every node.
+func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time.Duration, o *obtainOptions) (*Lock, error) {
+	start := c.now()
+	ttlMs := ttl.Milliseconds()
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return scriptObtain.Run(ctx, n, []string{k.lock, k.fence, k.meta}, o.token, ttlMs, o.metadata).Result()
+	})
+
+	var granted []int
+	var fence int64
+	busy := 0
+	var errs []error
+	for i, r := range replies {
+		if r.err != nil {
+			errs = append(errs, r.err)
+			continue
+		}
+		ok, n, err := pairReply(r.val)
+		if err != nil {
+			errs = append(errs, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err})
+			continue
+		}
+		if !ok {
+			busy++
+			continue
+		}
+		granted = append(granted, i)
+		fence = max(fence, n)
+	}
+
+	if len(granted) < c.quorum {
+		c.releaseQuietly(ctx, k, o.token, granted)
+		if len(granted)+busy >= c.quorum || (busy > 0 && len(errs) == 0) {
+			return nil, ErrNotObtained
+		}
+		return nil, c.unavailable(len(granted)+busy, errs)
+	}
+	if len(c.nodes) > 1 {
+		if err := c.raiseFence(ctx, k, o.token, fence, granted); err != nil {
+			c.releaseQuietly(ctx, k, o.token, granted)
+			return nil, err
+		}
+	}
+
+	validUntil := c.validUntil(start, ttl)
+	if !c.now().Before(validUntil) {
+		// The acquisition took longer than the lease (a slow node, a paused process): the lock may
+		// already have expired somewhere, so it cannot be trusted.
+		c.releaseQuietly(ctx, k, o.token, granted)
+		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotObtained, ttl, c.now().Sub(start))
+	}
+	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence, ttl: ttl, validUntil: validUntil}
+	return l, nil
+}
+
+// raiseFence writes the quorum's fencing token back to the granting nodes; see fence.lua.
+func (c *Client) raiseFence(ctx context.Context, k keys, token string, fence int64, granted []int) error {
+	replies := c.onNodes(ctx, granted, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return scriptFence.Run(ctx, n, []string{k.lock, k.fence}, token, strconv.FormatInt(fence, 10)).Result()
+	})
+	t := tallyInts(replies)
+	if t.ok >= c.quorum {
+		return nil
+	}
+	if len(t.errs) == 0 {
+		return fmt.Errorf("%w: lost the lock on %d nodes while fencing", ErrNotObtained, t.no)
+	}
+	return c.unavailable(t.ok, t.errs)
+}
+
+func (c *Client) unavailable(reachable int, errs []error) error {
+	if len(c.nodes) == 1 {
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("redislock: %d of %d nodes answered, quorum is %d: %w", reachable, len(c.nodes), c.quorum, errors.Join(errs...))
+}
+
+// releaseQuietly undoes a partial acquisition on the given nodes. It uses a context that survives
+// the caller's cancellation, since leaving the keys behind would block others for a whole TTL.
+func (c *Client) releaseQuietly(ctx context.Context, k keys, token string, nodes []int) {
+	if len(nodes) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.nodeTimeout, time.Second))
+	defer cancel()
+	c.onNodes(rctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return scriptRelease.Run(ctx, n, []string{k.lock, k.meta}, token, "").Result()
+	})
+}
+
+// Key returns the lock's name as given to Obtain.
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
+
+// RedisKey returns the Redis key that holds the lock.
+func (l *Lock) RedisKey() string {
+	if l == nil {
+		return ""
+	}
+	return l.keys.lock
+}
+
+// Token returns the lock's token. It is the lock's credential: do not log it.
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
+
+// Fence returns the fencing token of this acquisition.
+func (l *Lock) Fence() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
+
+// Metadata returns the metadata stored with the lock.
+func (l *Lock) Metadata() string {
+	if l == nil {
+		return ""
+	}
+	return l.metadata
+}
+
+// LeaseTTL returns the lease length of the last successful obtain or refresh.
+func (l *Lock) LeaseTTL() time.Duration {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
+
+// ValidUntil returns the instant until which the holder may rely on the lock: the start of the last
+// successful obtain or refresh plus its lease, minus the drift allowance. Past it, assume the lock
+// is gone. The zero time means the lock is not held.
+func (l *Lock) ValidUntil() time.Time {
+	if l == nil || l.state.Load() != stateHeld {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Held reports whether the lock is still believed held: not released, not found lost, and within
+// its validity.
+func (l *Lock) Held() bool {
+	if l == nil || l.state.Load() != stateHeld {
+		return false
+	}
+	return l.client.now().Before(l.ValidUntil())
+}
+
+// Refresh extends the lease to ttl (0 keeps the current lease length) if the lock is still ours.
+// It returns ErrLockLost when the lock is gone or held by someone else, ErrNotHeld after Release,
+// and other errors when Redis could not answer (the lock may still be ours; retry until ValidUntil).
+func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return ErrNotHeld
+	}
+	if ttl == 0 {
+		ttl = l.LeaseTTL()
+	}
+	if err := validateTTL(ttl); err != nil {
+		return err
+	}
+	switch l.state.Load() {
+	case stateReleased:
+		return ErrNotHeld
+	case stateLost:
+		return ErrLockLost
+	}
+	c := l.client
+	start := c.now()
+	ttlMs := ttl.Milliseconds()
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return scriptRefresh.Run(ctx, n, []string{l.keys.lock, l.keys.meta}, l.token, ttlMs).Result()
+	})
+	if err := l.settleRefresh(tallyInts(replies), start, ttl); err != nil {
+		return fmt.Errorf("refresh %s: %w", l.key, err)
+	}
+	return nil
+}
+
+// settleRefresh turns the nodes' answers to a refresh into the lock's new state and the caller's
+// error. Shared by Refresh and the Keeper, so both judge a renewal the same way.
+func (l *Lock) settleRefresh(t tally, start time.Time, ttl time.Duration) error {
+	c := l.client
+	switch {
+	case t.ok >= c.quorum:
+		validUntil := c.validUntil(start, ttl)
+		if !c.now().Before(validUntil) {
+			// Redis extended the key, but the answer came back after the lease we asked for had run
+			// out (a pause, a very slow network): we cannot know whether someone else held it since.
+			l.markLost()
+			return fmt.Errorf("%w: refresh answered after the lease ran out", ErrLockLost)
+		}
+		l.mu.Lock()
+		l.ttl, l.validUntil = ttl, validUntil
+		l.mu.Unlock()
+		return nil
+	case t.no > len(c.nodes)-c.quorum:
+		l.markLost()
+		return ErrLockLost
+	default:
+		return c.unavailable(t.ok+t.no, t.errs)
+	}
+}
+
+func (l *Lock) markLost() { l.state.CompareAndSwap(stateHeld, stateLost) }
+
+// Release deletes the lock if it is still ours and, with WithReleaseNotifications, tells waiters.
+// It returns ErrNotHeld if the lock had expired or was taken by someone else in the meantime (their
+// lock is left untouched), and other errors when Redis could not answer (call it again).
+func (l *Lock) Release(ctx context.Context) error {
+	if l == nil || l.state.Load() == stateReleased {
+		return ErrNotHeld
+	}
+	c := l.client
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return scriptRelease.Run(ctx, n, []string{l.keys.lock, l.keys.meta}, l.token, c.notify).Result()
+	})
+	t := tallyInts(replies)
+	switch {
+	case t.ok >= c.quorum || (t.ok > 0 && len(t.errs) == 0):
+		// A node we could not reach keeps its copy until the TTL ends; a majority is gone, so
+		// nobody is blocked by it.
+		l.state.Store(stateReleased)
+		return nil
+	case len(t.errs) == 0:
+		l.state.Store(stateReleased)
+		return fmt.Errorf("release %s: %w", l.key, ErrNotHeld)
+	default:
+		return fmt.Errorf("release %s: %w", l.key, c.unavailable(t.ok+t.no, t.errs))
+	}
+}
+
+// TTL returns the lease left on the lock as Redis sees it (the shortest among a Redlock majority),
+// or ErrNotHeld if it is no longer ours.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if l == nil {
+		return 0, ErrNotHeld
+	}
+	c := l.client
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return scriptPTTL.Run(ctx, n, []string{l.keys.lock}, l.token).Int64()
+	})
+	var ttls []time.Duration
+	var errs []error
+	for _, r := range replies {
+		if r.err != nil {
+			errs = append(errs, r.err)
+			continue
+		}
+		if ms, _ := r.val.(int64); ms >= 0 {
+			ttls = append(ttls, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	if len(ttls) >= c.quorum {
+		// The lock lives as long as its quorum: the quorum-th longest lease.
+		slices.Sort(ttls)
+		slices.Reverse(ttls)
+		return ttls[c.quorum-1], nil
+	}
+	if len(replies)-len(errs) >= c.quorum || len(errs) == 0 {
+		return 0, fmt.Errorf("ttl %s: %w", l.key, ErrNotHeld)
+	}
+	return 0, fmt.Errorf("ttl %s: %w", l.key, c.unavailable(len(replies)-len(errs), errs))
+}
+
+// State is what anyone can learn about a lock without holding it.
+type State struct {
+	// Held reports whether someone holds the lock (on a majority of nodes for Redlock).
+	Held bool
+	// TTL is the lease left on the lock, if held.
+	TTL time.Duration
+	// Metadata is what the holder stored with WithMetadata, if held.
+	Metadata string
+	// Fence is the last fencing token handed out for this lock (0 if never).
+	Fence int64
+}
+
+// Inspect reads a lock's state without taking it, e.g. for a waiter to show who blocks it.
+// It never reveals the holder's token.
+func (c *Client) Inspect(ctx context.Context, key string) (State, error) {
+	if err := validateKey(key); err != nil {
+		return State{}, err
+	}
+	k := c.keysFor(key)
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return scriptInspect.Run(ctx, n, []string{k.lock, k.fence, k.meta}).Slice()
+	})
+	var st State
+	var errs []error
+	var ttls []time.Duration
+	answered := 0
+	for _, r := range replies {
+		if r.err != nil {
+			errs = append(errs, r.err)
+			continue
+		}
+		answered++
+		vals, _ := r.val.([]any)
+		if len(vals) != 3 {
+			errs = append(errs, fmt.Errorf("unexpected inspect reply %v", r.val))
+			continue
+		}
+		if f, ok := vals[2].(string); ok {
+			n, _ := strconv.ParseInt(f, 10, 64)
+			st.Fence = max(st.Fence, n)
+		}
+		if pttl, _ := vals[0].(int64); pttl > 0 || pttl == -1 {
+			ttls = append(ttls, time.Duration(max(pttl, 0))*time.Millisecond)
+			if m, ok := vals[1].(string); ok {
+				st.Metadata = m
+			}
+		}
+	}
+	if answered < c.quorum {
+		return State{}, fmt.Errorf("inspect %s: %w", key, c.unavailable(answered, errs))
+	}
+	if len(ttls) >= c.quorum {
+		slices.Sort(ttls)
+		slices.Reverse(ttls)
+		st.Held, st.TTL = true, ttls[c.quorum-1]
+	} else {
+		st.Metadata = ""
+	}
+	return st, nil
+}
+
+// SubscribeReleases delivers the Redis key of every lock released through a client configured with
+// WithReleaseNotifications(channel). The channel closes when ctx ends. Messages can be lost (Redis
+// pub/sub has no delivery guarantee) and expiries are not announced: use it to act sooner, never
+// as the only way to notice a free lock.
+func (c *Client) SubscribeReleases(ctx context.Context) (<-chan string, error) {
+	if c.notify == "" {
+		return nil, invalidf("SubscribeReleases needs a client built WithReleaseNotifications")
+	}
+	out := make(chan string, 64)
+	var subs []*redis.PubSub
+	for i, n := range c.nodes {
+		ps := n.Subscribe(ctx, c.notify)
+		// Receive once so a Redis that is down fails here, not silently later.
+		if _, err := ps.Receive(ctx); err != nil {
+			_ = ps.Close()
+			if len(c.nodes) == 1 {
+				return nil, &NodeError{Node: i, Addr: nodeAddr(n), Err: err}
+			}
+			continue // a Redlock minority may be down; the majority still announces releases
+		}
+		subs = append(subs, ps)
+	}
+	if len(subs) == 0 {
+		return nil, c.unavailable(0, nil)
+	}
+	var wg sync.WaitGroup
+	for _, ps := range subs {
+		wg.Go(func() {
+			defer ps.Close()
+			msgs := ps.Channel()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m, ok := <-msgs:
+					if !ok {
+						return
+					}
+					select {
+					case out <- m.Payload:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(out) }()
+	return out, nil
+}
+
+func newToken() (string, error) {
+	b := make([]byte, tokenBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("redislock: generate token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// pairReply parses obtain.lua's {flag, number} reply.
+func pairReply(v any) (bool, int64, error) {
+	vals, ok := v.([]any)
+	if !ok || len(vals) != 2 {
+		return false, 0, fmt.Errorf("unexpected obtain reply %v", v)
+	}
+	flag, ok1 := vals[0].(int64)
+	n, ok2 := vals[1].(int64)
+	if !ok1 || !ok2 {
+		return false, 0, fmt.Errorf("unexpected obtain reply %v", v)
+	}
+	return flag == 1, n, nil
+}
+
+// tally counts the nodes that answered 1 (done), 0 (not ours) or failed.
+type tally struct {
+	ok, no int
+	errs   []error
+}
+
+func tallyInts(replies []nodeReply) tally {
+	var t tally
+	for _, r := range replies {
+		if r.err != nil {
+			t.errs = append(t.errs, r.err)
+			continue
+		}
+		if n, _ := r.val.(int64); n == 1 {
+			t.ok++
+		} else {
+			t.no++
+		}
+	}
+	return t
+}
