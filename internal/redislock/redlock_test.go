@@ -1,0 +1,201 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+)
+
+// keysLeft counts the lock and metadata keys of key on the running servers.
+func keysLeft(t *testing.T, c *Client, srvs []*redisserver.Server, key string) int {
+	t.Helper()
+	total := 0
+	for _, s := range srvs {
+		if !s.Running() {
+			continue
+		}
+		n, err := s.Client(t).Exists(context.Background(), c.RedisKey(key), c.RedisKey(key)+":meta").Result()
+		if err != nil {
+			t.Fatalf("%s: %v", s.Addr(), err)
+		}
+		total += int(n)
+	}
+	return total
+}
+
+func TestRedlock(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
+			t.Run("minority down still acquires, refreshes and releases", func(t *testing.T) {
+				c, srvs := redlock(t, n)
+				for _, s := range srvs[:n/2] {
+					s.Kill(t)
+				}
+				ctx := context.Background()
+				key := uniqueKey(t)
+				l := mustObtain(t, c, key, 10*time.Second)
+				if err := l.Refresh(ctx, 0); err != nil {
+					t.Fatalf("Refresh: %v", err)
+				}
+				if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+					t.Fatalf("TTL: %v %v", ttl, err)
+				}
+				if _, err := c.Obtain(ctx, key, time.Second); !errors.Is(err, ErrNotObtained) {
+					t.Fatalf("second Obtain: %v, want ErrNotObtained", err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				if left := keysLeft(t, c, srvs, key); left != 0 {
+					t.Fatalf("%d keys left after release", left)
+				}
+			})
+
+			t.Run("majority down fails and leaves no key behind", func(t *testing.T) {
+				c, srvs := redlock(t, n)
+				for _, s := range srvs[:n/2+1] {
+					s.Kill(t)
+				}
+				key := uniqueKey(t)
+				_, err := c.Obtain(context.Background(), key, 10*time.Second)
+				var ne *NodeError
+				if err == nil || errors.Is(err, ErrNotObtained) || !errors.As(err, &ne) {
+					t.Fatalf("got %v, want an unavailability error with node errors", err)
+				}
+				if left := keysLeft(t, c, srvs, key); left != 0 {
+					t.Fatalf("%d keys left on the live minority", left)
+				}
+			})
+
+			t.Run("a paused node does not block past the node timeout", func(t *testing.T) {
+				const nodeTimeout = 100 * time.Millisecond
+				c, srvs := redlock(t, n, WithNodeTimeout(nodeTimeout))
+				srvs[0].Pause(t)
+				defer srvs[0].Resume(t)
+				ctx := context.Background()
+				start := time.Now()
+				l, err := c.Obtain(ctx, uniqueKey(t), 10*time.Second)
+				took := time.Since(start)
+				if err != nil {
+					t.Fatalf("Obtain with one paused node: %v", err)
+				}
+				// Obtain makes two fan-outs (acquire, fence); each waits at most 1.5 node timeouts.
+				if limit := 3*nodeTimeout + 200*time.Millisecond; took > limit {
+					t.Fatalf("Obtain took %v with a paused node, want under %v", took, limit)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+			})
+
+			t.Run("contenders never overlap and fences increase", func(t *testing.T) {
+				c, _ := redlock(t, n)
+				key := uniqueKey(t)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				var mu sync.Mutex
+				var last int64
+				inside := 0
+				var problems []string
+				var wg sync.WaitGroup
+				for range 16 {
+					wg.Go(func() {
+						for range 3 {
+							l, err := c.Obtain(ctx, key, 10*time.Second, WithRetry(ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
+							if err != nil {
+								mu.Lock()
+								problems = append(problems, err.Error())
+								mu.Unlock()
+								return
+							}
+							mu.Lock()
+							inside++
+							if inside != 1 || l.Fence() <= last {
+								problems = append(problems, fmt.Sprintf("inside=%d fence %d after %d", inside, l.Fence(), last))
+							}
+							last = l.Fence()
+							inside--
+							mu.Unlock()
+							if err := l.Release(ctx); err != nil {
+								mu.Lock()
+								problems = append(problems, err.Error())
+								mu.Unlock()
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if len(problems) > 0 {
+					t.Fatalf("%d problems, first: %s", len(problems), problems[0])
+				}
+			})
+		})
+	}
+}
+
+// TestRedlockFenceSurvivesDivergentCounters: nodes whose counters disagree (one far ahead, as after
+// a partition) still yield strictly increasing tokens across holders whose quorums differ.
+func TestRedlockFenceSurvivesDivergentCounters(t *testing.T) {
+	c, srvs := redlock(t, 3)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	fenceKey := c.RedisKey(key) + ":fence"
+	far := time.Now().Add(24*time.Hour).UnixMicro() // a counter well ahead of every clock
+	if err := srvs[2].Client(t).Set(ctx, fenceKey, far, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var last int64
+	// Holder 1 gets a quorum including the node that is ahead; holder 2's quorum excludes it.
+	for round, down := range []int{0, 2, 1, 2} {
+		srvs[down].Pause(t)
+		l := mustObtain(t, c, key, 5*time.Second)
+		srvs[down].Resume(t)
+		if l.Fence() <= last {
+			t.Fatalf("round %d (node %d paused): fence %d after %d", round, down, l.Fence(), last)
+		}
+		last = l.Fence()
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("round %d release: %v", round, err)
+		}
+	}
+	if last <= far {
+		t.Fatalf("last fence %d never passed the far counter %d", last, far)
+	}
+}
+
+func TestRedlockKeeper(t *testing.T) {
+	c, srvs := redlock(t, 3)
+	l := mustObtain(t, c, uniqueKey(t), time.Second)
+	rec := newLostRecorder()
+	var killed atomic.Bool
+	var renewedAfterKill atomic.Int64
+	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnRenew: func(_ *Lock, err error) {
+		if err == nil && killed.Load() {
+			renewedAfterKill.Add(1)
+		}
+	}})
+	defer k.Stop()
+	if err := k.Add(l, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Kill(t) // a minority down: renewals go on
+	killed.Store(true)
+	eventually(t, 5*time.Second, "renewals on the remaining majority", func() bool { return renewedAfterKill.Load() >= 2 })
+
+	// Take the lock away on one of the two remaining nodes: no quorum can renew it any more.
+	if err := srvs[1].Client(t).Del(context.Background(), l.RedisKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err, _ := rec.wait(t, 5*time.Second)
+	if got != l || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("reported %v with %v, want our lock with ErrLockLost", got, err)
+	}
+}
