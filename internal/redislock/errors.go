@@ -33,7 +33,9 @@ type NodeError struct {
 	Err error
 }
 
-func (e *NodeError) Error() string { return fmt.Sprintf("redis node %d (%s): %v", e.Node, e.Addr, e.Err) }
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("redis node %d (%s): %v", e.Node, e.Addr, e.Err)
+}
 
 // Unwrap lets errors.Is see the underlying error, e.g. context.DeadlineExceeded.
 func (e *NodeError) Unwrap() error { return e.Err }

@@ -459,7 +459,7 @@ func TestRetryStrategies(t *testing.T) {
 	if _, again := NoRetry().Backoff(1); again {
 		t.Fatal("NoRetry retried")
 	}
-	if d, again := FixedBackoff(7*time.Millisecond).Backoff(100); !again || d != 7*time.Millisecond {
+	if d, again := FixedBackoff(7 * time.Millisecond).Backoff(100); !again || d != 7*time.Millisecond {
 		t.Fatalf("FixedBackoff: %v %v", d, again)
 	}
 	exp := ExponentialBackoff(2*time.Millisecond, 64*time.Millisecond)

@@ -147,7 +147,7 @@ func TestRedlockFenceSurvivesDivergentCounters(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
 	fenceKey := c.RedisKey(key) + ":fence"
-	far := time.Now().Add(24*time.Hour).UnixMicro() // a counter well ahead of every clock
+	far := time.Now().Add(24 * time.Hour).UnixMicro() // a counter well ahead of every clock
 	if err := srvs[2].Client(t).Set(ctx, fenceKey, far, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
