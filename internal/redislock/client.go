@@ -114,11 +114,11 @@ func (c *Client) RedisKey(key string) string { return c.keysFor(key).lock }
 
 // keys names the three Redis keys of one lock. They share the hash tag {key}, so a Redis Cluster
 // keeps them in one slot and a script may touch all of them.
-type keys struct{ lock, fence, meta string }
+type keys struct{ lock, fence, meta, queue, waiters string }
 
 func (c *Client) keysFor(key string) keys {
 	base := c.prefix + "{" + key + "}"
-	return keys{lock: base, fence: base + ":fence", meta: base + ":meta"}
+	return keys{lock: base, fence: base + ":fence", meta: base + ":meta", queue: base + ":queue", waiters: base + ":waiters"}
 }
 
 func validateKey(key string) error {

@@ -43,3 +43,17 @@ func (e *NodeError) Unwrap() error { return e.Err }
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
+
+// QueuedError is ErrNotObtained for a waiter obtained WithQueue: it says where the waiter stands.
+// errors.Is(err, ErrNotObtained) holds for it.
+type QueuedError struct {
+	// Position is the waiter's place in the queue: 1 means next in line.
+	Position int
+}
+
+func (e *QueuedError) Error() string {
+	return fmt.Sprintf("%v (position %d in queue)", ErrNotObtained, e.Position)
+}
+
+// Is makes a QueuedError match ErrNotObtained.
+func (e *QueuedError) Is(target error) bool { return target == ErrNotObtained }

@@ -49,6 +49,10 @@ type obtainOptions struct {
 	token    string
 	metadata string
 	retry    RetryStrategy
+
+	queueMember   string
+	queueScore    float64
+	queueLiveness time.Duration
 }
 
 // WithToken obtains with the given token instead of a random one. Obtaining a lock that is held
@@ -63,6 +67,14 @@ func WithMetadata(m string) ObtainOption { return func(o *obtainOptions) { o.met
 // WithRetry sets how Obtain retries while the lock is held by someone else. Default: NoRetry.
 // Retries always end when the context does.
 func WithRetry(s RetryStrategy) ObtainOption { return func(o *obtainOptions) { o.retry = s } }
+
+// WithQueue makes the caller wait its turn: it joins the lock's queue as member with score, and a
+// free lock goes only to the waiter at the head (lowest score, then lowest member). A waiter that has
+// not asked again within liveness drops out of the queue, so a waiter that vanished cannot block
+// it; call Dequeue when giving up. When not obtained, the error is a *QueuedError with the position.
+func WithQueue(member string, score float64, liveness time.Duration) ObtainOption {
+	return func(o *obtainOptions) { o.queueMember, o.queueScore, o.queueLiveness = member, score, liveness }
+}
 
 // Obtain takes the lock named key for ttl. It returns ErrNotObtained (possibly joined with the
 // context's error) when someone else holds the lock, and other errors when Redis could not answer;
@@ -88,6 +100,9 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	}
 	if o.retry == nil {
 		o.retry = NoRetry()
+	}
+	if o.queueMember != "" && o.queueLiveness < MinTTL {
+		return nil, invalidf("queue liveness %v: must be at least %v", o.queueLiveness, MinTTL)
 	}
 
 	k := c.keysFor(key)
@@ -123,25 +138,30 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	start := c.now()
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		if o.queueMember != "" {
+			return scriptQueued.Run(ctx, n, []string{k.lock, k.fence, k.meta, k.queue, k.waiters},
+				o.token, ttlMs, o.metadata, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds()).Result()
+		}
 		return scriptObtain.Run(ctx, n, []string{k.lock, k.fence, k.meta}, o.token, ttlMs, o.metadata).Result()
 	})
 
 	var granted []int
 	var fence int64
-	busy := 0
+	busy, position := 0, 0
 	var errs []error
 	for i, r := range replies {
 		if r.err != nil {
 			errs = append(errs, r.err)
 			continue
 		}
-		ok, n, err := pairReply(r.val)
+		ok, n, pos, err := obtainReply(r.val)
 		if err != nil {
 			errs = append(errs, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err})
 			continue
 		}
 		if !ok {
 			busy++
+			position = max(position, pos)
 			continue
 		}
 		granted = append(granted, i)
@@ -151,6 +171,9 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	if len(granted) < c.quorum {
 		c.releaseQuietly(ctx, k, o.token, granted)
 		if len(granted)+busy >= c.quorum || (busy > 0 && len(errs) == 0) {
+			if o.queueMember != "" {
+				return nil, &QueuedError{Position: max(position, 1)}
+			}
 			return nil, ErrNotObtained
 		}
 		return nil, c.unavailable(len(granted)+busy, errs)
@@ -516,18 +539,52 @@ func newToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// pairReply parses obtain.lua's {flag, number} reply.
-func pairReply(v any) (bool, int64, error) {
-	vals, ok := v.([]any)
-	if !ok || len(vals) != 2 {
-		return false, 0, fmt.Errorf("unexpected obtain reply %v", v)
+// obtainReply parses the {flag, number[, position]} reply of obtain.lua and obtain_queued.lua.
+func obtainReply(v any) (ok bool, n int64, position int, err error) {
+	vals, isSlice := v.([]any)
+	if !isSlice || len(vals) < 2 || len(vals) > 3 {
+		return false, 0, 0, fmt.Errorf("unexpected obtain reply %v", v)
 	}
 	flag, ok1 := vals[0].(int64)
 	n, ok2 := vals[1].(int64)
 	if !ok1 || !ok2 {
-		return false, 0, fmt.Errorf("unexpected obtain reply %v", v)
+		return false, 0, 0, fmt.Errorf("unexpected obtain reply %v", v)
 	}
-	return flag == 1, n, nil
+	if len(vals) == 3 {
+		p, _ := vals[2].(int64)
+		position = int(p)
+	}
+	return flag == 1, n, position, nil
+}
+
+// Dequeue takes member out of the queue of the lock named key (see WithQueue). Removing a member
+// that is not queued is not an error.
+func (c *Client) Dequeue(ctx context.Context, key, member string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	k := c.keysFor(key)
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return scriptDequeue.Run(ctx, n, []string{k.queue, k.waiters}, member).Result()
+	})
+	if t := tallyInts(replies); len(t.errs) > len(c.nodes)-c.quorum {
+		return fmt.Errorf("dequeue %s: %w", key, c.unavailable(len(replies)-len(t.errs), t.errs))
+	}
+	return nil
+}
+
+// ReleaseToken deletes the lock named key if token holds it: Release for a process that knows its
+// token but has no *Lock, such as an operator that restarted. It returns ErrNotHeld if token does not
+// hold the lock (nothing is touched).
+func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if token == "" {
+		return invalidf("empty token")
+	}
+	l := &Lock{client: c, key: key, keys: c.keysFor(key), token: token}
+	return l.Release(ctx)
 }
 
 // tally counts the nodes that answered 1 (done), 0 (not ours) or failed.

@@ -21,6 +21,10 @@ var (
 	fenceSrc string
 	//go:embed pttl.lua
 	pttlSrc string
+	//go:embed obtain_queued.lua
+	obtainQueuedSrc string
+	//go:embed dequeue.lua
+	dequeueSrc string
 
 	scriptObtain  = redis.NewScript(obtainSrc)
 	scriptRefresh = redis.NewScript(refreshSrc)
@@ -28,4 +32,6 @@ var (
 	scriptInspect = redis.NewScript(inspectSrc)
 	scriptFence   = redis.NewScript(fenceSrc)
 	scriptPTTL    = redis.NewScript(pttlSrc)
+	scriptQueued  = redis.NewScript(obtainQueuedSrc)
+	scriptDequeue = redis.NewScript(dequeueSrc)
 )
