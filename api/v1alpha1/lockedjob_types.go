@@ -17,71 +17,287 @@ limitations under the License.
 package v1alpha1
 
 import (
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// EDIT THIS FILE!  THIS IS SCAFFOLDING FOR YOU TO OWN!
-// NOTE: json tags are required.  Any new fields you add must have json tags for the fields to be serialized.
+// LockScope says who shares a lock name.
+// +kubebuilder:validation:Enum=Namespace;Cluster
+type LockScope string
 
-// LockedJobSpec defines the desired state of LockedJob
-type LockedJobSpec struct {
-	// INSERT ADDITIONAL SPEC FIELDS - desired state of cluster
-	// Important: Run "make" to regenerate code after modifying this file
-	// The following markers will use OpenAPI v3 schema to validate the value
-	// More info: https://book.kubebuilder.io/reference/markers/crd-validation.html
+const (
+	// LockScopeNamespace makes the Redis key include the namespace, so tenants cannot block each other.
+	LockScopeNamespace LockScope = "Namespace"
+	// LockScopeCluster shares the lock across namespaces (and across clusters that share the Redis).
+	// The operator allows it only for namespaces it is configured to trust.
+	LockScopeCluster LockScope = "Cluster"
+)
 
-	// foo is an example field of LockedJob. Edit lockedjob_types.go to remove/update
+// LockLostPolicy says what happens to a running Job whose lock was lost.
+// +kubebuilder:validation:Enum=Suspend;Delete;Ignore
+type LockLostPolicy string
+
+const (
+	// LockLostSuspend sets the Job's spec.suspend, which deletes its active pods and keeps the Job for inspection.
+	LockLostSuspend LockLostPolicy = "Suspend"
+	// LockLostDelete deletes the Job and its pods.
+	LockLostDelete LockLostPolicy = "Delete"
+	// LockLostIgnore lets the Job run on; the workload must rely on the fencing token.
+	LockLostIgnore LockLostPolicy = "Ignore"
+)
+
+// LockSpec names the lock a LockedJob runs under and how it is held.
+// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || duration(self.renewInterval) + duration(self.renewInterval) < duration(has(self.ttl) ? self.ttl : '30s')",message="spec.lock.renewInterval must be less than half of spec.lock.ttl"
+type LockSpec struct {
+	// name of the lock. LockedJobs with the same lock name (in the same namespace, or anywhere for
+	// scope Cluster) run one at a time.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// scope of the lock name: Namespace (default) or Cluster.
 	// +optional
-	Foo *string `json:"foo,omitempty"`
+	// +kubebuilder:default=Namespace
+	Scope LockScope `json:"scope,omitempty"`
+
+	// ttl is the lease of the lock in Redis. The operator renews it while the Job runs; if the
+	// operator stops renewing (crash, partition), the lock frees itself after ttl. Default 30s, at least 1s.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=duration
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="spec.lock.ttl must be at least 1s"
+	TTL *metav1.Duration `json:"ttl,omitempty"`
+
+	// renewInterval is how often the lease is renewed. Default ttl/3; must be less than ttl/2.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=duration
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="spec.lock.renewInterval must be positive"
+	RenewInterval *metav1.Duration `json:"renewInterval,omitempty"`
+
+	// acquireTimeout bounds the wait for the lock. When it passes, the LockedJob fails with reason
+	// LockTimeout. Absent means wait forever.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=duration
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="spec.lock.acquireTimeout must be positive"
+	AcquireTimeout *metav1.Duration `json:"acquireTimeout,omitempty"`
+
+	// priority orders waiters of one lock: higher first, then older first. Default 0.
+	// +optional
+	// +kubebuilder:validation:Minimum=-1000
+	// +kubebuilder:validation:Maximum=1000
+	Priority int32 `json:"priority,omitempty"`
+
+	// onLockLost is what happens to the running Job if the lock is lost: Suspend (default), Delete or Ignore.
+	// +optional
+	// +kubebuilder:default=Suspend
+	OnLockLost LockLostPolicy `json:"onLockLost,omitempty"`
 }
 
-// LockedJobStatus defines the observed state of LockedJob.
+// LockedJobSpec is a Job template plus the lock it must hold to run.
+// +kubebuilder:validation:XValidation:rule="has(self.jobTemplate.spec)",message="spec.jobTemplate.spec is required: the Job to run"
+type LockedJobSpec struct {
+	// lock names the lock and how it is held. Immutable.
+	// +required
+	Lock LockSpec `json:"lock"`
+
+	// jobTemplate is the Job to run while holding the lock. Immutable.
+	// +required
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	JobTemplate batchv1.JobTemplateSpec `json:"jobTemplate"`
+}
+
+// LockedJobPhase is a one-word summary of where a LockedJob is.
+// +kubebuilder:validation:Enum=Pending;Waiting;Running;Succeeded;Failed;LockLost
+type LockedJobPhase string
+
+// Phases.
+const (
+	// PhasePending: seen, nothing done yet.
+	PhasePending LockedJobPhase = "Pending"
+	// PhaseWaiting: another holder has the lock; this LockedJob is queued.
+	PhaseWaiting LockedJobPhase = "Waiting"
+	// PhaseRunning: the lock is held and the Job exists.
+	PhaseRunning LockedJobPhase = "Running"
+	// PhaseSucceeded: the Job completed and the lock was released.
+	PhaseSucceeded LockedJobPhase = "Succeeded"
+	// PhaseFailed: the Job failed, or the lock was not obtained within acquireTimeout.
+	PhaseFailed LockedJobPhase = "Failed"
+	// PhaseLockLost: the lock was lost while the Job ran; spec.lock.onLockLost was applied.
+	PhaseLockLost LockedJobPhase = "LockLost"
+)
+
+// Condition types. Each is True when the sentence in its comment holds.
+const (
+	// ConditionLockAcquired: this LockedJob holds its lock now.
+	ConditionLockAcquired = "LockAcquired"
+	// ConditionJobRunning: the Job exists and has not finished.
+	ConditionJobRunning = "JobRunning"
+	// ConditionComplete: the Job completed successfully (terminal).
+	ConditionComplete = "Complete"
+	// ConditionFailed: the Job failed or the lock could not be obtained in time (terminal).
+	ConditionFailed = "Failed"
+	// ConditionLockLost: the lock was lost while the Job ran (terminal).
+	ConditionLockLost = "LockLost"
+	// ConditionRedisAvailable: the operator's last Redis operation for this LockedJob succeeded.
+	ConditionRedisAvailable = "RedisAvailable"
+	// ConditionReady: the LockedJob is where it should be: running under its lock or finished
+	// successfully. False with the reason why otherwise (waiting, failed, lost, Redis down).
+	ConditionReady = "Ready"
+)
+
+// Condition and event reasons.
+const (
+	ReasonWaiting          = "Waiting"
+	ReasonAcquired         = "Acquired"
+	ReasonReadopted        = "Readopted"
+	ReasonJobCreated       = "JobCreated"
+	ReasonJobRunning       = "JobRunning"
+	ReasonJobComplete      = "JobComplete"
+	ReasonJobFailed        = "JobFailed"
+	ReasonJobDeleted       = "JobDeleted"
+	ReasonLockTimeout      = "LockTimeout"
+	ReasonLockLost         = "LockLost"
+	ReasonReleased         = "Released"
+	ReasonRenewFailed      = "RenewFailed"
+	ReasonRedisUnavailable = "RedisUnavailable"
+	ReasonRedisOK          = "RedisOK"
+	ReasonScopeNotAllowed  = "ScopeNotAllowed"
+	ReasonPending          = "Pending"
+)
+
+// Environment variables and annotations that carry the lock to the Job's pods.
+const (
+	EnvFencingToken = "LOCKEDJOB_FENCING_TOKEN"
+	EnvLock         = "LOCKEDJOB_LOCK"
+	EnvHolder       = "LOCKEDJOB_HOLDER"
+
+	AnnotationFencingToken = "batch.lockedjob.dev/fencing-token"
+	AnnotationLock         = "batch.lockedjob.dev/lock"
+	AnnotationHolder       = "batch.lockedjob.dev/holder"
+	// LabelLockedJob names the LockedJob that owns a Job.
+	LabelLockedJob = "batch.lockedjob.dev/lockedjob"
+)
+
+// LockedJobStatus is what the operator observed and did, so `kubectl get lj` and
+// `kubectl describe lj` tell the whole story.
+// +kubebuilder:validation:MinProperties=1
 type LockedJobStatus struct {
-	// INSERT ADDITIONAL STATUS FIELD - define observed state of cluster
-	// Important: Run "make" to regenerate code after modifying this file
+	// phase summarises the state: Pending, Waiting, Running, Succeeded, Failed or LockLost.
+	// +optional
+	Phase LockedJobPhase `json:"phase,omitempty"`
 
-	// For Kubernetes API conventions, see:
-	// https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#typical-status-properties
+	// lockKey is the Redis key of the lock.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LockKey string `json:"lockKey,omitempty"`
 
-	// conditions represent the current state of the LockedJob resource.
-	// Each condition has a unique type and reflects the status of a specific aspect of the resource.
-	//
-	// Standard condition types include:
-	// - "Available": the resource is fully functional
-	// - "Progressing": the resource is being created or updated
-	// - "Degraded": the resource failed to reach or maintain its desired state
-	//
-	// The status of each condition is one of True, False, or Unknown.
+	// holder is this LockedJob's holder identity (cluster/namespace/name/uid) while it holds or held the lock.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Holder string `json:"holder,omitempty"`
+
+	// blockedBy is, while waiting, the holder that has the lock, as read from Redis.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	BlockedBy string `json:"blockedBy,omitempty"`
+
+	// queuePosition is, while waiting, this LockedJob's place among the waiters of the lock (1 = next).
+	// +optional
+	QueuePosition *int32 `json:"queuePosition,omitempty"`
+
+	// fencingToken is the token handed out with the lock; it increases with every new holder.
+	// The Job's pods get it as LOCKEDJOB_FENCING_TOKEN.
+	// +optional
+	FencingToken *int64 `json:"fencingToken,omitempty"`
+
+	// acquiredAt is when the lock was obtained.
+	// +optional
+	AcquiredAt *metav1.Time `json:"acquiredAt,omitempty"`
+
+	// renewedAt is the last renewal written to status (writes are rate-bounded; Redis is the authority).
+	// +optional
+	RenewedAt *metav1.Time `json:"renewedAt,omitempty"`
+
+	// expiresAt is when the lock expires unless renewed, as of renewedAt.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+
+	// waitingSince is when this LockedJob started waiting for the lock.
+	// +optional
+	WaitingSince *metav1.Time `json:"waitingSince,omitempty"`
+
+	// releasedAt is when the lock was released.
+	// +optional
+	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
+
+	// jobName is the name of the Job created under the lock.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	JobName string `json:"jobName,omitempty"`
+
+	// message explains the phase in a sentence.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// observedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: LockAcquired, JobRunning, Complete, Failed, LockLost, RedisAvailable, Ready.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
+	// +kubebuilder:validation:MaxItems=16
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=lj,categories=all;lockedjob
+// +kubebuilder:printcolumn:name="Lock",type=string,JSONPath=`.spec.lock.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder`,priority=10
+// +kubebuilder:printcolumn:name="Blocked-By",type=string,JSONPath=`.status.blockedBy`
+// +kubebuilder:printcolumn:name="Fence",type=integer,JSONPath=`.status.fencingToken`
+// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expiresAt`
+// +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`
+// +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queuePosition`,priority=10
+// +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.lock.priority`,priority=10
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=10
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.spec.lock == oldSelf.spec.lock",message="spec.lock is immutable: delete and recreate the LockedJob to change it"
+// +kubebuilder:validation:XValidation:rule="self.spec.jobTemplate == oldSelf.spec.jobTemplate",message="spec.jobTemplate is immutable: delete and recreate the LockedJob to change it"
 
-// LockedJob is the Schema for the lockedjobs API
+// LockedJob runs a Job while holding a Redis lock: at most one Job per lock runs at a time,
+// and its pods get a fencing token.
 type LockedJob struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// metadata is a standard object metadata
+	// metadata is standard object metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitzero"`
 
-	// spec defines the desired state of LockedJob
+	// spec is the lock and the Job template.
 	// +required
 	Spec LockedJobSpec `json:"spec"`
 
-	// status defines the observed state of LockedJob
+	// status is what the operator observed.
 	// +optional
 	Status LockedJobStatus `json:"status,omitzero"`
 }
 
 // +kubebuilder:object:root=true
 
-// LockedJobList contains a list of LockedJob
+// LockedJobList contains a list of LockedJob.
 type LockedJobList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitzero"`

@@ -14,29 +14,42 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
+// Command manager runs the lockedjob operator. It only wires things together: flags, the Redis
+// backend, the manager and the reconciler. Secrets (Redis password, token key) come from files or
+// a Kubernetes Secret, never from flags.
 package main
 
 import (
+	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"flag"
+	"fmt"
+	"net/http"
 	"os"
+	"strings"
+	"time"
 
-	// Import all Kubernetes client auth plugins (e.g. Azure, GCP, OIDC, etc.)
-	// to ensure that exec-entrypoint and run can make use of them.
-	_ "k8s.io/client-go/plugin/pkg/client/auth"
-
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers"
+	"github.com/lockedjob/lockedjob/internal/redislock"
 	// +kubebuilder:scaffold:imports
 )
 
@@ -47,162 +60,296 @@ var (
 
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-
 	utilruntime.Must(batchv1alpha1.AddToScheme(scheme))
 	// +kubebuilder:scaffold:scheme
 }
 
-// nolint:gocyclo
-func main() {
-	var metricsAddr string
-	var metricsCertPath, metricsCertName, metricsCertKey string
-	var webhookCertPath, webhookCertName, webhookCertKey string
-	var webhookPort int
-	var enableLeaderElection bool
-	var probeAddr string
-	var secureMetrics bool
-	var enableHTTP2 bool
-	var tlsOpts []func(*tls.Config)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
-		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
-	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
-		"Enable leader election for controller manager. "+
-			"Enabling this will ensure there is only one active controller manager.")
-	flag.BoolVar(&secureMetrics, "metrics-secure", true,
-		"If set, the metrics endpoint is served securely via HTTPS. Use --metrics-secure=false to use HTTP instead.")
-	flag.StringVar(&webhookCertPath, "webhook-cert-path", "", "The directory that contains the webhook certificate.")
-	flag.StringVar(&webhookCertName, "webhook-cert-name", "tls.crt", "The name of the webhook certificate file.")
-	flag.StringVar(&webhookCertKey, "webhook-cert-key", "tls.key", "The name of the webhook key file.")
-	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on. "+
-		"Defaults to 9443. Set -1 to disable the webhook server.")
-	flag.StringVar(&metricsCertPath, "metrics-cert-path", "",
-		"The directory that contains the metrics server certificate.")
-	flag.StringVar(&metricsCertName, "metrics-cert-name", "tls.crt", "The name of the metrics server certificate file.")
-	flag.StringVar(&metricsCertKey, "metrics-cert-key", "tls.key", "The name of the metrics server key file.")
-	flag.BoolVar(&enableHTTP2, "enable-http2", false,
-		"If set, HTTP/2 will be enabled for the metrics and webhook servers")
-	opts := zap.Options{
-		Development: true,
-	}
-	opts.BindFlags(flag.CommandLine)
+// tokenSecretName holds the HMAC key for lock tokens, in the operator's namespace.
+const tokenSecretName = "lockedjob-token-key"
+
+// options are the command-line settings.
+type options struct {
+	metricsAddr, probeAddr string
+	leaderElect            bool
+	namespace              string
+
+	redisAddr, redisAddrs   string
+	redisSentinelMaster     string
+	redisCluster, redisTLS  bool
+	redisUsername           string
+	redisPasswordFile       string
+	redisTLSCAFile          string
+	redisDB                 int
+	keyPrefix               string
+	releaseChannel          string
+	clusterID               string
+	tokenKeyFile            string
+	clusterScopeNamespaces  string
+	statusInterval          time.Duration
+	waitBackoffMax          time.Duration
+	redlockNodeTimeout      time.Duration
+	maxConcurrentReconciles int
+}
+
+func parseFlags() (options, zap.Options) {
+	var o options
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; \"0\" turns it off.")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so only one replica acts at a time.")
+	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", ""),
+		"The operator's namespace (leader-election lease, token-key Secret). Default: $POD_NAMESPACE, else the kubeconfig's namespace.")
+	flag.StringVar(&o.redisAddr, "redis-addr", envOr("LOCKEDJOB_REDIS_ADDR", "127.0.0.1:6379"), "Redis address (host:port) for a single node. Env: LOCKEDJOB_REDIS_ADDR.")
+	flag.StringVar(&o.redisAddrs, "redis-addrs", envOr("LOCKEDJOB_REDIS_ADDRS", ""),
+		"Comma-separated addresses: independent Redlock nodes (an odd number, at least 3), or Sentinel/Cluster seeds with --redis-sentinel-master or --redis-cluster.")
+	flag.StringVar(&o.redisSentinelMaster, "redis-sentinel-master", "", "Sentinel master name; --redis-addrs are then the Sentinels.")
+	flag.BoolVar(&o.redisCluster, "redis-cluster", false, "Treat --redis-addrs as Redis Cluster seed nodes.")
+	flag.StringVar(&o.redisUsername, "redis-username", "", "Redis ACL user name.")
+	flag.StringVar(&o.redisPasswordFile, "redis-password-file", envOr("LOCKEDJOB_REDIS_PASSWORD_FILE", ""), "File holding the Redis password (never pass it as a flag).")
+	flag.BoolVar(&o.redisTLS, "redis-tls", false, "Connect to Redis over TLS.")
+	flag.StringVar(&o.redisTLSCAFile, "redis-tls-ca-file", "", "CA bundle to verify Redis' TLS certificate (default: system roots).")
+	flag.IntVar(&o.redisDB, "redis-db", 0, "Redis database number (single node and Sentinel only).")
+	flag.StringVar(&o.keyPrefix, "key-prefix", "lockedjob:", "Prefix of every Redis key the operator writes.")
+	flag.StringVar(&o.releaseChannel, "release-channel", "lockedjob:released", "Redis pub/sub channel that announces releases, so waiters start at once.")
+	flag.StringVar(&o.clusterID, "cluster-id", "", "Name of this cluster in holder names and tokens. Default: the UID of the kube-system namespace.")
+	flag.StringVar(&o.tokenKeyFile, "token-key-file", "", "File holding the HMAC key for lock tokens. Default: the Secret "+tokenSecretName+" in --namespace, created on first start.")
+	flag.StringVar(&o.clusterScopeNamespaces, "cluster-scope-namespaces", "", "Comma-separated namespaces allowed to use spec.lock.scope Cluster; \"*\" allows all.")
+	flag.DurationVar(&o.statusInterval, "status-interval", 30*time.Second, "How often renewedAt/expiresAt are written to a running LockedJob's status.")
+	flag.DurationVar(&o.waitBackoffMax, "wait-backoff-max", 15*time.Second, "Longest pause between two lock attempts of a waiting LockedJob (release wake-ups come sooner).")
+	flag.DurationVar(&o.redlockNodeTimeout, "redlock-node-timeout", 50*time.Millisecond, "Per-node timeout of Redlock operations.")
+	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LockedJobs reconciled in parallel.")
+	zapOpts := zap.Options{Development: true}
+	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	return o, zapOpts
+}
 
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+func main() {
+	o, zapOpts := parseFlags()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if err := run(o); err != nil {
+		setupLog.Error(err, "Manager stopped with an error")
+		os.Exit(1)
+	}
+}
 
-	// if the enable-http2 flag is false (the default), http/2 should be disabled
-	// due to its vulnerabilities. More specifically, disabling http/2 will
-	// prevent from being vulnerable to the HTTP/2 Stream Cancellation and
-	// Rapid Reset CVEs. For more information see:
-	// - https://github.com/advisories/GHSA-qppj-fm5r-hxr3
-	// - https://github.com/advisories/GHSA-4374-p667-p6c8
-	disableHTTP2 := func(c *tls.Config) {
-		setupLog.Info("Disabling HTTP/2")
-		c.NextProtos = []string{"http/1.1"}
+func run(o options) error {
+	ctx := ctrl.SetupSignalHandler()
+	if o.namespace == "" {
+		ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).Namespace()
+		if err != nil || ns == "" {
+			ns = "default"
+		}
+		o.namespace = ns
 	}
 
-	if !enableHTTP2 {
-		tlsOpts = append(tlsOpts, disableHTTP2)
+	lockClient, err := newLockClient(o)
+	if err != nil {
+		return err
 	}
-
-	// Initial webhook TLS options
-	webhookTLSOpts := tlsOpts
-	webhookServerOptions := webhook.Options{
-		TLSOpts: webhookTLSOpts,
-		Port:    webhookPort,
-	}
-
-	if len(webhookCertPath) > 0 {
-		setupLog.Info("Initializing webhook certificate watcher using provided certificates",
-			"webhook-cert-path", webhookCertPath, "webhook-cert-name", webhookCertName, "webhook-cert-key", webhookCertKey)
-
-		webhookServerOptions.CertDir = webhookCertPath
-		webhookServerOptions.CertName = webhookCertName
-		webhookServerOptions.KeyName = webhookCertKey
-	}
-
-	webhookServer := webhook.NewServer(webhookServerOptions)
-
-	// Metrics endpoint is enabled in 'config/default/kustomization.yaml'. The Metrics options configure the server.
-	// More info:
-	// - https://pkg.go.dev/sigs.k8s.io/controller-runtime@v0.25.0/pkg/metrics/server
-	// - https://book.kubebuilder.io/reference/metrics.html
-	metricsServerOptions := metricsserver.Options{
-		BindAddress:   metricsAddr,
-		SecureServing: secureMetrics,
-		TLSOpts:       tlsOpts,
-	}
-
-	if secureMetrics {
-		// FilterProvider is used to protect the metrics endpoint with authn/authz.
-		// These configurations ensure that only authorized users and service accounts
-		// can access the metrics endpoint. The RBAC are configured in 'config/rbac/kustomization.yaml'. More info:
-		// https://pkg.go.dev/sigs.k8s.io/controller-runtime@v0.25.0/pkg/metrics/filters#WithAuthenticationAndAuthorization
-		metricsServerOptions.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
-
-	// If the certificate is not specified, controller-runtime will automatically
-	// generate self-signed certificates for the metrics server. While convenient for development and testing,
-	// this setup is not recommended for production.
-	//
-	// TODO(user): If you enable certManager, uncomment the following lines:
-	// - [METRICS-WITH-CERTS] at config/default/kustomization.yaml to generate and use certificates
-	// managed by cert-manager for the metrics server.
-	// - [PROMETHEUS-WITH-CERTS] at config/prometheus/kustomization.yaml for TLS certification.
-	if len(metricsCertPath) > 0 {
-		setupLog.Info("Initializing metrics certificate watcher using provided certificates",
-			"metrics-cert-path", metricsCertPath, "metrics-cert-name", metricsCertName, "metrics-cert-key", metricsCertKey)
-
-		metricsServerOptions.CertDir = metricsCertPath
-		metricsServerOptions.CertName = metricsCertName
-		metricsServerOptions.KeyName = metricsCertKey
-	}
-
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsServerOptions,
-		WebhookServer:          webhookServer,
-		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         enableLeaderElection,
-		LeaderElectionID:       "d9389671.lockedjob.dev",
-		// LeaderElectionReleaseOnCancel defines if the leader should step down voluntarily
-		// when the Manager ends. This requires the binary to immediately end when the
-		// Manager is stopped, otherwise, this setting is unsafe. Setting this significantly
-		// speeds up voluntary leader transitions as the new leader don't have to wait
-		// LeaseDuration time first.
-		//
-		// In the default scaffold provided, the program ends immediately after
-		// the manager stops, so would be fine to enable this option. However,
-		// if you are doing or is intended to do any operation such as perform cleanups
-		// after the manager stops then its usage might be unsafe.
-		// LeaderElectionReleaseOnCancel: true,
+	cfg := ctrl.GetConfigOrDie()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "lockedjob.batch.lockedjob.dev",
+		LeaderElectionNamespace:       o.namespace,
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
-		setupLog.Error(err, "Failed to start manager")
-		os.Exit(1)
+		return fmt.Errorf("create manager: %w", err)
 	}
 
-	if err := (&controllers.LockedJobReconciler{
-		Client: mgr.GetClient(),
-		Scheme: mgr.GetScheme(),
-	}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "Failed to create controller", "controller", "lockedjob")
-		os.Exit(1)
+	// The manager's client reads from a cache that has not started yet; these one-off reads and the
+	// Secret create go straight to the API server.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	identity, err := newIdentity(ctx, direct, o)
+	if err != nil {
+		return err
+	}
+	book := controllers.NewLockBook(lockClient)
+	defer book.Stop()
+
+	if err := setupReconcilers(ctx, mgr, o, identity, book); err != nil {
+		return err
+	}
+	if err := setupChecks(mgr, lockClient); err != nil {
+		return err
+	}
+	setupLog.Info("Starting manager", "namespace", o.namespace, "clusterID", identity.ClusterID, "redisNodes", lockClient.Nodes())
+	return mgr.Start(ctx)
+}
+
+func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id controllers.Identity, book *controllers.LockBook) error {
+	r := &controllers.LockedJobReconciler{
+		Client:   mgr.GetClient(),
+		Scheme:   mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("lockedjob"),
+		Locks:    book,
+		Config: controllers.Config{
+			Identity:               id,
+			ClusterScopeNamespaces: splitList(o.clusterScopeNamespaces),
+			StatusInterval:         o.statusInterval,
+			WaitBackoffMax:         o.waitBackoffMax,
+		},
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("set up lockedjob controller: %w", err)
 	}
 	// +kubebuilder:scaffold:builder
+	return nil
+}
 
+// setupChecks: alive while the process runs; ready only while Redis answers, since a replica that
+// cannot reach Redis cannot take or renew locks.
+func setupChecks(mgr ctrl.Manager, c *redislock.Client) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		setupLog.Error(err, "Failed to set up health check")
-		os.Exit(1)
+		return fmt.Errorf("health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		setupLog.Error(err, "Failed to set up ready check")
-		os.Exit(1)
+	redisCheck := func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
+		defer cancel()
+		return c.Ping(ctx)
 	}
+	if err := mgr.AddReadyzCheck("redis", redisCheck); err != nil {
+		return fmt.Errorf("ready check: %w", err)
+	}
+	return nil
+}
 
-	setupLog.Info("Starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		setupLog.Error(err, "Failed to run manager")
-		os.Exit(1)
+// newLockClient builds the lock client for the configured backend.
+func newLockClient(o options) (*redislock.Client, error) {
+	password, err := readSecretFile(o.redisPasswordFile)
+	if err != nil {
+		return nil, fmt.Errorf("redis password: %w", err)
 	}
+	var tlsConfig *tls.Config
+	if o.redisTLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if o.redisTLSCAFile != "" {
+			pem, err := os.ReadFile(o.redisTLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("redis CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("redis CA %s: no certificate found", o.redisTLSCAFile)
+			}
+			tlsConfig.RootCAs = pool
+		}
+	}
+	opts := []redislock.Option{
+		redislock.WithKeyPrefix(o.keyPrefix),
+		redislock.WithReleaseNotifications(o.releaseChannel),
+		redislock.WithNodeTimeout(o.redlockNodeTimeout),
+	}
+	addrs := splitList(o.redisAddrs)
+	universal := func(addrs []string) redis.UniversalClient {
+		return redis.NewUniversalClient(&redis.UniversalOptions{
+			Addrs: addrs, MasterName: o.redisSentinelMaster, IsClusterMode: o.redisCluster,
+			Username: o.redisUsername, Password: password, DB: o.redisDB, TLSConfig: tlsConfig,
+			ContextTimeoutEnabled: true,
+		})
+	}
+	switch {
+	case o.redisSentinelMaster != "" || o.redisCluster:
+		if len(addrs) == 0 {
+			return nil, errors.New("--redis-sentinel-master and --redis-cluster need --redis-addrs")
+		}
+		return redislock.New(universal(addrs), opts...)
+	case len(addrs) > 0:
+		nodes := make([]redis.UniversalClient, len(addrs))
+		for i, a := range addrs {
+			nodes[i] = universal([]string{a})
+		}
+		return redislock.NewRedlock(nodes, opts...)
+	default:
+		return redislock.New(universal([]string{o.redisAddr}), opts...)
+	}
+}
+
+// newIdentity derives the cluster ID and loads (or creates) the token key.
+func newIdentity(ctx context.Context, c client.Client, o options) (controllers.Identity, error) {
+	id := controllers.Identity{ClusterID: o.clusterID}
+	if id.ClusterID == "" {
+		ns := &corev1.Namespace{}
+		if err := c.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, ns); err != nil {
+			return id, fmt.Errorf("derive cluster ID from the kube-system namespace (or set --cluster-id): %w", err)
+		}
+		id.ClusterID = string(ns.UID)[:8]
+	}
+	if o.tokenKeyFile != "" {
+		key, err := readSecretFile(o.tokenKeyFile)
+		if err != nil || len(key) < 16 {
+			return id, fmt.Errorf("token key file %s must hold at least 16 bytes: %v", o.tokenKeyFile, err)
+		}
+		id.TokenKey = []byte(key)
+		return id, nil
+	}
+	key, err := ensureTokenSecret(ctx, c, o.namespace)
+	if err != nil {
+		return id, err
+	}
+	id.TokenKey = key
+	return id, nil
+}
+
+// ensureTokenSecret reads the token key from its Secret, creating it with 32 random bytes on first
+// start. Two replicas racing to create it agree on whichever write won.
+func ensureTokenSecret(ctx context.Context, c client.Client, namespace string) ([]byte, error) {
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: namespace, Name: tokenSecretName}
+	err := c.Get(ctx, key, secret)
+	if apierrors.IsNotFound(err) {
+		random := make([]byte, 32)
+		if _, err := rand.Read(random); err != nil {
+			return nil, fmt.Errorf("generate token key: %w", err)
+		}
+		secret = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: tokenSecretName, Namespace: namespace},
+			Data:       map[string][]byte{"key": random},
+		}
+		err = c.Create(ctx, secret)
+		if apierrors.IsAlreadyExists(err) {
+			err = c.Get(ctx, key, secret)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("token key Secret %s/%s: %w", namespace, tokenSecretName, err)
+	}
+	if len(secret.Data["key"]) < 16 {
+		return nil, fmt.Errorf("token key Secret %s/%s: data.key must hold at least 16 bytes", namespace, tokenSecretName)
+	}
+	return secret.Data["key"], nil
+}
+
+func readSecretFile(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

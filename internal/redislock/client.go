@@ -227,3 +227,20 @@ func nodeAddr(n redis.UniversalClient) string {
 	}
 	return fmt.Sprintf("%T", n)
 }
+
+// Ping checks that enough nodes answer to take locks: the only node, or a Redlock majority.
+func (c *Client) Ping(ctx context.Context) error {
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return n.Ping(ctx).Result()
+	})
+	var errs []error
+	for _, r := range replies {
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	if len(replies)-len(errs) < c.quorum {
+		return c.unavailable(len(replies)-len(errs), errs)
+	}
+	return nil
+}

@@ -101,8 +101,7 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 	}
 	// Schedule from the lock's last grant, not from now, so a lock that was obtained a while ago
 	// (or re-adopted) is renewed in time.
-	lastGrant := l.ValidUntil().Add(-(ttl - k.c.drift(ttl)))
-	due := lastGrant.Add(interval)
+	due := l.GrantedAt().Add(interval)
 
 	k.mu.Lock()
 	defer k.mu.Unlock()

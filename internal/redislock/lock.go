@@ -39,6 +39,7 @@ type Lock struct {
 
 	mu         sync.Mutex
 	ttl        time.Duration
+	grantedAt  time.Time
 	validUntil time.Time
 }
 
@@ -192,7 +193,7 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 		c.releaseQuietly(ctx, k, o.token, granted)
 		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotObtained, ttl, c.now().Sub(start))
 	}
-	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence, ttl: ttl, validUntil: validUntil}
+	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence, ttl: ttl, grantedAt: start, validUntil: validUntil}
 	return l, nil
 }
 
@@ -281,6 +282,16 @@ func (l *Lock) LeaseTTL() time.Duration {
 	return l.ttl
 }
 
+// GrantedAt returns when the last successful obtain or refresh was sent: the lease runs from there.
+func (l *Lock) GrantedAt() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.grantedAt
+}
+
 // ValidUntil returns the instant until which the holder may rely on the lock: the start of the last
 // successful obtain or refresh plus its lease, minus the drift allowance. Past it, assume the lock
 // is gone. The zero time means the lock is not held.
@@ -347,7 +358,7 @@ func (l *Lock) settleRefresh(t tally, start time.Time, ttl time.Duration) error 
 			return fmt.Errorf("%w: refresh answered after the lease ran out", ErrLockLost)
 		}
 		l.mu.Lock()
-		l.ttl, l.validUntil = ttl, validUntil
+		l.ttl, l.grantedAt, l.validUntil = ttl, start, validUntil
 		l.mu.Unlock()
 		return nil
 	case t.no > len(c.nodes)-c.quorum:

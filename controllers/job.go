@@ -1,0 +1,94 @@
+package controllers
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// buildJob makes the Job of one acquisition from the template. The fencing token, lock and holder
+// reach every container as environment variables and the Job and its pods as annotations, so the
+// workload can hand the token to the resource it protects.
+func buildJob(lj *batchv1alpha1.LockedJob, name string, fence int64, holder string, scheme *runtime.Scheme) (*batchv1.Job, error) {
+	tmpl := lj.Spec.JobTemplate
+	lockInfo := map[string]string{
+		batchv1alpha1.AnnotationFencingToken: strconv.FormatInt(fence, 10),
+		batchv1alpha1.AnnotationLock:         lj.Spec.Lock.Name,
+		batchv1alpha1.AnnotationHolder:       holder,
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Namespace:   lj.Namespace,
+			Labels:      maps.Clone(tmpl.Labels),
+			Annotations: maps.Clone(tmpl.Annotations),
+		},
+		Spec: *tmpl.Spec.DeepCopy(),
+	}
+	if job.Labels == nil {
+		job.Labels = map[string]string{}
+	}
+	job.Labels[batchv1alpha1.LabelLockedJob] = lj.Name
+	job.Annotations = merged(job.Annotations, lockInfo)
+	job.Spec.Template.Annotations = merged(job.Spec.Template.Annotations, lockInfo)
+
+	env := []corev1.EnvVar{
+		{Name: batchv1alpha1.EnvFencingToken, Value: strconv.FormatInt(fence, 10)},
+		{Name: batchv1alpha1.EnvLock, Value: lj.Spec.Lock.Name},
+		{Name: batchv1alpha1.EnvHolder, Value: holder},
+	}
+	pod := &job.Spec.Template.Spec
+	for i := range pod.InitContainers {
+		pod.InitContainers[i].Env = append(pod.InitContainers[i].Env, env...)
+	}
+	for i := range pod.Containers {
+		pod.Containers[i].Env = append(pod.Containers[i].Env, env...)
+	}
+	if err := controllerutil.SetControllerReference(lj, job, scheme); err != nil {
+		return nil, fmt.Errorf("own job %s: %w", name, err)
+	}
+	return job, nil
+}
+
+func merged(base, extra map[string]string) map[string]string {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, extra)
+	return out
+}
+
+// jobFinished reports whether the Job reached a terminal condition.
+func jobFinished(job *batchv1.Job) bool {
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// jobOutcome says whether a finished Job succeeded, and why in a sentence.
+func jobOutcome(job *batchv1.Job) (bool, string) {
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return true, fmt.Sprintf("Job %s completed", job.Name)
+		case batchv1.JobFailed:
+			return false, fmt.Sprintf("Job %s failed: %s %s", job.Name, c.Reason, c.Message)
+		}
+	}
+	return false, fmt.Sprintf("Job %s has not finished", job.Name)
+}

@@ -1,0 +1,71 @@
+package controllers
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/lockedjob/lockedjob/internal/redislock"
+)
+
+var (
+	locksHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lockedjob_locks_held",
+		Help: "Locks this operator holds now.",
+	})
+	locksPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lockedjob_locks_pending",
+		Help: "LockedJobs waiting for their lock.",
+	})
+	locksTakenTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lockedjob_locks_taken_total",
+		Help: "Locks obtained (fresh acquisitions, not re-adoptions).",
+	})
+	lockWaitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "lockedjob_lock_wait_seconds",
+		Help:    "Time from a LockedJob's first attempt to obtaining its lock.",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+	})
+	lockRenewalsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockedjob_lock_renewals_total",
+		Help: "Lock renewals by result: success, or error (a transport failure that will be retried).",
+	}, []string{"result"})
+	lockLostTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lockedjob_lock_lost_total",
+		Help: "Locks lost while their Job ran.",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(locksHeld, locksPending, locksTakenTotal, lockWaitSeconds, lockRenewalsTotal, lockLostTotal)
+}
+
+func onRenewMetric(_ *redislock.Lock, err error) {
+	if err != nil {
+		lockRenewalsTotal.WithLabelValues("error").Inc()
+		return
+	}
+	lockRenewalsTotal.WithLabelValues("success").Inc()
+}
+
+// pendingSet counts waiting LockedJobs for lockedjob_locks_pending.
+type pendingSet struct {
+	mu  sync.Mutex
+	set map[types.UID]struct{}
+}
+
+func (p *pendingSet) mark(uid types.UID, waiting bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.set == nil {
+		p.set = map[types.UID]struct{}{}
+	}
+	if waiting {
+		p.set[uid] = struct{}{}
+	} else {
+		delete(p.set, uid)
+	}
+	locksPending.Set(float64(len(p.set)))
+}

@@ -1,0 +1,75 @@
+package controllers
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// maxMessage keeps condition messages within the API's limit with room to spare.
+const maxMessage = 1024
+
+// setCondition sets one condition, stamped with the object's generation. LastTransitionTime is
+// truncated to seconds, as it will be after a round trip through the API server, so comparing the
+// object before and after a pass does not see a change that is not there.
+func setCondition(lj *batchv1alpha1.LockedJob, condType string, status metav1.ConditionStatus, reason, message string) {
+	if len(message) > maxMessage {
+		message = message[:maxMessage-3] + "..."
+	}
+	meta.SetStatusCondition(&lj.Status.Conditions, metav1.Condition{
+		Type:               condType,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: lj.Generation,
+		LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second)),
+	})
+}
+
+func conditionTrue(lj *batchv1alpha1.LockedJob, condType string) bool {
+	return meta.IsStatusConditionTrue(lj.Status.Conditions, condType)
+}
+
+func conditionFalse(lj *batchv1alpha1.LockedJob, condType string) bool {
+	return meta.IsStatusConditionFalse(lj.Status.Conditions, condType)
+}
+
+// setReady summarises the others: Ready is True while the Job runs under its lock and once it has
+// succeeded, and False with the reason otherwise. Redis trouble outranks the phase while the
+// LockedJob is not finished, because it is what blocks progress.
+func setReady(lj *batchv1alpha1.LockedJob) {
+	msg := lj.Status.Message
+	if c := meta.FindStatusCondition(lj.Status.Conditions, batchv1alpha1.ConditionRedisAvailable); c != nil &&
+		c.Status == metav1.ConditionFalse && !isTerminal(lj.Status.Phase) {
+		setCondition(lj, batchv1alpha1.ConditionReady, metav1.ConditionFalse, batchv1alpha1.ReasonRedisUnavailable, c.Message)
+		return
+	}
+	switch lj.Status.Phase {
+	case batchv1alpha1.PhaseRunning:
+		setCondition(lj, batchv1alpha1.ConditionReady, metav1.ConditionTrue, batchv1alpha1.ReasonJobRunning, msg)
+	case batchv1alpha1.PhaseSucceeded:
+		setCondition(lj, batchv1alpha1.ConditionReady, metav1.ConditionTrue, batchv1alpha1.ReasonJobComplete, msg)
+	case batchv1alpha1.PhaseWaiting:
+		setCondition(lj, batchv1alpha1.ConditionReady, metav1.ConditionFalse, batchv1alpha1.ReasonWaiting, msg)
+	case batchv1alpha1.PhaseFailed:
+		reason := batchv1alpha1.ReasonJobFailed
+		if c := meta.FindStatusCondition(lj.Status.Conditions, batchv1alpha1.ConditionFailed); c != nil {
+			reason = c.Reason
+		}
+		setCondition(lj, batchv1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	case batchv1alpha1.PhaseLockLost:
+		setCondition(lj, batchv1alpha1.ConditionReady, metav1.ConditionFalse, batchv1alpha1.ReasonLockLost, msg)
+	default:
+		reason := batchv1alpha1.ReasonPending
+		if c := meta.FindStatusCondition(lj.Status.Conditions, batchv1alpha1.ConditionLockAcquired); c != nil && c.Status == metav1.ConditionFalse {
+			reason = c.Reason
+		}
+		if msg == "" {
+			msg = "Not yet reconciled"
+		}
+		setCondition(lj, batchv1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	}
+}
