@@ -18,26 +18,40 @@ package controllers
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-
-	"k8s.io/client-go/kubernetes/scheme"
+	"github.com/redis/go-redis/v9"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	// +kubebuilder:scaffold:imports
 )
 
-// These tests use Ginkgo (BDD-style Go testing framework). Refer to
-// http://onsi.github.io/ginkgo/ to learn more about Ginkgo.
+// The suite runs the real manager against a real kube-apiserver and etcd (envtest, with the
+// binaries this project builds) and a real redis-server. No pods run in envtest: specs drive a Job
+// to completion by writing its status, as the Job controller would.
+
+const (
+	timeout  = 20 * time.Second
+	interval = 50 * time.Millisecond
+)
 
 var (
 	ctx       context.Context
@@ -45,72 +59,121 @@ var (
 	testEnv   *envtest.Environment
 	cfg       *rest.Config
 	k8sClient client.Client
+	testScheme = runtime.NewScheme()
+
+	redisSrv *redisserver.Server
+	rdb      *redis.Client
+	op       *operator
 )
 
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)
-
 	RunSpecs(t, "Controller Suite")
 }
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	ctx, cancel = context.WithCancel(context.Background())
+	SetDefaultEventuallyTimeout(timeout)
+	SetDefaultEventuallyPollingInterval(interval)
 
-	ctx, cancel = context.WithCancel(context.TODO())
-
-	var err error
-	err = batchv1alpha1.AddToScheme(scheme.Scheme)
-	Expect(err).NotTo(HaveOccurred())
-
+	Expect(clientgoscheme.AddToScheme(testScheme)).To(Succeed())
+	Expect(batchv1alpha1.AddToScheme(testScheme)).To(Succeed())
 	// +kubebuilder:scaffold:scheme
 
-	By("bootstrapping test environment")
+	assets, err := k8sassets.Dir()
+	Expect(err).NotTo(HaveOccurred())
 	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
 	}
-
-	// Retrieve the first found binary directory to allow running tests from IDEs
-	if getFirstFoundEnvTestBinaryDir() != "" {
-		testEnv.BinaryAssetsDirectory = getFirstFoundEnvTestBinaryDir()
-	}
-
-	// cfg is defined in this file globally.
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
-	Expect(cfg).NotTo(BeNil())
 
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	// Assertions read through a live client, not the manager's cache, so they see what the API
+	// server has now.
+	k8sClient, err = client.New(cfg, client.Options{Scheme: testScheme})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(k8sClient).NotTo(BeNil())
+
+	redisSrv, err = redisserver.StartProcess()
+	Expect(err).NotTo(HaveOccurred())
+	rdb = redis.NewClient(&redis.Options{Addr: redisSrv.Addr(), ContextTimeoutEnabled: true})
+
+	op = startOperator()
 })
 
 var _ = AfterSuite(func() {
-	By("tearing down the test environment")
+	if op != nil {
+		op.stop()
+	}
 	cancel()
-	err := testEnv.Stop()
-	Expect(err).NotTo(HaveOccurred())
+	if rdb != nil {
+		_ = rdb.Close()
+	}
+	if redisSrv != nil {
+		Expect(redisSrv.Close()).To(Succeed())
+	}
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
 })
 
-// getFirstFoundEnvTestBinaryDir locates the first binary in the specified path.
-// ENVTEST-based tests depend on specific binaries, usually located in paths set by
-// controller-runtime. When running tests directly (e.g., via an IDE) without using
-// Makefile targets, the 'BinaryAssetsDirectory' must be explicitly configured.
-//
-// This function streamlines the process by finding the required binaries, similar to
-// setting the 'KUBEBUILDER_ASSETS' environment variable. To ensure the binaries are
-// properly set up, run 'make setup-envtest' beforehand.
-func getFirstFoundEnvTestBinaryDir() string {
-	basePath := filepath.Join("..", "..", "bin", "k8s")
-	entries, err := os.ReadDir(basePath)
-	if err != nil {
-		logf.Log.Error(err, "Failed to read directory", "path", basePath)
-		return ""
+// operator is one running manager with its own lock book, as one operator process would have.
+type operator struct {
+	book   *LockBook
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// testIdentity is fixed, so a second operator (a "restart") derives the same tokens.
+var testIdentity = Identity{ClusterID: "envtest", TokenKey: []byte("envtest-token-key-0123456789")}
+
+// startOperator starts a manager against the suite's API server and Redis. Waiting LockedJobs
+// re-check only every 30s, so a spec that sees a handoff sooner proves the release wake-up.
+func startOperator() *operator {
+	GinkgoHelper()
+	lockClient, err := redislock.New(
+		redis.NewClient(&redis.Options{Addr: redisSrv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1}),
+		redislock.WithKeyPrefix("lockedjob:"),
+		redislock.WithReleaseNotifications("lockedjob:released"))
+	Expect(err).NotTo(HaveOccurred())
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:     testScheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	book := NewLockBook(lockClient)
+	r := &LockedJobReconciler{
+		Client:   mgr.GetClient(),
+		Scheme:   mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("lockedjob"),
+		Locks:    book,
+		Config: Config{
+			Identity:               testIdentity,
+			ClusterScopeNamespaces: []string{"trusted"},
+			StatusInterval:         time.Second,
+			WaitBackoffMin:         30 * time.Second,
+			WaitBackoffMax:         30 * time.Second,
+		},
 	}
-	for _, entry := range entries {
-		if entry.IsDir() {
-			return filepath.Join(basePath, entry.Name())
-		}
-	}
-	return ""
+	mctx, mcancel := context.WithCancel(ctx)
+	Expect(r.SetupWithManager(mctx, mgr)).To(Succeed())
+	o := &operator{book: book, cancel: mcancel, done: make(chan struct{})}
+	go func() {
+		defer GinkgoRecover()
+		defer close(o.done)
+		Expect(mgr.Start(mctx)).To(Succeed())
+	}()
+	return o
+}
+
+// stop ends the manager the way a crash would, as far as Redis is concerned: renewals stop and no
+// lock is released.
+func (o *operator) stop() {
+	o.cancel()
+	<-o.done
+	o.book.Stop()
 }

@@ -48,7 +48,7 @@ const (
 )
 
 // LockSpec names the lock a LockedJob runs under and how it is held.
-// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || duration(self.renewInterval) + duration(self.renewInterval) < duration(has(self.ttl) ? self.ttl : '30s')",message="spec.lock.renewInterval must be less than half of spec.lock.ttl"
+// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || !has(self.ttl) || self.renewInterval + self.renewInterval < self.ttl",message="spec.lock.renewInterval must be less than half of spec.lock.ttl"
 type LockSpec struct {
 	// name of the lock. LockedJobs with the same lock name (in the same namespace, or anywhere for
 	// scope Cluster) run one at a time.
@@ -69,14 +69,14 @@ type LockSpec struct {
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Format=duration
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="spec.lock.ttl must be at least 1s"
+	// +kubebuilder:validation:XValidation:rule="self >= duration('1s')",message="spec.lock.ttl must be at least 1s"
 	TTL *metav1.Duration `json:"ttl,omitempty"`
 
 	// renewInterval is how often the lease is renewed. Default ttl/3; must be less than ttl/2.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Format=duration
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="spec.lock.renewInterval must be positive"
+	// +kubebuilder:validation:XValidation:rule="self > duration('0s')",message="spec.lock.renewInterval must be positive"
 	RenewInterval *metav1.Duration `json:"renewInterval,omitempty"`
 
 	// acquireTimeout bounds the wait for the lock. When it passes, the LockedJob fails with reason
@@ -84,7 +84,7 @@ type LockSpec struct {
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Format=duration
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="spec.lock.acquireTimeout must be positive"
+	// +kubebuilder:validation:XValidation:rule="self > duration('0s')",message="spec.lock.acquireTimeout must be positive"
 	AcquireTimeout *metav1.Duration `json:"acquireTimeout,omitempty"`
 
 	// priority orders waiters of one lock: higher first, then older first. Default 0.
@@ -99,19 +99,33 @@ type LockSpec struct {
 	OnLockLost LockLostPolicy `json:"onLockLost,omitempty"`
 }
 
+// JobTemplate is a batch/v1 JobTemplateSpec. Its contents are validated by the API server when the
+// Job is created (the CRD keeps them schemaless so the CRD stays small and CEL rules stay cheap).
+type JobTemplate struct {
+	// metadata holds labels and annotations for the Job.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the Job's spec (batch/v1 JobSpec).
+	// +required
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Spec batchv1.JobSpec `json:"spec"`
+}
+
 // LockedJobSpec is a Job template plus the lock it must hold to run.
-// +kubebuilder:validation:XValidation:rule="has(self.jobTemplate.spec)",message="spec.jobTemplate.spec is required: the Job to run"
 type LockedJobSpec struct {
 	// lock names the lock and how it is held. Immutable.
 	// +required
 	Lock LockSpec `json:"lock"`
 
-	// jobTemplate is the Job to run while holding the lock. Immutable.
+	// jobTemplate is the Job to run while holding the lock (a batch/v1 JobTemplateSpec). Immutable.
 	// +required
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
-	JobTemplate batchv1.JobTemplateSpec `json:"jobTemplate"`
+	JobTemplate JobTemplate `json:"jobTemplate"`
 }
 
 // LockedJobPhase is a one-word summary of where a LockedJob is.

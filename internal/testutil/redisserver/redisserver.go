@@ -25,12 +25,20 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// TB is the part of testing.TB the harness uses. testing.TB itself cannot be implemented outside
+// the testing package, and Ginkgo suites pass GinkgoT(), which satisfies this.
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
 
 const (
 	// readyTimeout is generous because CI machines are often saturated by
@@ -172,7 +180,7 @@ func StartProcess(opts ...Option) (*Server, error) {
 // test fails or panics half-way. A missing redis-server is a hard failure,
 // not a skip: silently skipping would let the lock tests "pass" on a machine
 // that never ran them.
-func Start(tb testing.TB, opts ...Option) *Server {
+func Start(tb TB, opts ...Option) *Server {
 	tb.Helper()
 	s, err := StartProcess(opts...)
 	if err != nil {
@@ -185,7 +193,7 @@ func Start(tb testing.TB, opts ...Option) *Server {
 // StartN starts n independent servers, as Redlock tests need a quorum of
 // unrelated nodes. They start concurrently because start-up latency, not CPU,
 // dominates on a loaded machine.
-func StartN(tb testing.TB, n int, opts ...Option) []*Server {
+func StartN(tb TB, n int, opts ...Option) []*Server {
 	tb.Helper()
 	servers := make([]*Server, n)
 	errs := make([]error, n)
@@ -207,7 +215,7 @@ func StartN(tb testing.TB, n int, opts ...Option) []*Server {
 	return servers
 }
 
-func (s *Server) registerCleanup(tb testing.TB) {
+func (s *Server) registerCleanup(tb TB) {
 	tb.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			tb.Errorf("redisserver: %v", err)
@@ -228,7 +236,7 @@ func (s *Server) Addr() string { return s.addr }
 // context deadlines bound every command, and the short dial/read/write
 // timeouts make a stalled server fail fast even without one, while leaving
 // headroom for a heavily loaded machine.
-func (s *Server) Client(tb testing.TB) *redis.Client {
+func (s *Server) Client(tb TB) *redis.Client {
 	tb.Helper()
 	c := redis.NewClient(&redis.Options{
 		Addr:                  s.addr,
@@ -245,7 +253,7 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 // Stop terminates the server (SIGTERM, then SIGKILL after 5s) and waits until
 // it has exited, so a test can assert behaviour while Redis is down. Stopping
 // a stopped server is a no-op, and Restart brings it back on the same address.
-func (s *Server) Stop(tb testing.TB) {
+func (s *Server) Stop(tb TB) {
 	tb.Helper()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
@@ -256,7 +264,7 @@ func (s *Server) Stop(tb testing.TB) {
 
 // Kill SIGKILLs the server and waits until it has exited, simulating a crash:
 // unlike Stop, Redis gets no chance to close client connections cleanly.
-func (s *Server) Kill(tb testing.TB) {
+func (s *Server) Kill(tb TB) {
 	tb.Helper()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
@@ -268,7 +276,7 @@ func (s *Server) Kill(tb testing.TB) {
 // Restart stops the server if it is running and starts a fresh process on the
 // same port, waiting until it answers. Persistence is off, so every key is
 // lost: this is the "node restarted and forgot its locks" scenario.
-func (s *Server) Restart(tb testing.TB) {
+func (s *Server) Restart(tb TB) {
 	tb.Helper()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
@@ -282,7 +290,7 @@ func (s *Server) Restart(tb testing.TB) {
 // "slow or partitioned node" case that only timeouts can detect. Pause returns
 // once the process is actually stopped, so the next command is guaranteed to
 // hang.
-func (s *Server) Pause(tb testing.TB) {
+func (s *Server) Pause(tb TB) {
 	tb.Helper()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
@@ -293,7 +301,7 @@ func (s *Server) Pause(tb testing.TB) {
 
 // Resume SIGCONTs a paused server; requests queued meanwhile are then served.
 // Resuming a server that is not paused is a no-op.
-func (s *Server) Resume(tb testing.TB) {
+func (s *Server) Resume(tb TB) {
 	tb.Helper()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()

@@ -1,0 +1,363 @@
+package controllers
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// newNamespace creates a namespace for one spec, so specs never see each other's objects.
+func newNamespace() string {
+	GinkgoHelper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "lj-"}}
+	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	return ns.Name
+}
+
+func newLockedJob(ns, name, lock string, mutate ...func(*batchv1alpha1.LockedJob)) *batchv1alpha1.LockedJob {
+	lj := &batchv1alpha1.LockedJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: batchv1alpha1.LockedJobSpec{
+			Lock: batchv1alpha1.LockSpec{Name: lock},
+			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers:    []corev1.Container{{Name: "work", Image: "busybox", Command: []string{"true"}}},
+				}},
+			}},
+		},
+	}
+	for _, m := range mutate {
+		m(lj)
+	}
+	return lj
+}
+
+func create(lj *batchv1alpha1.LockedJob) *batchv1alpha1.LockedJob {
+	GinkgoHelper()
+	Expect(k8sClient.Create(ctx, lj)).To(Succeed())
+	return lj
+}
+
+func fetch(lj *batchv1alpha1.LockedJob) *batchv1alpha1.LockedJob {
+	GinkgoHelper()
+	out := &batchv1alpha1.LockedJob{}
+	Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(lj), out)).To(Succeed())
+	return out
+}
+
+// waitPhase waits for the phase and returns the LockedJob as it was then.
+func waitPhase(lj *batchv1alpha1.LockedJob, phase batchv1alpha1.LockedJobPhase) *batchv1alpha1.LockedJob {
+	GinkgoHelper()
+	var got *batchv1alpha1.LockedJob
+	Eventually(func(g Gomega) {
+		got = &batchv1alpha1.LockedJob{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(lj), got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(phase), "message: %s", got.Status.Message)
+	}).Should(Succeed())
+	return got
+}
+
+func jobOf(lj *batchv1alpha1.LockedJob) *batchv1.Job {
+	GinkgoHelper()
+	job := &batchv1.Job{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: lj.Namespace, Name: lj.Status.JobName}, job)).To(Succeed())
+	return job
+}
+
+func jobsIn(ns string) []batchv1.Job {
+	GinkgoHelper()
+	var list batchv1.JobList
+	Expect(k8sClient.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+	return list.Items
+}
+
+// finishJob writes the status the Job controller would write when the Job ends.
+func finishJob(lj *batchv1alpha1.LockedJob, succeeded bool) {
+	GinkgoHelper()
+	job := jobOf(lj)
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	if succeeded {
+		job.Status.CompletionTime = &now
+		job.Status.Succeeded = 1
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+	} else {
+		job.Status.Failed = 1
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"},
+		}
+	}
+	Expect(k8sClient.Status().Update(ctx, job)).To(Succeed())
+}
+
+func condition(lj *batchv1alpha1.LockedJob, t string) *metav1.Condition {
+	return meta.FindStatusCondition(lj.Status.Conditions, t)
+}
+
+func envOf(job *batchv1.Job) map[string]string {
+	out := map[string]string{}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		out[e.Name] = e.Value
+	}
+	return out
+}
+
+var _ = Describe("LockedJob controller", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("acquires the lock, records it, then creates the Job with the fencing token", func() {
+		lj := create(newLockedJob(ns, "migrate", "db"))
+		got := waitPhase(lj, batchv1alpha1.PhaseRunning)
+
+		Expect(got.Finalizers).To(ContainElement(finalizer))
+		Expect(got.Status.FencingToken).NotTo(BeNil())
+		fence := *got.Status.FencingToken
+		Expect(got.Status.Holder).To(HavePrefix("envtest/" + ns + "/migrate/"))
+		Expect(got.Status.LockKey).To(Equal("lockedjob:{ns/" + ns + "/db}"))
+		Expect(got.Status.AcquiredAt).NotTo(BeNil())
+		Expect(got.Status.ExpiresAt.Time).To(BeTemporally(">", got.Status.AcquiredAt.Time))
+		Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		for _, c := range []string{batchv1alpha1.ConditionLockAcquired, batchv1alpha1.ConditionJobRunning, batchv1alpha1.ConditionReady, batchv1alpha1.ConditionRedisAvailable} {
+			Expect(condition(got, c)).NotTo(BeNil(), c)
+			Expect(condition(got, c).Status).To(Equal(metav1.ConditionTrue), c)
+			Expect(condition(got, c).ObservedGeneration).To(Equal(got.Generation), c)
+		}
+
+		job := jobOf(got)
+		Expect(metav1.IsControlledBy(job, got)).To(BeTrue())
+		Expect(job.Name).To(Equal("migrate-" + strconv.FormatInt(fence, 36)))
+		Expect(envOf(job)).To(HaveKeyWithValue(batchv1alpha1.EnvFencingToken, strconv.FormatInt(fence, 10)))
+		Expect(envOf(job)).To(HaveKeyWithValue(batchv1alpha1.EnvLock, "db"))
+		Expect(envOf(job)).To(HaveKeyWithValue(batchv1alpha1.EnvHolder, got.Status.Holder))
+		Expect(job.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationFencingToken, strconv.FormatInt(fence, 10)))
+		Expect(job.Spec.Template.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationFencingToken, strconv.FormatInt(fence, 10)))
+
+		By("holding the lock in Redis under a token that the object does not reveal")
+		token, err := rdb.Get(ctx, got.Status.LockKey).Result()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(token).To(Equal(testIdentity.Token(got)))
+		raw, err := json.Marshal(got)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(raw)).NotTo(ContainSubstring(token))
+
+		By("refusing a second Job for the same acquisition")
+		dup, err := buildJob(got, got.Status.JobName, fence, got.Status.Holder, testScheme)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(apierrors.IsAlreadyExists(k8sClient.Create(ctx, dup))).To(BeTrue())
+
+		By("releasing the lock when the Job completes")
+		finishJob(got, true)
+		done := waitPhase(lj, batchv1alpha1.PhaseSucceeded)
+		Expect(condition(done, batchv1alpha1.ConditionComplete).Status).To(Equal(metav1.ConditionTrue))
+		Expect(condition(done, batchv1alpha1.ConditionLockAcquired).Reason).To(Equal(batchv1alpha1.ReasonReleased))
+		Expect(rdb.Exists(ctx, got.Status.LockKey).Val()).To(BeZero())
+		Expect(jobsIn(ns)).To(HaveLen(1))
+	})
+
+	It("makes a second LockedJob wait, shows who blocks it, and hands over at once on release", func() {
+		first := create(newLockedJob(ns, "first", "shared"))
+		running := waitPhase(first, batchv1alpha1.PhaseRunning)
+		second := create(newLockedJob(ns, "second", "shared"))
+		waiting := waitPhase(second, batchv1alpha1.PhaseWaiting)
+		Expect(waiting.Status.BlockedBy).To(Equal(running.Status.Holder))
+		Expect(waiting.Status.QueuePosition).To(Equal(ptrTo(int32(1))))
+		Expect(waiting.Status.JobName).To(BeEmpty())
+		Expect(condition(waiting, batchv1alpha1.ConditionReady).Reason).To(Equal(batchv1alpha1.ReasonWaiting))
+		Expect(jobsIn(ns)).To(HaveLen(1))
+
+		// Waiters re-check only every 30s in this suite: a handoff within 1s is the wake-up's doing.
+		finishJob(running, true)
+		released := time.Now()
+		Eventually(func(g Gomega) {
+			g.Expect(fetch(second).Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
+		}).WithTimeout(time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
+		GinkgoWriter.Printf("handoff took %v\n", time.Since(released))
+		after := fetch(second)
+		Expect(*after.Status.FencingToken).To(BeNumerically(">", *running.Status.FencingToken))
+		Expect(after.Status.BlockedBy).To(BeEmpty())
+		Expect(after.Status.QueuePosition).To(BeNil())
+	})
+
+	It("serves waiters by priority, then age", func() {
+		holder := create(newLockedJob(ns, "holder", "queue"))
+		held := waitPhase(holder, batchv1alpha1.PhaseRunning)
+		low := create(newLockedJob(ns, "low", "queue", withPriority(-5)))
+		waitPhase(low, batchv1alpha1.PhaseWaiting)
+		high := create(newLockedJob(ns, "high", "queue", withPriority(10)))
+		waitPhase(high, batchv1alpha1.PhaseWaiting)
+		mid := create(newLockedJob(ns, "mid", "queue"))
+		waitPhase(mid, batchv1alpha1.PhaseWaiting)
+
+		current := held
+		for _, next := range []*batchv1alpha1.LockedJob{high, mid, low} {
+			finishJob(current, true)
+			current = waitPhase(next, batchv1alpha1.PhaseRunning)
+			for _, other := range []*batchv1alpha1.LockedJob{high, mid, low} {
+				if other.Name != next.Name && fetch(other).Status.Phase == batchv1alpha1.PhaseRunning {
+					Fail(fmt.Sprintf("%s runs beside %s", other.Name, next.Name))
+				}
+			}
+		}
+		finishJob(current, true)
+		waitPhase(low, batchv1alpha1.PhaseSucceeded)
+	})
+
+	It("runs LockedJobs of different locks in parallel", func() {
+		a := create(newLockedJob(ns, "a", "lock-a"))
+		b := create(newLockedJob(ns, "b", "lock-b"))
+		waitPhase(a, batchv1alpha1.PhaseRunning)
+		waitPhase(b, batchv1alpha1.PhaseRunning)
+	})
+
+	It("keeps equal lock names in two namespaces apart, unless the scope is Cluster", func() {
+		other := newNamespace()
+		a := create(newLockedJob(ns, "x", "same"))
+		b := create(newLockedJob(other, "x", "same"))
+		waitPhase(a, batchv1alpha1.PhaseRunning)
+		waitPhase(b, batchv1alpha1.PhaseRunning)
+
+		By("refusing scope Cluster outside the trusted namespaces")
+		c := create(newLockedJob(ns, "cluster-wide", "global", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.Scope = batchv1alpha1.LockScopeCluster
+		}))
+		Eventually(func(g Gomega) {
+			cond := condition(fetch(c), batchv1alpha1.ConditionLockAcquired)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Reason).To(Equal(batchv1alpha1.ReasonScopeNotAllowed))
+		}).Should(Succeed())
+		Expect(fetch(c).Status.JobName).To(BeEmpty())
+	})
+
+	It("stops the Job and releases the lock when a running LockedJob is deleted", func() {
+		first := create(newLockedJob(ns, "doomed", "del"))
+		running := waitPhase(first, batchv1alpha1.PhaseRunning)
+		next := create(newLockedJob(ns, "next", "del"))
+		waitPhase(next, batchv1alpha1.PhaseWaiting)
+
+		Expect(k8sClient.Delete(ctx, first)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(first), &batchv1alpha1.LockedJob{}))
+		}).Should(BeTrue())
+		Eventually(func() bool {
+			err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: running.Status.JobName}, &batchv1.Job{})
+			return apierrors.IsNotFound(err) || err == nil && jobOf(running).DeletionTimestamp != nil
+		}).Should(BeTrue())
+		waitPhase(next, batchv1alpha1.PhaseRunning)
+	})
+
+	DescribeTable("applies spec.lock.onLockLost when the lock vanishes behind the operator's back",
+		func(policy batchv1alpha1.LockLostPolicy, check func(*batchv1alpha1.LockedJob)) {
+			lj := create(newLockedJob(ns, "victim", "lost", func(lj *batchv1alpha1.LockedJob) {
+				lj.Spec.Lock.OnLockLost = policy
+				lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}
+				lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: 300 * time.Millisecond}
+			}))
+			running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+			Expect(rdb.Del(ctx, running.Status.LockKey).Err()).To(Succeed())
+
+			lost := waitPhase(lj, batchv1alpha1.PhaseLockLost)
+			Expect(condition(lost, batchv1alpha1.ConditionLockLost).Status).To(Equal(metav1.ConditionTrue))
+			Expect(condition(lost, batchv1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+			check(running)
+		},
+		Entry("Suspend suspends the Job", batchv1alpha1.LockLostSuspend, func(lj *batchv1alpha1.LockedJob) {
+			Eventually(func() *bool { return jobOf(lj).Spec.Suspend }).Should(Equal(ptrTo(true)))
+		}),
+		Entry("Delete deletes the Job", batchv1alpha1.LockLostDelete, func(lj *batchv1alpha1.LockedJob) {
+			Eventually(func() bool {
+				job := &batchv1.Job{}
+				err := k8sClient.Get(ctx, client.ObjectKey{Namespace: lj.Namespace, Name: lj.Status.JobName}, job)
+				return apierrors.IsNotFound(err) || err == nil && job.DeletionTimestamp != nil
+			}).Should(BeTrue())
+		}),
+		Entry("Ignore keeps the Job running", batchv1alpha1.LockLostIgnore, func(lj *batchv1alpha1.LockedJob) {
+			Consistently(func() *bool { return jobOf(lj).Spec.Suspend }).WithTimeout(time.Second).Should(Or(BeNil(), Equal(ptrTo(false))))
+		}),
+	)
+
+	It("fails a LockedJob that waits longer than its acquireTimeout", func() {
+		create(newLockedJob(ns, "hog", "slow"))
+		waitPhase(&batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hog"}}, batchv1alpha1.PhaseRunning)
+		impatient := create(newLockedJob(ns, "impatient", "slow", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.AcquireTimeout = &metav1.Duration{Duration: 2 * time.Second}
+		}))
+		failed := waitPhase(impatient, batchv1alpha1.PhaseFailed)
+		Expect(condition(failed, batchv1alpha1.ConditionFailed).Reason).To(Equal(batchv1alpha1.ReasonLockTimeout))
+		Expect(failed.Status.JobName).To(BeEmpty())
+	})
+
+	It("marks a failed Job Failed and releases the lock", func() {
+		lj := create(newLockedJob(ns, "broken", "f"))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+		finishJob(running, false)
+		failed := waitPhase(lj, batchv1alpha1.PhaseFailed)
+		Expect(condition(failed, batchv1alpha1.ConditionFailed).Reason).To(Equal(batchv1alpha1.ReasonJobFailed))
+		Expect(rdb.Exists(ctx, running.Status.LockKey).Val()).To(BeZero())
+	})
+
+	It("re-adopts held locks after a restart without starting a second Job", func() {
+		lj := create(newLockedJob(ns, "survivor", "restart", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}
+		}))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+		waiter := create(newLockedJob(ns, "waiter", "restart"))
+		waitPhase(waiter, batchv1alpha1.PhaseWaiting)
+
+		op.stop() // like a crash: no release, renewals stop
+		op = startOperator()
+
+		// Past two leases: only a renewing, re-adopted holder still has the key.
+		Consistently(func(g Gomega) {
+			g.Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal(testIdentity.Token(running)))
+			g.Expect(jobsIn(ns)).To(HaveLen(1))
+			g.Expect(fetch(waiter).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
+		}).WithTimeout(7 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		Expect(*fetch(lj).Status.FencingToken).To(Equal(*running.Status.FencingToken))
+
+		finishJob(running, true)
+		waitPhase(waiter, batchv1alpha1.PhaseRunning)
+		Expect(jobsIn(ns)).To(HaveLen(2))
+	})
+
+	It("reports Redis unavailable and creates no Job without the lock", func() {
+		redisSrv.Stop(GinkgoT())
+		DeferCleanup(func() { redisSrv.Restart(GinkgoT()) })
+		lj := create(newLockedJob(ns, "no-redis", "r"))
+		Eventually(func(g Gomega) {
+			got := fetch(lj)
+			cond := condition(got, batchv1alpha1.ConditionRedisAvailable)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(condition(got, batchv1alpha1.ConditionReady).Reason).To(Equal(batchv1alpha1.ReasonRedisUnavailable))
+		}).Should(Succeed())
+		Consistently(func() []batchv1.Job { return jobsIn(ns) }).WithTimeout(time.Second).Should(BeEmpty())
+
+		redisSrv.Restart(GinkgoT())
+		waitPhase(lj, batchv1alpha1.PhaseRunning)
+		Expect(condition(fetch(lj), batchv1alpha1.ConditionRedisAvailable).Status).To(Equal(metav1.ConditionTrue))
+	})
+})
+
+func withPriority(p int32) func(*batchv1alpha1.LockedJob) {
+	return func(lj *batchv1alpha1.LockedJob) { lj.Spec.Lock.Priority = p }
+}
+
+func ptrTo[T any](v T) *T { return &v }
