@@ -72,6 +72,7 @@ start() {
 	local name="$1"
 	shift
 	: >"${LOGS}/${name}.log"
+	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
 	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${PIDS}/${name}.pid" \
 		"${K8S_BIN_DIR}/${name}" "$@" </dev/null >>"${LOGS}/${name}.log" 2>&1 9>&- &
 	local i
@@ -292,6 +293,7 @@ any_running() {
 }
 
 cmd_up() {
+	trap 'log "interrupted; stopping what was started"; stop_all; exit 130' INT TERM
 	if all_running && kubectl_ get --raw /readyz >/dev/null 2>&1; then
 		log "cluster already up (${CLUSTER_DIR}); kubeconfig: ${KUBECONFIG_ADMIN}"
 		return 0

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
 # Shared settings for hack/k8s-bin.sh and hack/cluster.sh. Source, don't run.
+# shellcheck disable=SC2034 # variables are used by the sourcing scripts
 #
 # The pinned versions below must match the wrapper modules' go.mod files
 # (hack/k8s, hack/etcd, hack/kwok); k8s-bin.sh checks that they do.

@@ -40,11 +40,11 @@ type cluster struct {
 func TestLocalClusterRunsJobs(t *testing.T) {
 	c := newCluster(t)
 
+	t.Cleanup(c.downAndCheck) // safe even if up fails half-way
 	start := time.Now()
 	out := c.script(3*time.Minute, "up")
 	t.Logf("cluster up in %s (ports %d..%d, dir %s)", time.Since(start).Round(time.Millisecond), c.base, c.base+5, c.dir)
 	c.recordPIDs()
-	t.Cleanup(c.downAndCheck)
 
 	if again := c.script(time.Minute, "up"); !strings.Contains(again, "already up") {
 		t.Errorf("second up did not report the cluster as already up:\n%s\n(first up said:\n%s)", again, out)
