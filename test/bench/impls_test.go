@@ -155,6 +155,43 @@ func (w *lockedjobWorker) Release(ctx context.Context) error {
 	return l.Release(ctx)
 }
 
+// lockedjobQueueWorker waits in the lock's fair queue (redislock.WithQueue): a free lock goes only
+// to the waiter that has waited longest. The score is the time the worker started waiting.
+type lockedjobQueueWorker struct {
+	lockedjobWorker
+	member string
+}
+
+// queueLiveness is how long a queued waiter that stops asking keeps its place; waiters here ask
+// every 10ms.
+const queueLiveness = time.Second
+
+func lockedjobQueueFactory(c *redislock.Client) factory {
+	var n atomic.Int64
+	return func(key string, retry time.Duration) worker {
+		w := &lockedjobQueueWorker{lockedjobWorker: lockedjobWorker{c: c, key: key}, member: fmt.Sprintf("w-%d", n.Add(1))}
+		if retry > 0 {
+			w.opts = []redislock.ObtainOption{redislock.WithRetry(redislock.FixedBackoff(retry))}
+		}
+		return w
+	}
+}
+
+func (w *lockedjobQueueWorker) Acquire(ctx context.Context) error {
+	score := float64(time.Now().UnixMicro())
+	opts := append(w.opts[:len(w.opts):len(w.opts)], redislock.WithQueue(w.member, score, queueLiveness))
+	l, err := w.c.Obtain(ctx, w.key, lockTTL, opts...)
+	if err != nil {
+		if ctx.Err() != nil {
+			// Giving up: leave the queue so the next run does not wait for a ghost.
+			_ = w.c.Dequeue(context.Background(), w.key, w.member)
+		}
+		return err
+	}
+	w.l = l
+	return nil
+}
+
 // ---- github.com/bsm/redislock -----------------------------------------------------------------
 
 type bsmWorker struct {

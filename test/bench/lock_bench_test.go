@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -179,9 +180,17 @@ func BenchmarkParallelDistinctKeys(b *testing.B) {
 // acquisition by any goroutine: b.N acquisitions in total, so ns/op is the inverse of throughput.
 // acq/s is that throughput; cv is the coefficient of variation (stddev/mean) of the acquisitions
 // per goroutine, 0 for perfectly fair; rtt/op counts every round trip, failed attempts included.
+// impl=lockedjob-queue is lockedjob with its fair waiter queue (WithQueue) on top of the same retry.
 func BenchmarkContendedOneKey(b *testing.B) {
 	s := redisserver.Start(b)
-	for _, im := range singleNodeImpls(b, s.Addr()) {
+	impls := singleNodeImpls(b, s.Addr())
+	qc, qctr := newClient(b, s.Addr())
+	ql, err := redislock.New(qc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	impls = slices.Insert(impls, 1, impl{"lockedjob-queue", lockedjobQueueFactory(ql), counters{qctr}})
+	for _, im := range impls {
 		b.Run("impl="+im.name, func(b *testing.B) {
 			b.ReportAllocs()
 			key := "contended-" + im.name
