@@ -98,7 +98,7 @@ deploy: manifests kustomize ## Deploy the manager as a Deployment (image IMG) in
 undeploy: kustomize ## Remove the Deployment and everything config/default installed.
 	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
 
--include hack/make/cluster.mk
+include hack/make/cluster.mk
 
 ##@ Dependencies
 

@@ -36,6 +36,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -66,6 +67,8 @@ type Config struct {
 	// WaitBackoffMin and WaitBackoffMax bound the jittered re-check of a waiting LockedJob, the safety
 	// net behind release wake-ups. Defaults 1s and 15s.
 	WaitBackoffMin, WaitBackoffMax time.Duration
+	// MaxConcurrentReconciles is how many LockedJobs are reconciled at once (default 1).
+	MaxConcurrentReconciles int
 }
 
 func (c *Config) defaults() {
@@ -625,6 +628,7 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		Owns(&batchv1.Job{}).
 		WatchesRawSource(source.Channel(r.Locks.Events(), &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(waker.events, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Named("lockedjob").
 		Complete(r)
 }

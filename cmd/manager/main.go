@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -70,7 +71,11 @@ const tokenSecretName = "lockedjob-token-key"
 // options are the command-line settings.
 type options struct {
 	metricsAddr, probeAddr string
+	secureMetrics          bool
 	leaderElect            bool
+	leaseDuration          time.Duration
+	renewDeadline          time.Duration
+	retryPeriod            time.Duration
 	namespace              string
 
 	redisAddr, redisAddrs   string
@@ -93,9 +98,15 @@ type options struct {
 
 func parseFlags() (options, zap.Options) {
 	var o options
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; \"0\" turns it off.")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "Address of the Prometheus metrics endpoint, e.g. :8443 (secure) or :8080; \"0\" turns it off.")
+	flag.BoolVar(&o.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, allowing only callers that may get /metrics (TokenReview + SubjectAccessReview).")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so only one replica acts at a time.")
+	// A new leader re-adopts the locks of a crashed one only after the lease runs out, so keep
+	// lease duration plus start-up time well under the shortest spec.lock.ttl (default 30s).
+	flag.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a crashed leader's lease blocks a successor. Keep it well under the shortest lock TTL.")
+	flag.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its lease before it steps down.")
+	flag.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "How often candidates try to take the lease.")
 	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", ""),
 		"The operator's namespace (leader-election lease, token-key Secret). Default: $POD_NAMESPACE, else the kubeconfig's namespace.")
 	flag.StringVar(&o.redisAddr, "redis-addr", envOr("LOCKEDJOB_REDIS_ADDR", "127.0.0.1:6379"), "Redis address (host:port) for a single node. Env: LOCKEDJOB_REDIS_ADDR.")
@@ -149,12 +160,15 @@ func run(o options) error {
 	cfg := ctrl.GetConfigOrDie()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                       metricsOptions(o),
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              "lockedjob.batch.lockedjob.dev",
 		LeaderElectionNamespace:       o.namespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &o.renewDeadline,
+		RetryPeriod:                   &o.retryPeriod,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -183,6 +197,14 @@ func run(o options) error {
 	return mgr.Start(ctx)
 }
 
+func metricsOptions(o options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.secureMetrics}
+	if o.secureMetrics {
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return m
+}
+
 func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id controllers.Identity, book *controllers.LockBook) error {
 	r := &controllers.LockedJobReconciler{
 		Client:   mgr.GetClient(),
@@ -190,10 +212,11 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 		Recorder: mgr.GetEventRecorder("lockedjob"),
 		Locks:    book,
 		Config: controllers.Config{
-			Identity:               id,
-			ClusterScopeNamespaces: splitList(o.clusterScopeNamespaces),
-			StatusInterval:         o.statusInterval,
-			WaitBackoffMax:         o.waitBackoffMax,
+			Identity:                id,
+			ClusterScopeNamespaces:  splitList(o.clusterScopeNamespaces),
+			StatusInterval:          o.statusInterval,
+			WaitBackoffMax:          o.waitBackoffMax,
+			MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
