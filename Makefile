@@ -54,12 +54,31 @@ redis: ## Make sure redis-server is installed (installs the Debian package when 
 	@bash hack/ensure-redis.sh
 
 .PHONY: test
-test: manifests generate lint redis k8s-bin ## Run every test: lock library on real Redis, envtest on the real kube-apiserver, local cluster.
+test: test-unit test-e2e ## Run every test: lock library on real Redis, envtest, local cluster, end to end.
+
+.PHONY: test-unit
+test-unit: manifests generate lint redis k8s-bin ## Run unit and envtest tests (real Redis, real kube-apiserver) and the local-cluster smoke test.
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" go test $(GO_TEST_ARGS) $$(go list ./... | grep -v /test/e2e)
+
+# E2E_KUBECONFIG: run the e2e suite against that cluster instead of a local control plane it starts itself.
+E2E_KUBECONFIG ?=
+.PHONY: test-e2e
+test-e2e: redis k8s-bin ## Run the end-to-end suite (local control plane with kwok nodes, or E2E_KUBECONFIG).
+	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
 
 .PHONY: bench
 bench: redis ## Run the lock library's benchmarks (side by side with redsync and bsm/redislock in test/bench).
 	cd test/bench && go test -run '^$$' -bench . -benchmem -count 6 ./...
+
+##@ Demo
+
+.PHONY: demo
+demo: redis k8s-bin ## Run the product end to end: local cluster, Redis, operator, three LockedJobs contending for one lock.
+	@bash hack/demo.sh up
+
+.PHONY: demo-down
+demo-down: ## Stop everything the demo started (and only that).
+	@bash hack/demo.sh down
 
 ##@ Build
 
