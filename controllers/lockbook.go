@@ -28,12 +28,18 @@ type LockBook struct {
 
 	// events wakes the reconciler of a LockedJob whose lock was lost.
 	events chan event.GenericEvent
+
+	// OnRenewFailed, if set, hears of the first failed renewal in a run of failures of one lock
+	// (the keeper retries; the lock counts as lost only when its validity runs out). Set it before
+	// the first Track.
+	OnRenewFailed func(lj *batchv1alpha1.LockedJob, err error)
 }
 
 type bookEntry struct {
-	name types.NamespacedName
-	uid  types.UID
-	lock *redislock.Lock
+	name    types.NamespacedName
+	uid     types.UID
+	lock    *redislock.Lock
+	failing bool // the last renewal failed in transport
 }
 
 // NewLockBook starts a book (and its keeper) over c. Stop it when the manager stops.
@@ -45,7 +51,7 @@ func NewLockBook(c *redislock.Client) *LockBook {
 		byLk:   map[*redislock.Lock]*bookEntry{},
 		events: make(chan event.GenericEvent, 1024),
 	}
-	b.keeper = c.NewKeeper(redislock.KeeperOptions{OnLost: b.onLost, OnRenew: onRenewMetric})
+	b.keeper = c.NewKeeper(redislock.KeeperOptions{OnLost: b.onLost, OnRenew: b.onRenew})
 	return b
 }
 
@@ -116,6 +122,28 @@ func (b *LockBook) Len() int {
 // Stop stops renewing. Locks stay in Redis until they expire, so a successor can re-adopt them.
 func (b *LockBook) Stop() { b.keeper.Stop() }
 
+// onRenew runs on the keeper's goroutine: count, and report the start of a run of failures.
+func (b *LockBook) onRenew(l *redislock.Lock, err error) {
+	onRenewMetric(l, err)
+	b.mu.Lock()
+	e, ok := b.byLk[l]
+	first := ok && err != nil && !e.failing
+	if ok {
+		e.failing = err != nil
+	}
+	b.mu.Unlock()
+	if first && b.OnRenewFailed != nil {
+		b.OnRenewFailed(e.object(), err)
+	}
+}
+
+// object is a reference to the entry's LockedJob, enough for events and enqueueing.
+func (e *bookEntry) object() *batchv1alpha1.LockedJob {
+	obj := &batchv1alpha1.LockedJob{}
+	obj.Namespace, obj.Name, obj.UID = e.name.Namespace, e.name.Name, e.uid
+	return obj
+}
+
 // onLost runs on the keeper's goroutine: record, then wake the reconciler without blocking renewal
 // of the other locks.
 func (b *LockBook) onLost(l *redislock.Lock, err error) {
@@ -129,8 +157,7 @@ func (b *LockBook) onLost(l *redislock.Lock, err error) {
 		return
 	}
 	lockLostTotal.Inc()
-	obj := &batchv1alpha1.LockedJob{}
-	obj.Namespace, obj.Name, obj.UID = e.name.Namespace, e.name.Name, e.uid
+	obj := e.object()
 	select {
 	case b.events <- event.GenericEvent{Object: obj}:
 	default:

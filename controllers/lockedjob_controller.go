@@ -155,7 +155,11 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 func (r *LockedJobReconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	lj := s.lj
 	if isTerminal(lj.Status.Phase) {
-		return ctrl.Result{}, r.release(ctx, s)
+		// Finished. Only a lock still recorded as held (a release that failed) needs work.
+		if r.Locks.Held(lj.UID) != nil || conditionTrue(lj, batchv1alpha1.ConditionLockAcquired) {
+			return ctrl.Result{}, r.release(ctx, s)
+		}
+		return ctrl.Result{}, nil
 	}
 	if lj.Spec.Lock.Scope == batchv1alpha1.LockScopeCluster && !r.clusterScopeAllowed(lj.Namespace) {
 		r.markScopeNotAllowed(s)
@@ -166,6 +170,8 @@ func (r *LockedJobReconciler) reconcileNormal(ctx context.Context, s *scope) (ct
 		lj.Status.Phase = batchv1alpha1.PhasePending
 	}
 
+	// A loss is checked before a finished Job on purpose: we cannot tell whether the lock was lost
+	// before or after the Job's last write, so LockLost is the honest outcome.
 	if cause := r.Locks.Lost(lj.UID); cause != nil {
 		return r.handleLockLost(ctx, s, cause)
 	}
@@ -387,27 +393,26 @@ func (r *LockedJobReconciler) finish(ctx context.Context, s *scope) (ctrl.Result
 	return ctrl.Result{}, nil
 }
 
-// release gives the lock back if this LockedJob holds it. It works without a *Lock too (after a
-// restart) because the token is derived; a lock that someone else holds by now is left alone.
+// release gives the lock back if this LockedJob holds it, or leaves the queue if it only waited. It
+// works without a *Lock too (after a restart) because the token is derived; a lock that someone else
+// holds by now is left alone.
 func (r *LockedJobReconciler) release(ctx context.Context, s *scope) error {
 	lj := s.lj
 	lock := r.Locks.Forget(lj.UID)
 	r.pending.mark(lj.UID, false)
-	if lj.Status.FencingToken == nil && lock == nil {
+	if lock == nil && !conditionTrue(lj, batchv1alpha1.ConditionLockAcquired) {
 		return r.dequeue(ctx, s)
 	}
-	if conditionTrue(lj, batchv1alpha1.ConditionLockAcquired) || lock != nil {
-		err := r.Locks.Redis().ReleaseToken(ctx, s.key, r.Config.Identity.Token(lj))
-		if err != nil && !errors.Is(err, redislock.ErrNotHeld) {
-			if lock != nil {
-				_ = r.Locks.Track(lj, lock, renewIntervalOf(lj)) // keep renewing until we can release
-			}
-			return r.redisDown(s, fmt.Errorf("release %s: %w", s.key, err))
+	err := r.Locks.Redis().ReleaseToken(ctx, s.key, r.Config.Identity.Token(lj))
+	if err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+		if lock != nil {
+			_ = r.Locks.Track(lj, lock, renewIntervalOf(lj)) // keep renewing until we can release
 		}
-		r.redisUp(s)
-		ctrl.LoggerFrom(ctx).Info("Released lock", "lock", s.key)
-		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReleased, "Release", "Released lock %s (fencing token %d)", lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken))
+		return r.redisDown(s, fmt.Errorf("release %s: %w", s.key, err))
 	}
+	r.redisUp(s)
+	ctrl.LoggerFrom(ctx).Info("Released lock", "lock", s.key)
+	r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReleased, "Release", "Released lock %s (fencing token %d)", lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken))
 	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonReleased, "Lock released")
 	lj.Status.ExpiresAt, lj.Status.BlockedBy, lj.Status.QueuePosition = nil, "", nil
 	return nil
@@ -490,9 +495,6 @@ func (r *LockedJobReconciler) reconcileDelete(ctx context.Context, s *scope) (ct
 		}
 	}
 	if err := r.release(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.dequeue(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	base := lj.DeepCopy()
@@ -613,6 +615,10 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
+	}
+	r.Locks.OnRenewFailed = func(lj *batchv1alpha1.LockedJob, err error) {
+		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonRenewFailed, "Renew",
+			"Renewing the lock failed (%v); retrying until the lease runs out", err)
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &batchv1alpha1.LockedJob{}, indexLockKey, func(o client.Object) []string {
 		return []string{o.(*batchv1alpha1.LockedJob).Status.LockKey}

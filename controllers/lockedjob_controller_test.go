@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -170,6 +171,8 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(condition(done, batchv1alpha1.ConditionLockAcquired).Reason).To(Equal(batchv1alpha1.ReasonReleased))
 		Expect(rdb.Exists(ctx, got.Status.LockKey).Val()).To(BeZero())
 		Expect(jobsIn(ns)).To(HaveLen(1))
+		Eventually(func() []string { return eventReasons(lj) }).Should(ContainElements(
+			batchv1alpha1.ReasonAcquired, batchv1alpha1.ReasonJobCreated, batchv1alpha1.ReasonJobComplete, batchv1alpha1.ReasonReleased))
 	})
 
 	It("makes a second LockedJob wait, shows who blocks it, and hands over at once on release", func() {
@@ -194,6 +197,7 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(*after.Status.FencingToken).To(BeNumerically(">", *running.Status.FencingToken))
 		Expect(after.Status.BlockedBy).To(BeEmpty())
 		Expect(after.Status.QueuePosition).To(BeNil())
+		Expect(eventReasons(second)).To(ContainElements(batchv1alpha1.ReasonWaiting, batchv1alpha1.ReasonAcquired))
 	})
 
 	It("serves waiters by priority, then age", func() {
@@ -337,6 +341,23 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(jobsIn(ns)).To(HaveLen(2))
 	})
 
+	It("rides out a Redis stall shorter than the lease, with a RenewFailed event", func() {
+		lj := create(newLockedJob(ns, "steady", "stall", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 10 * time.Second}
+			lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: 200 * time.Millisecond}
+		}))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+		redisSrv.Pause(GinkgoT())
+		DeferCleanup(func() { redisSrv.Resume(GinkgoT()) })
+		Eventually(func() []string { return eventReasons(running) }).Should(ContainElement(batchv1alpha1.ReasonRenewFailed))
+		redisSrv.Resume(GinkgoT())
+
+		// Renewals resume; the lock and the Job stay.
+		Eventually(func() time.Duration { return rdb.PTTL(ctx, running.Status.LockKey).Val() }).Should(BeNumerically(">", 9*time.Second))
+		Expect(fetch(lj).Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
+		Expect(eventReasons(running)).NotTo(ContainElement(batchv1alpha1.ReasonLockLost))
+	})
+
 	It("reports Redis unavailable and creates no Job without the lock", func() {
 		redisSrv.Stop(GinkgoT())
 		DeferCleanup(func() { redisSrv.Restart(GinkgoT()) })
@@ -355,6 +376,20 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(condition(fetch(lj), batchv1alpha1.ConditionRedisAvailable).Status).To(Equal(metav1.ConditionTrue))
 	})
 })
+
+// eventReasons lists the reasons of the Events about lj.
+func eventReasons(lj *batchv1alpha1.LockedJob) []string {
+	GinkgoHelper()
+	var list eventsv1.EventList
+	Expect(k8sClient.List(ctx, &list, client.InNamespace(lj.Namespace))).To(Succeed())
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == lj.Name && e.Regarding.Kind == "LockedJob" {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
 
 func withPriority(p int32) func(*batchv1alpha1.LockedJob) {
 	return func(lj *batchv1alpha1.LockedJob) { lj.Spec.Lock.Priority = p }
