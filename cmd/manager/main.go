@@ -93,6 +93,8 @@ type options struct {
 	statusInterval          time.Duration
 	waitBackoffMax          time.Duration
 	redlockNodeTimeout      time.Duration
+	waitReplicas            int
+	waitReplicasTimeout     time.Duration
 	maxConcurrentReconciles int
 }
 
@@ -127,6 +129,8 @@ func parseFlags() (options, zap.Options) {
 	flag.DurationVar(&o.statusInterval, "status-interval", 30*time.Second, "How often renewedAt/expiresAt are written to a running LockedJob's status.")
 	flag.DurationVar(&o.waitBackoffMax, "wait-backoff-max", 15*time.Second, "Longest pause between two lock attempts of a waiting LockedJob (release wake-ups come sooner).")
 	flag.DurationVar(&o.redlockNodeTimeout, "redlock-node-timeout", 50*time.Millisecond, "Per-node timeout of Redlock operations.")
+	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After taking a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not with --redis-cluster).")
+	flag.DurationVar(&o.waitReplicasTimeout, "redis-wait-timeout", 500*time.Millisecond, "How long --redis-wait-replicas waits.")
 	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LockedJobs reconciled in parallel.")
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -268,6 +272,12 @@ func newLockClient(o options) (*redislock.Client, error) {
 		redislock.WithKeyPrefix(o.keyPrefix),
 		redislock.WithReleaseNotifications(o.releaseChannel),
 		redislock.WithNodeTimeout(o.redlockNodeTimeout),
+	}
+	if o.waitReplicas > 0 {
+		if o.redisCluster {
+			return nil, errors.New("--redis-wait-replicas does not work with --redis-cluster")
+		}
+		opts = append(opts, redislock.WithWaitReplicas(o.waitReplicas, o.waitReplicasTimeout))
 	}
 	addrs := splitList(o.redisAddrs)
 	universal := func(addrs []string) redis.UniversalClient {

@@ -33,6 +33,9 @@ type Client struct {
 	driftAdd    time.Duration
 	notify      string
 	now         func() time.Time
+
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
 // Option configures a Client.
@@ -55,6 +58,14 @@ func WithDrift(factor float64, add time.Duration) Option {
 // WithReleaseNotifications makes Release publish the lock's Redis key on channel, so waiters can
 // try again at once instead of at their next backoff (see Client.SubscribeReleases). Default: off.
 func WithReleaseNotifications(channel string) Option { return func(c *Client) { c.notify = channel } }
+
+// WithWaitReplicas makes Obtain wait until at least replicas replicas of the primary acknowledged
+// the acquisition (Redis WAIT, bounded by timeout) and fail otherwise, releasing what it took. It
+// narrows, without closing, the window in which a failover to a replica that never saw the lock
+// lets a second holder in. Default: off. Not for Redis Cluster clients.
+func WithWaitReplicas(replicas int, timeout time.Duration) Option {
+	return func(c *Client) { c.waitReplicas, c.waitTimeout = replicas, timeout }
+}
 
 // WithClock replaces time.Now, which the client uses to measure validity. For tests.
 func WithClock(now func() time.Time) Option { return func(c *Client) { c.now = now } }

@@ -140,10 +140,10 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.queueMember != "" {
-			return scriptQueued.Run(ctx, n, []string{k.lock, k.fence, k.meta, k.queue, k.waiters},
-				o.token, ttlMs, o.metadata, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds()).Result()
+			return c.runAcquire(ctx, n, scriptQueued, []string{k.lock, k.fence, k.meta, k.queue, k.waiters},
+				o.token, ttlMs, o.metadata, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds())
 		}
-		return scriptObtain.Run(ctx, n, []string{k.lock, k.fence, k.meta}, o.token, ttlMs, o.metadata).Result()
+		return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta}, o.token, ttlMs, o.metadata)
 	})
 
 	var granted []int
@@ -195,6 +195,42 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	}
 	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence, ttl: ttl, grantedAt: start, validUntil: validUntil}
 	return l, nil
+}
+
+// runAcquire runs an acquire script on one node and, with WithWaitReplicas, WAITs for replicas in
+// the same pipeline: WAIT counts the writes of its own connection only, so it must share one.
+func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script *redis.Script, keys []string, args ...any) (any, error) {
+	if c.waitReplicas <= 0 {
+		return script.Run(ctx, n, keys, args...).Result()
+	}
+	for attempt := 0; ; attempt++ {
+		cmds, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
+			script.EvalSha(ctx, p, keys, args...)
+			p.Do(ctx, "WAIT", c.waitReplicas, c.waitTimeout.Milliseconds())
+			return nil
+		})
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+			if err := script.Load(ctx, n).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		val, _ := cmds[0].(*redis.Cmd).Result()
+		acks, err := cmds[1].(*redis.Cmd).Int64()
+		if err != nil {
+			return nil, fmt.Errorf("wait for replicas: %w", err)
+		}
+		if ok, _, _, _ := obtainReply(val); ok && acks < int64(c.waitReplicas) {
+			// Taken on the primary but not replicated in time: give it back, it would not survive a
+			// failover. keys[0], keys[2] are the lock and meta keys of both acquire scripts.
+			_ = scriptRelease.Run(context.WithoutCancel(ctx), n, []string{keys[0], keys[2]}, args[0], "").Err()
+			return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)
+		}
+		return val, nil
+	}
 }
 
 // raiseFence writes the quorum's fencing token back to the granting nodes; see fence.lua.

@@ -479,3 +479,44 @@ func TestRetryStrategies(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitReplicas: with a real replica attached, an acquisition that the replica acknowledged
+// succeeds; one that asks for more replicas than exist fails and leaves no key behind.
+func TestWaitReplicas(t *testing.T) {
+	primary := redisserver.Start(t)
+	replica := redisserver.Start(t)
+	ctx := context.Background()
+	host, port, _ := strings.Cut(primary.Addr(), ":")
+	if err := replica.Client(t).ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rc := primary.Client(t)
+	eventually(t, 10*time.Second, "the replica to attach", func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
+
+	one, err := New(rc, WithWaitReplicas(1, 2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := uniqueKey(t)
+	l := mustObtain(t, one, key, time.Minute)
+	if got, err := replica.Client(t).Get(ctx, l.RedisKey()).Result(); err != nil || got != l.Token() {
+		t.Fatalf("replica holds %q (%v) after WAIT, want the token", got, err)
+	}
+
+	two, err := New(rc, WithWaitReplicas(2, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := uniqueKey(t)
+	_, err = two.Obtain(ctx, other, time.Minute)
+	var ne *NodeError
+	if err == nil || errors.Is(err, ErrNotObtained) || !errors.As(err, &ne) || !strings.Contains(err.Error(), "replicas acknowledged") {
+		t.Fatalf("got %v, want a node error about missing replica acknowledgements", err)
+	}
+	if n := rc.Exists(ctx, two.RedisKey(other)).Val(); n != 0 {
+		t.Fatal("the unreplicated lock was left behind")
+	}
+}
