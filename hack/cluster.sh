@@ -53,13 +53,15 @@ kubectl_() { "${K8S_BIN_DIR}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }
 # pid_of NAME: the recorded PID if that process is alive and still runs our
 # binary (not a zombie, not a recycled PID); empty otherwise.
 pid_of() {
-	local name="$1" pidfile="${PIDS}/$1.pid" pid exe state
+	local name="$1" pidfile="${PIDS}/$1.pid" pid exe want state
 	[[ -f "${pidfile}" ]] || return 0
 	pid="$(cat "${pidfile}")"
 	[[ "${pid}" =~ ^[0-9]+$ ]] || return 0
+	# The binary path recorded at start, so a changed K8S_BIN_DIR still works.
+	want="$(cat "${PIDS}/${name}.exe" 2>/dev/null || realpath "${K8S_BIN_DIR}/${name}" 2>/dev/null || true)"
 	exe="$(readlink "/proc/${pid}/exe" 2>/dev/null || true)"
 	exe="${exe% (deleted)}"
-	[[ "${exe}" == "$(realpath "${K8S_BIN_DIR}/${name}")" ]] || return 0
+	[[ -n "${exe}" && "${exe}" == "${want}" ]] || return 0
 	state="$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/${pid}/status" 2>/dev/null || true)"
 	[[ -n "${state}" && "${state}" != Z && "${state}" != X ]] || return 0
 	echo "${pid}"
@@ -72,6 +74,8 @@ start() {
 	local name="$1"
 	shift
 	: >"${LOGS}/${name}.log"
+	rm -f "${PIDS}/${name}.pid"
+	realpath "${K8S_BIN_DIR}/${name}" >"${PIDS}/${name}.exe"
 	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
 	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${PIDS}/${name}.pid" \
 		"${K8S_BIN_DIR}/${name}" "$@" </dev/null >>"${LOGS}/${name}.log" 2>&1 9>&- &
@@ -87,7 +91,7 @@ stop() {
 	local name="$1" pid i
 	pid="$(pid_of "${name}")"
 	if [[ -z "${pid}" ]]; then
-		rm -f "${PIDS}/${name}.pid"
+		rm -f "${PIDS}/${name}.pid" "${PIDS}/${name}.exe"
 		return 0
 	fi
 	kill -TERM "${pid}" 2>/dev/null || true
@@ -104,7 +108,7 @@ stop() {
 		done
 	fi
 	[[ -z "$(pid_of "${name}")" ]] || die "could not stop ${name} (pid ${pid})"
-	rm -f "${PIDS}/${name}.pid"
+	rm -f "${PIDS}/${name}.pid" "${PIDS}/${name}.exe"
 	log "stopped ${name} (pid ${pid})"
 }
 
@@ -361,6 +365,7 @@ cmd_up() {
 		--authorization-mode=Node,RBAC \
 		--allow-privileged=true \
 		--endpoint-reconciler-type=none \
+		--shutdown-send-retry-after=true \
 		--profiling=false
 	wait_for kube-apiserver 90 kubectl_ get --raw /readyz
 	log "API ready after $((SECONDS - t0))s"
@@ -414,7 +419,7 @@ cmd_up() {
 cmd_down() {
 	if ! any_running; then
 		log "cluster in ${CLUSTER_DIR} is not running"
-		rm -f "${PIDS}"/*.pid 2>/dev/null || true
+		rm -f "${PIDS}"/*.pid "${PIDS}"/*.exe 2>/dev/null || true
 		return 0
 	fi
 	stop_all

@@ -63,8 +63,8 @@ declare -A VERSION=(
 	[kubectl]="${K8S_VERSION}" [kwok]="${KWOK_VERSION}"
 )
 declare -A HINT=(
-	[etcd]="~1 min" [kube-apiserver]="first time takes ~9 min"
-	[kube-controller-manager]="~2 min after kube-apiserver" [kube-scheduler]="~1 min after kube-apiserver"
+	[etcd]="~1 min" [kube-apiserver]="first time takes 4-9 min"
+	[kube-controller-manager]="~3 min after kube-apiserver" [kube-scheduler]="~30 s after kube-apiserver"
 	[kubectl]="~1 min" [kwok]="~1 min"
 )
 

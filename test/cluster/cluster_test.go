@@ -127,12 +127,16 @@ func newCluster(t *testing.T) *cluster {
 	return &cluster{t: t, root: root, binDir: binDir, dir: t.TempDir(), base: freePortBase(t), started: map[string]int{}}
 }
 
-// freePortBase finds 6 consecutive free loopback ports away from the script's
-// default base (26440), so a developer's own cluster is never disturbed.
+// freePortBase finds 6 consecutive free loopback ports below Linux's
+// ephemeral range and away from the script's default base (26440), so a
+// developer's own cluster is never disturbed.
 func freePortBase(t *testing.T) int {
 	t.Helper()
 	for range 50 {
-		base := 30000 + 10*rand.IntN(2000)
+		base := 20000 + 10*rand.IntN(1270) // 20000..32690
+		if base > 26440-10 && base < 26440+10 {
+			continue
+		}
 		free := true
 		for p := base; p < base+6 && free; p++ {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
@@ -146,7 +150,7 @@ func freePortBase(t *testing.T) int {
 			return base
 		}
 	}
-	t.Fatal("no free block of 6 loopback ports found in 30000..49999")
+	t.Fatal("no free block of 6 loopback ports found in 20000..32695")
 	return 0
 }
 
