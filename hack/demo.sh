@@ -1,0 +1,465 @@
+#!/usr/bin/env bash
+# End-to-end demo of lockedjob on this machine, without Docker: the local
+# control plane (hack/cluster.sh), a throwaway redis-server, the manager built
+# from this checkout and run as a local process, and the three sample
+# LockedJobs of config/samples contending for one lock. See docs/demo.md.
+#
+# Usage: hack/demo.sh up|down|status      (make demo / make demo-down)
+#   up      build what is missing, start cluster + Redis + manager, (re)create
+#           the demo namespace, apply the samples, show progress until all
+#           three LockedJobs finished. Everything stays up for inspection.
+#   down    stop the manager and redis-server this script started (checking
+#           each PID still runs that binary) and the local cluster.
+#   status  show what runs.
+#
+# Environment:
+#   LOCKEDJOB_DEMO_DIR           state folder: manager binary, pids, logs
+#                                (default ${LOCKEDJOB_CACHE}/demo)
+#   LOCKEDJOB_DEMO_NAMESPACE     namespace of the samples (default demo)
+#   LOCKEDJOB_DEMO_REDIS_PORT    redis-server port on 127.0.0.1 (default 26379)
+#   LOCKEDJOB_DEMO_PROBE_PORT    manager /healthz,/readyz (default 26481)
+#   LOCKEDJOB_DEMO_METRICS_PORT  manager plain-HTTP /metrics (default 26480)
+#   LOCKEDJOB_DEMO_TIMEOUT       seconds to wait for the samples (default 180)
+#   LOCKEDJOB_CACHE, LOCKEDJOB_CLUSTER_DIR, LOCKEDJOB_CLUSTER_PORT_BASE,
+#   K8S_BIN_DIR                  see hack/cluster.sh
+set -euo pipefail
+
+# shellcheck source=hack/lib/k8s-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/k8s-common.sh"
+
+DEMO_DIR="${LOCKEDJOB_DEMO_DIR:-${LOCKEDJOB_CACHE}/demo}"
+NS="${LOCKEDJOB_DEMO_NAMESPACE:-demo}"
+REDIS_PORT="${LOCKEDJOB_DEMO_REDIS_PORT:-26379}"
+PROBE_PORT="${LOCKEDJOB_DEMO_PROBE_PORT:-26481}"
+METRICS_PORT="${LOCKEDJOB_DEMO_METRICS_PORT:-26480}"
+TIMEOUT="${LOCKEDJOB_DEMO_TIMEOUT:-180}"
+OPERATOR_NS="lockedjob-system"
+# ServiceAccount the rendered config/default creates (namePrefix lockedjob-).
+OPERATOR_SA="lockedjob-controller-manager"
+SAMPLES=(migrate-orders migrate-invoices migrate-users-urgent)
+
+CLUSTER_SH="${HACK_DIR}/cluster.sh"
+KUBECTL="${K8S_BIN_DIR}/kubectl"
+MANAGER_BIN="${DEMO_DIR}/manager"
+MANAGER_KUBECONFIG="${DEMO_DIR}/manager.kubeconfig"
+REDIS_DIR="${DEMO_DIR}/redis"
+STARTED_CLUSTER_MARK="${DEMO_DIR}/cluster-started-by-demo"
+
+for v in REDIS_PORT PROBE_PORT METRICS_PORT; do
+	[[ "${!v}" =~ ^[0-9]+$ && ${!v} -ge 1024 && ${!v} -le 65535 ]] || die "LOCKEDJOB_DEMO_${v} must be a port number in 1024..65535"
+done
+[[ "${TIMEOUT}" =~ ^[0-9]+$ && TIMEOUT -ge 10 ]] || die "LOCKEDJOB_DEMO_TIMEOUT must be a number of seconds >= 10"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+# Children must not inherit fd 8, the lock of this script (see with_lock):
+# long-running processes started by cluster.sh would hold it forever.
+cluster() { bash "${CLUSTER_SH}" "$@" 8>&-; }
+ADMIN_KUBECONFIG="$(cluster env)"
+k() { "${KUBECTL}" --kubeconfig "${ADMIN_KUBECONFIG}" "$@"; }
+
+# ---------------------------------------------------------------- processes
+# Same scheme as hack/cluster.sh: the wrapper shell writes its PID, then execs
+# the binary; NAME.exe records the binary, so a recycled PID is never taken
+# for ours.
+
+pid_of() {
+	local name="$1" pid exe want state
+	[[ -f "${DEMO_DIR}/${name}.pid" && -f "${DEMO_DIR}/${name}.exe" ]] || return 0
+	pid="$(cat "${DEMO_DIR}/${name}.pid")"
+	want="$(cat "${DEMO_DIR}/${name}.exe")"
+	[[ "${pid}" =~ ^[0-9]+$ && -n "${want}" ]] || return 0
+	exe="$(readlink "/proc/${pid}/exe" 2>/dev/null || true)"
+	exe="${exe% (deleted)}"
+	[[ -n "${exe}" && "${exe}" == "${want}" ]] || return 0
+	state="$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/${pid}/status" 2>/dev/null || true)"
+	[[ -n "${state}" && "${state}" != Z && "${state}" != X ]] || return 0
+	echo "${pid}"
+}
+
+start_proc() { # NAME BINARY ARGS...
+	local name="$1" bin="$2"
+	shift 2
+	: >"${DEMO_DIR}/${name}.log"
+	rm -f "${DEMO_DIR}/${name}.pid"
+	realpath "${bin}" >"${DEMO_DIR}/${name}.exe"
+	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
+	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${DEMO_DIR}/${name}.pid" "${bin}" "$@" \
+		</dev/null >>"${DEMO_DIR}/${name}.log" 2>&1 8>&- &
+	for _ in $(seq 1 50); do
+		[[ -n "$(pid_of "${name}")" ]] && break
+		sleep 0.1
+	done
+	[[ -n "$(pid_of "${name}")" ]] || fail_log "${name}" "${name} did not start"
+	log "started ${name} (pid $(pid_of "${name}"), log ${DEMO_DIR}/${name}.log)"
+}
+
+stop_proc() { # NAME
+	local name="$1" pid _
+	pid="$(pid_of "${name}")"
+	if [[ -z "${pid}" ]]; then
+		rm -f "${DEMO_DIR}/${name}.pid" "${DEMO_DIR}/${name}.exe"
+		return 1
+	fi
+	kill -TERM "${pid}" 2>/dev/null || true
+	for _ in $(seq 1 150); do
+		[[ -z "$(pid_of "${name}")" ]] && break
+		sleep 0.1
+	done
+	if [[ -n "$(pid_of "${name}")" ]]; then
+		log "${name} (pid ${pid}) ignored SIGTERM for 15s; sending SIGKILL"
+		kill -KILL "${pid}" 2>/dev/null || true
+		for _ in $(seq 1 50); do
+			[[ -z "$(pid_of "${name}")" ]] && break
+			sleep 0.1
+		done
+	fi
+	[[ -z "$(pid_of "${name}")" ]] || die "could not stop ${name} (pid ${pid})"
+	rm -f "${DEMO_DIR}/${name}.pid" "${DEMO_DIR}/${name}.exe"
+	log "stopped ${name} (pid ${pid})"
+}
+
+tail_log() { # NAME [LINES]
+	local f="${DEMO_DIR}/$1.log"
+	[[ -f "${f}" ]] || return 0
+	echo "----- last ${2:-30} lines of ${f} -----" >&2
+	tail -n "${2:-30}" "${f}" >&2
+	echo "-----" >&2
+}
+
+fail_log() { # NAME MESSAGE
+	log "ERROR: $2"
+	tail_log "$1" 40
+	cluster status >&2 || log "the local cluster is not (fully) running: see $(dirname "${ADMIN_KUBECONFIG}")/logs/"
+	log "nothing was stopped; inspect, then run: make demo-down"
+	exit 1
+}
+
+# since T0_NANOS: seconds elapsed, one decimal.
+since() { awk -v a="$1" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# ---------------------------------------------------------------- up steps
+
+check_prereqs() {
+	local missing=()
+	command -v go >/dev/null 2>&1 || missing+=("go (https://go.dev/dl/; the version in go.mod)")
+	command -v curl >/dev/null 2>&1 || missing+=("curl (sudo apt-get install -y curl)")
+	command -v setsid >/dev/null 2>&1 || missing+=("setsid (sudo apt-get install -y util-linux)")
+	if ! command -v redis-server >/dev/null 2>&1; then
+		if [[ "$(id -u)" -eq 0 ]]; then
+			bash "${HACK_DIR}/ensure-redis.sh"
+		else
+			missing+=("redis-server (sudo apt-get install -y redis-server)")
+		fi
+	fi
+	if ((${#missing[@]} > 0)); then
+		log "ERROR: missing tools:"
+		printf '    %s\n' "${missing[@]}" >&2
+		exit 1
+	fi
+}
+
+build() {
+	local b need_k8s=0
+	for b in "${K8S_BINARIES[@]}"; do [[ -x "${K8S_BIN_DIR}/${b}" ]] || need_k8s=1; done
+	if [[ ${need_k8s} -eq 1 ]]; then
+		step "building the Kubernetes binaries into ${K8S_BIN_DIR} (first time ~10 min)"
+		bash "${HACK_DIR}/k8s-bin.sh" 8>&-
+	fi
+	step "building the manager from this checkout into ${MANAGER_BIN}"
+	local t0=${SECONDS}
+	mkdir -p "${DEMO_DIR}"
+	# go build skips the link when the binary is up to date, and otherwise
+	# renames a new file into place: a running manager keeps its old inode
+	# (/proc/PID/exe "... (deleted)", which pid_of accepts) until restarted.
+	(cd "${LOCKEDJOB_ROOT}" && go build -o "${MANAGER_BIN}" ./cmd/manager) ||
+		die "go build ./cmd/manager failed"
+	log "manager binary ready ($((SECONDS - t0))s)"
+}
+
+cluster_up() {
+	step "starting the local control plane (hack/cluster.sh up)"
+	if ! cluster status >/dev/null 2>&1; then
+		date >"${STARTED_CLUSTER_MARK}"
+	fi
+	cluster up
+}
+
+redis_up() {
+	step "starting redis-server on 127.0.0.1:${REDIS_PORT} (no persistence)"
+	local pid
+	pid="$(pid_of redis)"
+	if [[ -n "${pid}" ]]; then
+		redis_cli PING >/dev/null || fail_log redis "redis-server (pid ${pid}) does not answer"
+		log "redis-server already running (pid ${pid}); reusing it"
+		return 0
+	fi
+	port_free "${REDIS_PORT}" ||
+		die "port 127.0.0.1:${REDIS_PORT} is in use by something this demo did not start; set LOCKEDJOB_DEMO_REDIS_PORT"
+	rm -rf "${REDIS_DIR}"
+	mkdir -p "${REDIS_DIR}"
+	start_proc redis "$(command -v redis-server)" \
+		--bind 127.0.0.1 --port "${REDIS_PORT}" --dir "${REDIS_DIR}" \
+		--save '' --appendonly no --daemonize no --protected-mode yes
+	local deadline=$((SECONDS + 20))
+	until redis_cli PING 2>/dev/null | grep -q PONG; do
+		[[ -n "$(pid_of redis)" ]] || fail_log redis "redis-server exited"
+		((SECONDS < deadline)) || fail_log redis "redis-server not answering after 20s"
+		sleep 0.2
+	done
+}
+
+# redis_cli ARGS...: a tiny RESP client over /dev/tcp, so redis-tools is not needed.
+redis_cli() {
+	local arg
+	exec 3<>"/dev/tcp/127.0.0.1/${REDIS_PORT}" || return 1
+	{
+		printf '*%d\r\n' "$#"
+		for arg in "$@"; do printf '$%d\r\n%s\r\n' "${#arg}" "${arg}"; done
+	} >&3
+	local line
+	IFS= read -r -t 5 line <&3 || { exec 3>&-; return 1; }
+	exec 3>&-
+	printf '%s\n' "${line%$'\r'}"
+	[[ "${line}" != -* ]]
+}
+
+# The kustomize overlay config/default without the Deployment (the manager runs
+# here as a process) and the metrics Service: Namespace lockedjob-system,
+# ServiceAccount, Roles, ClusterRoles and bindings.
+render_rbac() {
+	k kustomize "${LOCKEDJOB_ROOT}/config/default" | awk '
+		function flush() { if (doc != "" && keep) printf "---\n%s", doc; doc = ""; keep = 0 }
+		/^---$/ { flush(); next }
+		/^kind: (Namespace|ServiceAccount|Role|ClusterRole|RoleBinding|ClusterRoleBinding)$/ { keep = 1 }
+		{ doc = doc $0 "\n" }
+		END { flush() }'
+}
+
+install() {
+	step "installing the CRD (kubectl apply --server-side -k config/crd)"
+	k apply --server-side --force-conflicts -k "${LOCKEDJOB_ROOT}/config/crd"
+	k wait --for=condition=Established --timeout=60s crd/lockedjobs.batch.lockedjob.dev >/dev/null
+	step "installing namespace ${OPERATOR_NS} and RBAC (config/default rendered, minus its Deployment and Service)"
+	local rbac
+	rbac="$(render_rbac)"
+	[[ -n "${rbac}" ]] || die "kubectl kustomize config/default rendered no RBAC"
+	k apply -f - <<<"${rbac}"
+}
+
+# The manager runs as the ServiceAccount the RBAC above binds, with a token
+# from the TokenRequest API, so the demo exercises the shipped permissions.
+write_manager_kubeconfig() {
+	local token server ca
+	token="$(k create token "${OPERATOR_SA}" -n "${OPERATOR_NS}" --duration=24h)" ||
+		die "could not create a token for ServiceAccount ${OPERATOR_NS}/${OPERATOR_SA}"
+	server="$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
+	ca="$(k config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')"
+	(
+		umask 077
+		cat >"${MANAGER_KUBECONFIG}" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: lockedjob-local
+  cluster:
+    server: ${server}
+    certificate-authority-data: ${ca}
+users:
+- name: ${OPERATOR_SA}
+  user:
+    token: ${token}
+contexts:
+- name: lockedjob-local
+  context:
+    cluster: lockedjob-local
+    user: ${OPERATOR_SA}
+    namespace: ${OPERATOR_NS}
+current-context: lockedjob-local
+EOF
+	)
+}
+
+manager_up() {
+	step "starting the manager (ServiceAccount ${OPERATOR_NS}/${OPERATOR_SA}, Redis 127.0.0.1:${REDIS_PORT})"
+	# Always a fresh process: it runs the binary just built, with a fresh token.
+	stop_proc manager || true
+	local p
+	for p in "${PROBE_PORT}" "${METRICS_PORT}"; do
+		port_free "${p}" || die "port 127.0.0.1:${p} is in use; set LOCKEDJOB_DEMO_PROBE_PORT / LOCKEDJOB_DEMO_METRICS_PORT"
+	done
+	write_manager_kubeconfig
+	start_proc manager "${MANAGER_BIN}" \
+		--kubeconfig "${MANAGER_KUBECONFIG}" \
+		--namespace "${OPERATOR_NS}" \
+		--redis-addr "127.0.0.1:${REDIS_PORT}" \
+		--health-probe-bind-address "127.0.0.1:${PROBE_PORT}" \
+		--metrics-bind-address "127.0.0.1:${METRICS_PORT}" --metrics-secure=false \
+		--leader-elect
+	local t0=${SECONDS} deadline=$((SECONDS + 60))
+	until curl -fsS "http://127.0.0.1:${PROBE_PORT}/readyz" >/dev/null 2>&1; do
+		[[ -n "$(pid_of manager)" ]] || fail_log manager "the manager exited"
+		((SECONDS < deadline)) || fail_log manager "the manager is not ready after 60s (/readyz on :${PROBE_PORT})"
+		sleep 0.2
+	done
+	log "manager ready after $((SECONDS - t0))s (http://127.0.0.1:${PROBE_PORT}/readyz, metrics http://127.0.0.1:${METRICS_PORT}/metrics)"
+}
+
+namespace_up() {
+	if k get namespace "${NS}" >/dev/null 2>&1; then
+		step "namespace ${NS} exists from an earlier run: deleting it (and its LockedJobs, Jobs, pods) for a fresh run"
+		k delete namespace "${NS}" --wait=true --timeout=120s ||
+			fail_log manager "namespace ${NS} was not deleted within 120s"
+	fi
+	step "creating namespace ${NS}"
+	k create namespace "${NS}"
+}
+
+apply_samples() {
+	step "applying config/samples to namespace ${NS}: three LockedJobs, one lock"
+	k apply -n "${NS}" -k "${LOCKEDJOB_ROOT}/config/samples"
+}
+
+# watch_samples T0_NANOS: print `kubectl get lj -o wide` with a timestamp each time a
+# LockedJob's state changes (phase, holder, blocked-by, fence, queue, job,
+# message; not the Age/Expires clocks). Works without a TTY. Returns when all
+# samples Succeeded; exits with the manager's log tail on failure or timeout.
+watch_samples() {
+	step "progress: a new table each time something changes (timeout ${TIMEOUT}s)"
+	local t0="$1" deadline sig last="" phases table
+	deadline=$((SECONDS + TIMEOUT))
+	local sigpath='{range .items[*]}{.metadata.name}|{.status.phase}|{.status.holder}|{.status.blockedBy}|{.status.fencingToken}|{.status.queuePosition}|{.status.jobName}|{.status.message}{"\n"}{end}'
+	while :; do
+		if sig="$(k get lj -n "${NS}" -o jsonpath="${sigpath}" 2>/dev/null)" && [[ "${sig}" != "${last}" ]]; then
+			last="${sig}"
+			table="$(k get lj -n "${NS}" -o wide 2>&1 || true)"
+			printf '\n--- %s  +%ss after apply\n%s\n' "$(date +%H:%M:%S.%1N)" "$(since "${t0}")" "${table}"
+			phases="$(awk -F'|' 'NF > 1 { print $2 }' <<<"${sig}")"
+			if [[ "$(grep -cE '^(Succeeded|Failed|LockLost)$' <<<"${phases}")" -ge ${#SAMPLES[@]} ]]; then
+				if [[ "$(grep -c '^Succeeded$' <<<"${phases}")" -ge ${#SAMPLES[@]} ]]; then
+					return 0
+				fi
+				k get jobs,pods -n "${NS}" >&2 || true
+				fail_log manager "not every LockedJob succeeded"
+			fi
+		fi
+		[[ -n "$(pid_of manager)" ]] || fail_log manager "the manager exited"
+		if ((SECONDS >= deadline)); then
+			k get lj,jobs,pods -n "${NS}" -o wide >&2 || true
+			fail_log manager "timed out after ${TIMEOUT}s"
+		fi
+		sleep 0.5
+	done
+}
+
+print_help() {
+	local kc="${ADMIN_KUBECONFIG}" kubectl=kubectl
+	command -v kubectl >/dev/null 2>&1 || kubectl="${KUBECTL}"
+	cat <<EOF
+
+The cluster, redis-server and manager keep running. Look around:
+
+  ${kubectl} --kubeconfig ${kc} get lj -n ${NS}
+  ${kubectl} --kubeconfig ${kc} get lj -n ${NS} -o wide
+  ${kubectl} --kubeconfig ${kc} describe lj migrate-users-urgent -n ${NS}
+  ${kubectl} --kubeconfig ${kc} get jobs,pods,events -n ${NS}
+  export KUBECONFIG=\$(make -s cluster-env)    # then plain 'kubectl get lj -n ${NS}'
+  tail -f ${DEMO_DIR}/manager.log      # the operator's log
+
+kubectl ${K8S_VERSION} built with the cluster: ${KUBECTL}
+The manager runs as ServiceAccount ${OPERATOR_NS}/${OPERATOR_SA} (the RBAC from config/),
+not as admin; Redis is 127.0.0.1:${REDIS_PORT}.
+
+Again (deletes and recreates namespace ${NS}, restarts the manager): make demo
+Stop manager, redis-server and cluster:                             make demo-down
+EOF
+}
+
+cmd_up() {
+	local t_start=${SECONDS} t_apply
+	check_prereqs
+	mkdir -p "${DEMO_DIR}"
+	build
+	cluster_up
+	redis_up
+	install
+	manager_up
+	namespace_up
+	t_apply="$(date +%s%N)"
+	apply_samples
+	watch_samples "${t_apply}"
+	step "all ${#SAMPLES[@]} LockedJobs Succeeded, $(since "${t_apply}")s after they were applied"
+	k get lj -n "${NS}"
+	echo
+	k get jobs -n "${NS}"
+	print_help
+	step "demo took $((SECONDS - t_start))s in total (hack/demo.sh up)"
+}
+
+# ---------------------------------------------------------------- down/status
+
+cmd_down() {
+	local pids=() f
+	step "stopping what the demo started"
+	for f in "${DEMO_DIR}"/manager.pid "${DEMO_DIR}"/redis.pid "$(dirname "${ADMIN_KUBECONFIG}")"/pids/*.pid; do
+		[[ -f "${f}" ]] && pids+=("$(cat "${f}")")
+	done
+	stop_proc manager || log "manager not running"
+	stop_proc redis || log "redis-server not running"
+	if [[ -f "${STARTED_CLUSTER_MARK}" ]]; then
+		cluster down
+		rm -f "${STARTED_CLUSTER_MARK}"
+	elif cluster status >/dev/null 2>&1; then
+		log "the local cluster was already running before 'make demo' started; leaving it up (make cluster-down stops it)"
+	else
+		log "local cluster not running"
+	fi
+	wait_reaped "${pids[@]}"
+	rm -f "${MANAGER_KUBECONFIG}"
+	log "demo down (binary and logs kept in ${DEMO_DIR})"
+}
+
+# wait_reaped PID...: the stopped processes were re-parented to init when
+# their starter exited; give init up to 5s to reap them, so that `pgrep`
+# right after `make demo-down` shows no <defunct> entries either.
+wait_reaped() {
+	local pid _
+	for _ in $(seq 1 50); do
+		for pid in "$@"; do
+			[[ "$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/${pid}/status" 2>/dev/null)" == Z ]] && break
+			pid=""
+		done
+		[[ -z "${pid}" ]] && return 0
+		sleep 0.1
+	done
+}
+
+cmd_status() {
+	local n pid
+	echo "demo dir: ${DEMO_DIR}"
+	for n in manager redis; do
+		pid="$(pid_of "${n}")"
+		if [[ -n "${pid}" ]]; then printf '  %-24s running (pid %s)\n' "${n}" "${pid}"; else printf '  %-24s stopped\n' "${n}"; fi
+	done
+	cluster status
+}
+
+# One demo command at a time per state folder.
+with_lock() {
+	mkdir -p "${DEMO_DIR}"
+	exec 8>"${DEMO_DIR}/.lock"
+	flock -w 600 8 || die "another hack/demo.sh holds ${DEMO_DIR}/.lock"
+	"$@"
+}
+
+case "${1:-}" in
+up) with_lock cmd_up ;;
+down) with_lock cmd_down ;;
+status) cmd_status ;;
+*)
+	sed -n '2,24p' "$0" >&2
+	exit 2
+	;;
+esac
