@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -393,6 +395,48 @@ func fanOut(nodes []*redis.Client, f func(*redis.Client) bool) int {
 	}
 	wg.Wait()
 	return int(ok.Load())
+}
+
+// ---- server CPU ------------------------------------------------------------------------------
+
+// serverCPU is the summed user+system CPU time of the redis-server processes behind clients, from
+// INFO cpu (getrusage inside Redis). The clients should carry no RTT hook, so reading this is not
+// counted as a round trip of the implementation under test.
+func serverCPU(tb testing.TB, clients []*redis.Client) time.Duration {
+	tb.Helper()
+	var total time.Duration
+	for _, c := range clients {
+		info, err := c.Info(context.Background(), "cpu").Result()
+		if err != nil {
+			tb.Fatalf("info cpu: %v", err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+				continue
+			}
+			sec, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatalf("info cpu %s=%q: %v", k, v, err)
+			}
+			total += time.Duration(sec * float64(time.Second))
+		}
+	}
+	return total
+}
+
+// statsClients returns hook-free clients for reading server statistics.
+func statsClients(tb testing.TB, addrs ...string) []*redis.Client {
+	tb.Helper()
+	out := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		out[i] = redis.NewClient(&redis.Options{
+			Addr:                     a,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		})
+		tb.Cleanup(func() { _ = out[i].Close() })
+	}
+	return out
 }
 
 // ---- client CPU ------------------------------------------------------------------------------

@@ -35,15 +35,17 @@ const (
 
 // impl is one implementation under test, with the round-trip counters of its Redis clients.
 type impl struct {
-	name string
-	mk   factory
-	rtt  counters
+	name  string
+	mk    factory
+	rtt   counters
+	stats []*redis.Client // hook-free clients of the same servers, for serverCPU
 }
 
 // singleNodeImpls builds every implementation against one Redis. Each gets its own go-redis client
 // (same options), so the round-trip counts and connection pools are not shared.
 func singleNodeImpls(tb testing.TB, addr string) []impl {
 	tb.Helper()
+	stats := statsClients(tb, addr)
 	var out []impl
 
 	c, ctr := newClient(tb, addr)
@@ -51,16 +53,16 @@ func singleNodeImpls(tb testing.TB, addr string) []impl {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	out = append(out, impl{"lockedjob", lockedjobFactory(lc), counters{ctr}})
+	out = append(out, impl{"lockedjob", lockedjobFactory(lc), counters{ctr}, stats})
 
 	c, ctr = newClient(tb, addr)
-	out = append(out, impl{"bsm", bsmFactory(bsm.New(c)), counters{ctr}})
+	out = append(out, impl{"bsm", bsmFactory(bsm.New(c)), counters{ctr}, stats})
 
 	c, ctr = newClient(tb, addr)
-	out = append(out, impl{"redsync", redsyncFactory(redsyncFor(c)), counters{ctr}})
+	out = append(out, impl{"redsync", redsyncFactory(redsyncFor(c)), counters{ctr}, stats})
 
 	c, ctr = newClient(tb, addr)
-	out = append(out, impl{"raw", rawFactory(loadScript(tb, rawRelease, c), c), counters{ctr}})
+	out = append(out, impl{"raw", rawFactory(loadScript(tb, rawRelease, c), c), counters{ctr}, stats})
 	return out
 }
 
@@ -68,6 +70,11 @@ func singleNodeImpls(tb testing.TB, addr string) []impl {
 // has no Redlock mode, so it is absent here.
 func redlockImpls(tb testing.TB, servers []*redisserver.Server) []impl {
 	tb.Helper()
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr())
+	}
+	stats := statsClients(tb, addrs...)
 	newNodes := func() ([]*redis.Client, counters) {
 		var cs []*redis.Client
 		var ctrs counters
@@ -89,13 +96,13 @@ func redlockImpls(tb testing.TB, servers []*redisserver.Server) []impl {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	out = append(out, impl{"lockedjob", lockedjobFactory(lc), ctrs})
+	out = append(out, impl{"lockedjob", lockedjobFactory(lc), ctrs, stats})
 
 	cs, ctrs = newNodes()
-	out = append(out, impl{"redsync", redsyncFactory(redsyncFor(cs...)), ctrs})
+	out = append(out, impl{"redsync", redsyncFactory(redsyncFor(cs...)), ctrs, stats})
 
 	cs, ctrs = newNodes()
-	out = append(out, impl{"raw", rawFactory(loadScript(tb, rawRelease, cs...), cs...), ctrs})
+	out = append(out, impl{"raw", rawFactory(loadScript(tb, rawRelease, cs...), cs...), ctrs, stats})
 	return out
 }
 
@@ -121,14 +128,13 @@ func benchCycle(b *testing.B, impls []impl) {
 				b.Fatal(err)
 			}
 			im.rtt.reset()
-			cpu0 := cpuTime(b)
+			cpu0, srv0 := cpuTime(b), serverCPU(b, im.stats)
 			for b.Loop() {
 				if err := cycle(ctx, w); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
-			im.rtt.reportRTT(b, b.N)
+			im.report(b, b.N, cpu0, srv0)
 		})
 	}
 }
@@ -158,7 +164,7 @@ func BenchmarkParallelDistinctKeys(b *testing.B) {
 			ctx := context.Background()
 			var ids atomic.Int64
 			im.rtt.reset()
-			cpu0 := cpuTime(b)
+			cpu0, srv0 := cpuTime(b), serverCPU(b, im.stats)
 			b.RunParallel(func(pb *testing.PB) {
 				w := im.mk(fmt.Sprintf("par-%s-%d", im.name, ids.Add(1)), 0)
 				for pb.Next() {
@@ -168,9 +174,8 @@ func BenchmarkParallelDistinctKeys(b *testing.B) {
 					}
 				}
 			})
-			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			im.report(b, b.N, cpu0, srv0)
 			b.ReportMetric(float64(ids.Load()), "goroutines")
-			im.rtt.reportRTT(b, b.N)
 		})
 	}
 }
@@ -189,7 +194,7 @@ func BenchmarkContendedOneKey(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	impls = slices.Insert(impls, 1, impl{"lockedjob-queue", lockedjobQueueFactory(ql), counters{qctr}})
+	impls = slices.Insert(impls, 1, impl{"lockedjob-queue", lockedjobQueueFactory(ql), counters{qctr}, impls[0].stats})
 	for _, im := range impls {
 		b.Run("impl="+im.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -201,22 +206,22 @@ func BenchmarkContendedOneKey(b *testing.B) {
 			if err := cycle(context.Background(), workers[0]); err != nil { // warm up
 				b.Fatal(err)
 			}
-			wins, elapsed := runContended(b, workers, im.rtt)
+			wins, elapsed, cpu0, srv0 := runContended(b, workers, im)
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
 			b.ReportMetric(coefficientOfVariation(wins), "cv")
-			im.rtt.reportRTT(b, b.N)
+			im.report(b, b.N, cpu0, srv0)
 		})
 	}
 }
 
 // runContended lets the workers compete until b.N acquisitions were made and returns each worker's
 // count and the time from the start to the release of the last counted acquisition.
-func runContended(b *testing.B, workers []worker, rtt counters) ([]int64, time.Duration) {
+// It also returns the client and server CPU times read at the start.
+func runContended(b *testing.B, workers []worker, im impl) (wins []int64, elapsed, cpu0, srv0 time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (
 		remaining atomic.Int64
-		wins      = make([]int64, len(workers))
 		start     = make(chan struct{})
 		wg        sync.WaitGroup
 		endMu     sync.Mutex
@@ -233,6 +238,7 @@ func runContended(b *testing.B, workers []worker, rtt counters) ([]int64, time.D
 		cancel()
 	}
 	remaining.Store(int64(b.N))
+	wins = make([]int64, len(workers))
 	for i, w := range workers {
 		wg.Go(func() {
 			<-start
@@ -268,7 +274,8 @@ func runContended(b *testing.B, workers []worker, rtt counters) ([]int64, time.D
 			}
 		})
 	}
-	rtt.reset()
+	im.rtt.reset()
+	cpu0, srv0 = cpuTime(b), serverCPU(b, im.stats)
 	b.ResetTimer()
 	t0 := time.Now()
 	close(start)
@@ -277,7 +284,16 @@ func runContended(b *testing.B, workers []worker, rtt counters) ([]int64, time.D
 	if firstErr != nil {
 		b.Fatal(firstErr)
 	}
-	return wins, end.Sub(t0)
+	return wins, end.Sub(t0), cpu0, srv0
+}
+
+// report reports, per op, the round trips, this process's CPU time and the Redis servers' CPU time
+// since cpu0 and srv0 were read.
+func (im impl) report(b *testing.B, ops int, cpu0, srv0 time.Duration) {
+	cpu, srv := cpuTime(b)-cpu0, serverCPU(b, im.stats)-srv0
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(ops), "cpu-ns/op")
+	b.ReportMetric(float64(srv.Nanoseconds())/float64(ops), "srv-cpu-ns/op")
+	im.rtt.reportRTT(b, ops)
 }
 
 // coefficientOfVariation is the population standard deviation of xs over their mean.

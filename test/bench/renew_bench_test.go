@@ -40,6 +40,7 @@ const (
 func BenchmarkRenew10k(b *testing.B) {
 	s := redisserver.Start(b)
 
+	stats := statsClients(b, s.Addr())
 	c, ctr := newClient(b, s.Addr())
 	lc, err := redislock.New(c, redislock.WithDrift(0, 0))
 	if err != nil {
@@ -47,13 +48,13 @@ func BenchmarkRenew10k(b *testing.B) {
 	}
 	locks := obtainMany(b, lc, renewLocks)
 
-	b.Run("impl=keeper", func(b *testing.B) { benchKeeper(b, lc, locks, counters{ctr}) })
+	b.Run("impl=keeper", func(b *testing.B) { benchKeeper(b, lc, locks, counters{ctr}, stats) })
 
 	b.Run("impl=refresh-each", func(b *testing.B) {
 		b.ReportAllocs()
 		ctx := context.Background()
 		counters{ctr}.reset()
-		cpu0 := cpuTime(b)
+		cpu0, srv0 := cpuTime(b), serverCPU(b, stats)
 		for b.Loop() {
 			for _, l := range locks {
 				if err := l.Refresh(ctx, 0); err != nil {
@@ -61,7 +62,7 @@ func BenchmarkRenew10k(b *testing.B) {
 				}
 			}
 		}
-		reportRenewals(b, b.N*renewLocks, b.Elapsed(), cpuTime(b)-cpu0)
+		reportRenewals(b, b.N*renewLocks, b.Elapsed(), cpuTime(b)-cpu0, serverCPU(b, stats)-srv0)
 		counters{ctr}.reportRTT(b, b.N)
 	})
 
@@ -73,7 +74,7 @@ func BenchmarkRenew10k(b *testing.B) {
 		b.ReportAllocs()
 		ctx := context.Background()
 		counters{rctr}.reset()
-		cpu0 := cpuTime(b)
+		cpu0, srv0 := cpuTime(b), serverCPU(b, stats)
 		for b.Loop() {
 			cmds, err := rc.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for i, k := range keys {
@@ -90,17 +91,18 @@ func BenchmarkRenew10k(b *testing.B) {
 				}
 			}
 		}
-		reportRenewals(b, b.N*renewLocks, b.Elapsed(), cpuTime(b)-cpu0)
+		reportRenewals(b, b.N*renewLocks, b.Elapsed(), cpuTime(b)-cpu0, serverCPU(b, stats)-srv0)
 		counters{rctr}.reportRTT(b, b.N)
 	})
 }
 
-func reportRenewals(b *testing.B, renewals int, wall, cpu time.Duration) {
+func reportRenewals(b *testing.B, renewals int, wall, cpu, srv time.Duration) {
 	b.ReportMetric(float64(wall.Nanoseconds())/float64(renewals), "ns/renewal")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(renewals), "cpu-ns/renewal")
+	b.ReportMetric(float64(srv.Nanoseconds())/float64(renewals), "srv-cpu-ns/renewal")
 }
 
-func benchKeeper(b *testing.B, lc *redislock.Client, locks []*redislock.Lock, rtt counters) {
+func benchKeeper(b *testing.B, lc *redislock.Client, locks []*redislock.Lock, rtt counters, stats []*redis.Client) {
 	b.ReportAllocs()
 	st := newRenewStats()
 	k := lc.NewKeeper(redislock.KeeperOptions{OnRenew: st.onRenew, OnLost: st.onLost})
@@ -126,7 +128,7 @@ func benchKeeper(b *testing.B, lc *redislock.Client, locks []*redislock.Lock, rt
 	}
 
 	rtt.reset()
-	cpu0 := cpuTime(b)
+	cpu0, srv0 := cpuTime(b), serverCPU(b, stats)
 	start := st.snapshot()
 	want := start.count
 	for b.Loop() {
@@ -136,7 +138,7 @@ func benchKeeper(b *testing.B, lc *redislock.Client, locks []*redislock.Lock, rt
 		}
 	}
 	end := st.snapshot()
-	cpu := cpuTime(b) - cpu0
+	cpu, srv := cpuTime(b)-cpu0, serverCPU(b, stats)-srv0
 	rtTotal := rtt.total()
 	k.Stop()
 
@@ -146,7 +148,7 @@ func benchKeeper(b *testing.B, lc *redislock.Client, locks []*redislock.Lock, rt
 	// ns/op is the keeper's busy time per 10,000 renewals, not the interval-paced wall time that the
 	// benchmark loop itself spent waiting.
 	b.ReportMetric(float64(busy.Nanoseconds())/rounds, "ns/op")
-	reportRenewals(b, int(renewals), busy, cpu)
+	reportRenewals(b, int(renewals), busy, cpu, srv)
 	b.ReportMetric(float64(rtTotal)/rounds, "rtt/op")
 }
 
