@@ -9,7 +9,8 @@
 #           the demo namespace, apply the samples, show progress until all
 #           three LockedJobs finished. Everything stays up for inspection.
 #   down    stop the manager and redis-server this script started (checking
-#           each PID still runs that binary) and the local cluster.
+#           each PID still runs that binary), then the local cluster if
+#           `up` started it.
 #   status  show what runs.
 #
 # Environment:
@@ -238,7 +239,7 @@ render_rbac() {
 		END { flush() }'
 }
 
-install() {
+install_manifests() {
 	step "installing the CRD (kubectl apply --server-side -k config/crd)"
 	k apply --server-side --force-conflicts -k "${LOCKEDJOB_ROOT}/config/crd"
 	k wait --for=condition=Established --timeout=60s crd/lockedjobs.batch.lockedjob.dev >/dev/null
@@ -384,7 +385,7 @@ cmd_up() {
 	build
 	cluster_up
 	redis_up
-	install
+	install_manifests
 	manager_up
 	namespace_up
 	t_apply="$(date +%s%N)"
@@ -459,7 +460,7 @@ up) with_lock cmd_up ;;
 down) with_lock cmd_down ;;
 status) cmd_status ;;
 *)
-	sed -n '2,24p' "$0" >&2
+	sed -n '2,25p' "$0" >&2
 	exit 2
 	;;
 esac
