@@ -478,19 +478,22 @@ func (r *LockedJobReconciler) reconcileDelete(ctx context.Context, s *scope) (ct
 	if !controllerutil.ContainsFinalizer(lj, finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if s.job != nil && !jobFinished(s.job) {
-		if s.job.DeletionTimestamp.IsZero() {
-			ctrl.LoggerFrom(ctx).Info("Deleting Job before releasing the lock", "Job", klog.KObj(s.job))
-			if err := r.stopJob(ctx, s.job, batchv1alpha1.LockLostDelete); err != nil {
-				return ctrl.Result{}, err
-			}
-			r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonJobDeleted, "DeleteJob", "Deleted Job %s; the lock is released once its pods are gone", s.job.Name)
+	if s.job != nil && !jobFinished(s.job) && s.job.DeletionTimestamp.IsZero() {
+		ctrl.LoggerFrom(ctx).Info("Deleting Job before releasing the lock", "Job", klog.KObj(s.job))
+		if err := r.stopJob(ctx, s.job, batchv1alpha1.LockLostDelete); err != nil {
+			return ctrl.Result{}, err
 		}
-		running, err := r.podsLeft(ctx, s.job)
+		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonJobDeleted, "DeleteJob", "Deleted Job %s; the lock is released once its pods are gone", s.job.Name)
+	}
+	// The Job object goes first and its pods follow (background deletion), so pods are found by
+	// the Job's name, which status keeps after the Job is gone.
+	if lj.Status.JobName != "" {
+		running, err := r.podsRunning(ctx, lj.Namespace, lj.Status.JobName)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
 		if running > 0 {
+			lj.Status.Message = fmt.Sprintf("Deleting: waiting for %d pod(s) of Job %s to stop before releasing lock %s", running, lj.Status.JobName, lj.Spec.Lock.Name)
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 	}
@@ -502,15 +505,22 @@ func (r *LockedJobReconciler) reconcileDelete(ctx context.Context, s *scope) (ct
 	return ctrl.Result{}, r.Patch(ctx, lj, client.MergeFrom(base))
 }
 
-// podsLeft counts the pods of job that still exist, read from the API server (pods are not cached:
-// a cluster-wide pod cache would cost more memory than this rare check is worth).
-func (r *LockedJobReconciler) podsLeft(ctx context.Context, job *batchv1.Job) (int, error) {
+// podsRunning counts the pods of the named Job that have not finished (terminating ones count),
+// read from the API server: a cluster-wide pod cache would cost more memory than this rare check
+// is worth.
+func (r *LockedJobReconciler) podsRunning(ctx context.Context, namespace, jobName string) (int, error) {
 	var pods corev1.PodList
-	if err := r.APIReader.List(ctx, &pods, client.InNamespace(job.Namespace),
-		client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
-		return 0, fmt.Errorf("list pods of job %s: %w", job.Name, err)
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(namespace),
+		client.MatchingLabels{batchv1.JobNameLabel: jobName}); err != nil {
+		return 0, fmt.Errorf("list pods of job %s: %w", jobName, err)
 	}
-	return len(pods.Items), nil
+	n := 0
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // observeJob reads the Job this LockedJob created, if any.

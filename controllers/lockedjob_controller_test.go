@@ -267,6 +267,36 @@ var _ = Describe("LockedJob controller", func() {
 		waitPhase(next, batchv1alpha1.PhaseRunning)
 	})
 
+	It("holds the lock of a deleted LockedJob until its Job's pods are gone, even after the Job object is", func() {
+		holder := create(newLockedJob(ns, "holder", "pods"))
+		running := waitPhase(holder, batchv1alpha1.PhaseRunning)
+		next := create(newLockedJob(ns, "next", "pods"))
+		waitPhase(next, batchv1alpha1.PhaseWaiting)
+
+		// No kubelet here: a pod carrying the Job's label stands in for one still terminating.
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: running.Status.JobName + "-pod",
+				Labels: map[string]string{batchv1.JobNameLabel: running.Status.JobName}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		}
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, holder)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: running.Status.JobName}, &batchv1.Job{}))
+		}).Should(BeTrue(), "the Job object goes first")
+		Consistently(func(g Gomega) {
+			g.Expect(fetch(holder).DeletionTimestamp).NotTo(BeNil())
+			g.Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal(testIdentity.Token(running)))
+			g.Expect(fetch(next).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
+		}).WithTimeout(2 * time.Second).Should(Succeed())
+
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		waitPhase(next, batchv1alpha1.PhaseRunning)
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(holder), &batchv1alpha1.LockedJob{}))
+		}).Should(BeTrue())
+	})
+
 	DescribeTable("applies spec.lock.onLockLost when the lock vanishes behind the operator's back",
 		func(policy batchv1alpha1.LockLostPolicy, check func(*batchv1alpha1.LockedJob)) {
 			lj := create(newLockedJob(ns, "victim", "lost", func(lj *batchv1alpha1.LockedJob) {
