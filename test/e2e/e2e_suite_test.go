@@ -1,119 +1,291 @@
 //go:build e2e
-// +build e2e
 
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
-
+// Package e2e is the end-to-end suite of lockedjob: a real control plane
+// (hack/cluster.sh, with kwok playing the kubelet) or any cluster named by
+// E2E_KUBECONFIG, real redis-server processes, and the manager binary run as
+// a local process that the suite starts, stops, kills and pauses.
+// See docs/e2e.md.
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
-var (
-	// managerImage is the manager image to be built and loaded for testing.
-	managerImage = "example.com/lockedjob:v0.0.1"
-	// shouldCleanupCertManager tracks whether CertManager was installed by this suite.
-	shouldCleanupCertManager = false
+const (
+	// operatorNamespace holds the manager's leader-election Lease and token-key Secret.
+	operatorNamespace = "lockedjob-system"
+	// leaseName is the manager's LeaderElectionID.
+	leaseName = "lockedjob.batch.lockedjob.dev"
+	// defaultPortBase is the suite's own cluster's port block, away from the
+	// developer's/demo cluster at 26440.
+	defaultPortBase = 27440
+	userPortBase    = 26440
+	crdPath         = "config/crd/bases/batch.lockedjob.dev_lockedjobs.yaml"
 )
 
-// TestE2E runs the e2e test suite to validate the solution in an isolated environment.
-// The default setup requires Kind and CertManager.
-//
-// To enable kubectl kuberc (use custom kubectl configurations), set: KUBECTL_KUBERC=true
-// By default, kuberc is disabled to ensure consistent test behavior across different environments.
-// To skip CertManager installation, set: CERT_MANAGER_INSTALL_SKIP=true
+// suite is what BeforeSuite set up and AfterSuite tears down.
+var suite struct {
+	root       string // repository root
+	work       string // temp folder: manager binary and logs, cluster state
+	managerBin string
+
+	ownCluster bool // started by the suite (else E2E_KUBECONFIG)
+	binDir     string
+	clusterDir string
+	portBase   int
+	kubeconfig string
+
+	cfg *rest.Config
+	k8s client.Client
+	cs  kubernetes.Interface
+
+	redis *redisserver.Server // the single-node Redis shared by most scenarios
+
+	start time.Time
+}
+
+var scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(batchv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+}
+
+// TestE2E runs the suite. Ginkgo's own timeout is kept a minute under `go
+// test -timeout`, so on a hang Ginkgo interrupts the specs and AfterSuite still
+// stops the cluster, the managers and the redis-servers.
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
-	_, _ = fmt.Fprintf(GinkgoWriter, "Starting lockedjob e2e test suite\n")
-	RunSpecs(t, "e2e suite")
+	suiteCfg, reporterCfg := GinkgoConfiguration()
+	if deadline, ok := t.Deadline(); ok {
+		if left := time.Until(deadline) - time.Minute; left > 0 && left < suiteCfg.Timeout {
+			suiteCfg.Timeout = left
+		}
+	}
+	RunSpecs(t, "lockedjob e2e suite", suiteCfg, reporterCfg)
 }
 
-var _ = BeforeSuite(func() {
-	By("building the manager image")
-	cmd := exec.Command("make", "docker-build", fmt.Sprintf("IMG=%s", managerImage))
-	_, err := utils.Run(cmd)
-	ExpectWithOffset(1, err).NotTo(HaveOccurred(), "Failed to build the manager image")
+var _ = BeforeSuite(func(ctx SpecContext) {
+	suite.start = time.Now()
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+	SetDefaultConsistentlyPollingInterval(200 * time.Millisecond)
+	SetDefaultEventuallyTimeout(30 * time.Second)
 
-	// TODO(user): If you want to change the e2e test vendor from Kind,
-	// ensure the image is built and available, then remove the following block.
-	By("loading the manager image on Kind")
-	err = utils.LoadImageToKindClusterWithName(managerImage)
-	ExpectWithOffset(1, err).NotTo(HaveOccurred(), "Failed to load the manager image into Kind")
+	var err error
+	suite.root, err = utils.ProjectDir()
+	Expect(err).NotTo(HaveOccurred())
+	suite.work, err = os.MkdirTemp("", "lockedjob-e2e-")
+	Expect(err).NotTo(HaveOccurred())
+	suite.managerBin = filepath.Join(suite.work, "manager")
+	suite.kubeconfig = os.Getenv("E2E_KUBECONFIG")
+	suite.ownCluster = suite.kubeconfig == ""
+	if img := os.Getenv("E2E_IMG"); img != "" {
+		logf("note: E2E_IMG=%s is ignored: this suite runs the manager as a local process (see docs/e2e.md)", img)
+	}
 
-	configureKubectlKubeRC()
-	setupCertManager()
-})
+	// The three slow start-ups run side by side: manager build, cluster, Redis.
+	var wg sync.WaitGroup
+	var buildErr, clusterErr, redisErr error
+	wg.Go(func() {
+		t0 := time.Now()
+		cmd := exec.Command("go", "build", "-o", suite.managerBin, "./cmd/manager")
+		cmd.Dir = suite.root
+		_, buildErr = utils.Run(cmd)
+		logf("built the manager in %s", since(t0))
+	})
+	if suite.ownCluster {
+		wg.Go(func() { clusterErr = startCluster() })
+	}
+	wg.Go(func() {
+		suite.redis, redisErr = redisserver.StartProcess()
+	})
+	wg.Wait()
+	Expect(buildErr).NotTo(HaveOccurred(), "building the manager")
+	Expect(clusterErr).NotTo(HaveOccurred(), "starting the local control plane")
+	Expect(redisErr).NotTo(HaveOccurred(), "starting redis-server")
+	logf("shared redis-server on %s", suite.redis.Addr())
+
+	suite.cfg, err = clientcmd.BuildConfigFromFlags("", suite.kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
+	suite.cfg.QPS, suite.cfg.Burst = 100, 200
+	suite.k8s, err = client.New(suite.cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	suite.cs, err = kubernetes.NewForConfig(suite.cfg)
+	Expect(err).NotTo(HaveOccurred())
+
+	installCRD(ctx)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}
+	if err := suite.k8s.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		Fail(fmt.Sprintf("create namespace %s: %v", operatorNamespace, err))
+	}
+	if !suite.ownCluster {
+		refuseForeignOperator(ctx)
+	}
+	logf("suite ready after %s (kubeconfig %s)", since(suite.start), suite.kubeconfig)
+}, NodeTimeout(20*time.Minute)) // a cold k8s-bin build alone takes ~10 min
 
 var _ = AfterSuite(func() {
-	teardownCertManager()
+	stopAllManagers()
+	if suite.redis != nil {
+		Expect(suite.redis.Close()).To(Succeed())
+	}
+	if suite.ownCluster && suite.clusterDir != "" {
+		stopCluster()
+	}
+	failed := CurrentSpecReport().Failed() || suiteFailed.Load()
+	if suite.work != "" {
+		if failed {
+			// Keep the logs; drop the bulk (manager binary, etcd data: ~150 MB).
+			_ = os.Remove(suite.managerBin)
+			if suite.clusterDir != "" {
+				_ = os.RemoveAll(filepath.Join(suite.clusterDir, "etcd"))
+			}
+			logf("keeping the manager and cluster logs in %s for inspection", suite.work)
+		} else {
+			_ = os.RemoveAll(suite.work)
+		}
+	}
+	logf("suite total %s", since(suite.start))
+	printMeasurements()
 })
 
-// Disable kubectl kuberc by default for test isolation.
-// This prevents local kubectl configurations from affecting test behavior.
-// To enable kuberc, set: KUBECTL_KUBERC=true
-func configureKubectlKubeRC() {
-	if os.Getenv("KUBECTL_KUBERC") != "true" {
-		By("disabling kubectl kuberc for test isolation")
-		err := os.Setenv("KUBECTL_KUBERC", "false")
-		ExpectWithOffset(1, err).NotTo(HaveOccurred(), "Failed to disable kubectl kuberc")
-		_, _ = fmt.Fprintf(GinkgoWriter,
-			"kubectl kuberc disabled for consistent test behavior (override with KUBECTL_KUBERC=true)\n")
-	} else {
-		_, _ = fmt.Fprintf(GinkgoWriter, "kubectl kuberc enabled (KUBECTL_KUBERC=true)\n")
+// startCluster brings up the suite's own control plane with hack/cluster.sh,
+// in its own folder and on its own ports.
+func startCluster() error {
+	var err error
+	suite.binDir, err = k8sassets.DefaultDir()
+	if err != nil {
+		return err
+	}
+	preferred := defaultPortBase
+	if v := os.Getenv("E2E_CLUSTER_PORT_BASE"); v != "" {
+		if preferred, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("E2E_CLUSTER_PORT_BASE: %w", err)
+		}
+	}
+	if suite.portBase, err = utils.FreePortBlock(preferred, 6, userPortBase); err != nil {
+		return err
+	}
+	suite.clusterDir = filepath.Join(suite.work, "cluster")
+	suite.kubeconfig = filepath.Join(suite.clusterDir, "kubeconfig")
+	t0 := time.Now()
+	if _, err := clusterScript(5*time.Minute, "up"); err != nil {
+		return err
+	}
+	logf("control plane up in %s (ports %d..%d, dir %s)", since(t0), suite.portBase, suite.portBase+5, suite.clusterDir)
+	return nil
+}
+
+// stopCluster runs `hack/cluster.sh down` and checks that every process `up`
+// recorded is gone.
+func stopCluster() {
+	pids := map[string]int{}
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+		if b, err := os.ReadFile(filepath.Join(suite.clusterDir, "pids", name+".pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				pids[name] = pid
+			}
+		}
+	}
+	out, err := clusterScript(2*time.Minute, "down")
+	Expect(err).NotTo(HaveOccurred(), out)
+	for name, pid := range pids {
+		Expect(processAlive(pid)).To(BeFalse(), "%s (pid %d) still runs after cluster down", name, pid)
 	}
 }
 
-// setupCertManager installs CertManager if needed for webhook tests.
-// Skips installation if CERT_MANAGER_INSTALL_SKIP=true or if already present.
-func setupCertManager() {
-	if os.Getenv("CERT_MANAGER_INSTALL_SKIP") == "true" {
-		_, _ = fmt.Fprintf(GinkgoWriter, "Skipping CertManager installation (CERT_MANAGER_INSTALL_SKIP=true)\n")
-		return
-	}
-
-	By("checking if CertManager is already installed")
-	if utils.IsCertManagerCRDsInstalled() {
-		_, _ = fmt.Fprintf(GinkgoWriter, "CertManager is already installed. Skipping installation.\n")
-		return
-	}
-
-	// Mark for cleanup before installation to handle interruptions and partial installs.
-	shouldCleanupCertManager = true
-
-	By("installing CertManager")
-	Expect(utils.InstallCertManager()).To(Succeed(), "Failed to install CertManager")
+func clusterScript(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(suite.root, "hack", "cluster.sh")}, args...)...)
+	cmd.Dir = suite.root
+	cmd.Env = append(os.Environ(),
+		"LOCKEDJOB_CLUSTER_DIR="+suite.clusterDir,
+		"LOCKEDJOB_CLUSTER_PORT_BASE="+strconv.Itoa(suite.portBase),
+		"K8S_BIN_DIR="+suite.binDir,
+	)
+	return utils.Run(cmd)
 }
 
-// teardownCertManager uninstalls CertManager if it was installed by setupCertManager.
-// This ensures we only remove what we installed.
-func teardownCertManager() {
-	if !shouldCleanupCertManager {
-		_, _ = fmt.Fprintf(GinkgoWriter, "Skipping CertManager cleanup (not installed by this suite)\n")
+// installCRD creates or updates the LockedJob CRD from config/crd/bases and
+// waits until it is established.
+func installCRD(ctx context.Context) {
+	b, err := os.ReadFile(filepath.Join(suite.root, crdPath))
+	Expect(err).NotTo(HaveOccurred())
+	want := &apiextensionsv1.CustomResourceDefinition{}
+	Expect(yaml.UnmarshalStrict(b, want)).To(Succeed())
+	got := &apiextensionsv1.CustomResourceDefinition{}
+	err = suite.k8s.Get(ctx, client.ObjectKeyFromObject(want), got)
+	switch {
+	case apierrors.IsNotFound(err):
+		Expect(suite.k8s.Create(ctx, want)).To(Succeed())
+	case err == nil:
+		want.ResourceVersion = got.ResourceVersion
+		Expect(suite.k8s.Update(ctx, want)).To(Succeed())
+	default:
+		Fail(fmt.Sprintf("get CRD %s: %v", want.Name, err))
+	}
+	Eventually(func(g Gomega) {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		g.Expect(suite.k8s.Get(ctx, client.ObjectKeyFromObject(want), crd)).To(Succeed())
+		established := false
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				established = true
+			}
+		}
+		g.Expect(established).To(BeTrue(), "CRD %s not established", crd.Name)
+		g.Expect(suite.k8s.List(ctx, &batchv1alpha1.LockedJobList{})).To(Succeed())
+	}).WithContext(ctx).Should(Succeed())
+}
+
+// refuseForeignOperator fails when another lockedjob manager holds the leader
+// lease of the target cluster: it would fight the suite's manager.
+func refuseForeignOperator(ctx context.Context) {
+	lease := &coordinationv1.Lease{}
+	err := suite.k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: leaseName}, lease)
+	if apierrors.IsNotFound(err) {
 		return
 	}
-
-	By("uninstalling CertManager")
-	utils.UninstallCertManager()
+	Expect(err).NotTo(HaveOccurred())
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" || lease.Spec.RenewTime == nil {
+		return
+	}
+	d := 15 * time.Second
+	if lease.Spec.LeaseDurationSeconds != nil {
+		d = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+	}
+	Expect(time.Since(lease.Spec.RenewTime.Time)).To(BeNumerically(">", d),
+		"another lockedjob operator (%s) leads in this cluster; stop it before running the e2e suite against it", *lease.Spec.HolderIdentity)
 }

@@ -1,339 +1,521 @@
 //go:build e2e
-// +build e2e
-
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
 
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/lockedjob/lockedjob/test/utils"
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
-// namespace where the project is deployed in
-const namespace = "lockedjob-system"
+// Scenario 1.
+var _ = Describe("Five LockedJobs on one lock", Ordered, func() {
+	var s *scenario
+	names := []string{"one", "two", "three", "four", "five"}
 
-// serviceAccountName created for the project
-const serviceAccountName = "lockedjob-controller-manager"
-
-// metricsServiceName is the name of the metrics service of the project
-const metricsServiceName = "lockedjob-controller-manager-metrics-service"
-
-// metricsRoleBindingName is the name of the RBAC that will be created to allow get the metrics data
-const metricsRoleBindingName = "lockedjob-metrics-binding"
-
-var _ = Describe("Manager", Ordered, func() {
-	var controllerPodName string
-
-	// Before running the tests, set up the environment by creating the namespace,
-	// enforce the restricted security policy to the namespace, installing CRDs,
-	// and deploying the controller.
 	BeforeAll(func() {
-		By("creating manager namespace")
-		cmd := exec.Command("kubectl", "create", "ns", namespace)
-		_, err := utils.Run(cmd)
-		Expect(err).NotTo(HaveOccurred(), "Failed to create namespace")
-
-		By("labeling the namespace to enforce the restricted security policy")
-		cmd = exec.Command("kubectl", "label", "--overwrite", "ns", namespace,
-			"pod-security.kubernetes.io/enforce=restricted")
-		_, err = utils.Run(cmd)
-		Expect(err).NotTo(HaveOccurred(), "Failed to label namespace with restricted policy")
-
-		By("installing CRDs")
-		cmd = exec.Command("make", "install")
-		_, err = utils.Run(cmd)
-		Expect(err).NotTo(HaveOccurred(), "Failed to install CRDs")
-
-		By("deploying the controller-manager")
-		cmd = exec.Command("make", "deploy", fmt.Sprintf("IMG=%s", managerImage))
-		_, err = utils.Run(cmd)
-		Expect(err).NotTo(HaveOccurred(), "Failed to deploy the controller-manager")
+		s = newScenario("s1-serial", false)
+		s.startManager(true)
 	})
 
-	// After all tests have been executed, clean up by undeploying the controller, uninstalling CRDs,
-	// and deleting the namespace.
-	AfterAll(func() {
-		By("cleaning up the curl pod for metrics")
-		cmd := exec.Command("kubectl", "delete", "pod", "curl-metrics", "-n", namespace)
-		_, _ = utils.Run(cmd)
-
-		By("undeploying the controller-manager")
-		cmd = exec.Command("make", "undeploy")
-		_, _ = utils.Run(cmd)
-
-		By("uninstalling CRDs")
-		cmd = exec.Command("make", "uninstall")
-		_, _ = utils.Run(cmd)
-
-		By("removing manager namespace")
-		cmd = exec.Command("kubectl", "delete", "ns", namespace)
-		_, _ = utils.Run(cmd)
-	})
-
-	// After each test, check for failures and collect logs, events,
-	// and pod descriptions for debugging.
-	AfterEach(func() {
-		specReport := CurrentSpecReport()
-		if specReport.Failed() {
-			By("Fetching controller manager pod logs")
-			cmd := exec.Command("kubectl", "logs", controllerPodName, "-n", namespace)
-			controllerLogs, err := utils.Run(cmd)
-			if err == nil {
-				_, _ = fmt.Fprintf(GinkgoWriter, "Controller logs:\n %s", controllerLogs)
-			} else {
-				_, _ = fmt.Fprintf(GinkgoWriter, "Failed to get Controller logs: %s", err)
-			}
-
-			By("Fetching Kubernetes events")
-			cmd = exec.Command("kubectl", "get", "events", "-n", namespace, "--sort-by=.lastTimestamp")
-			eventsOutput, err := utils.Run(cmd)
-			if err == nil {
-				_, _ = fmt.Fprintf(GinkgoWriter, "Kubernetes events:\n%s", eventsOutput)
-			} else {
-				_, _ = fmt.Fprintf(GinkgoWriter, "Failed to get Kubernetes events: %s", err)
-			}
-
-			By("Fetching curl-metrics logs")
-			cmd = exec.Command("kubectl", "logs", "curl-metrics", "-n", namespace)
-			metricsOutput, err := utils.Run(cmd)
-			if err == nil {
-				_, _ = fmt.Fprintf(GinkgoWriter, "Metrics logs:\n %s", metricsOutput)
-			} else {
-				_, _ = fmt.Fprintf(GinkgoWriter, "Failed to get curl-metrics logs: %s", err)
-			}
-
-			By("Fetching controller manager pod description")
-			cmd = exec.Command("kubectl", "describe", "pod", controllerPodName, "-n", namespace)
-			podDescription, err := utils.Run(cmd)
-			if err == nil {
-				fmt.Println("Pod description:\n", podDescription)
-			} else {
-				fmt.Println("Failed to describe controller pod")
-			}
+	It("run their Jobs one at a time, all succeed, fencing tokens increase in run order", func(ctx SpecContext) {
+		for _, n := range names {
+			s.create(s.newLockedJob(n, ljSpec{lock: "shared", run: 2 * time.Second}))
 		}
+		for _, n := range names {
+			lj := s.eventuallyPhase(n, batchv1alpha1.PhaseSucceeded, 90*time.Second)
+			Expect(condition(lj, batchv1alpha1.ConditionComplete)).To(HaveField("Status", metav1.ConditionTrue))
+			Expect(condition(lj, batchv1alpha1.ConditionReady)).To(HaveField("Status", metav1.ConditionTrue))
+			Expect(condition(lj, batchv1alpha1.ConditionLockAcquired)).To(HaveField("Reason", batchv1alpha1.ReasonReleased))
+			Expect(lj.Status.ReleasedAt).NotTo(BeNil())
+			s.expectFenceEverywhere(lj)
+			s.eventuallyEvents(n, batchv1alpha1.ReasonAcquired, batchv1alpha1.ReasonJobCreated, batchv1alpha1.ReasonJobComplete, batchv1alpha1.ReasonReleased)
+		}
+
+		// Runs in the order the watch saw the Jobs created.
+		var runs []jobRec
+		Eventually(func(g Gomega) {
+			runs = s.rec.Jobs()
+			g.Expect(runs).To(HaveLen(len(names)), "one Job per LockedJob")
+			for _, r := range runs {
+				g.Expect(r.Complete).NotTo(BeZero(), "Job %s not seen complete yet", r.Name)
+			}
+		}).Should(Succeed())
+		Expect(uniqueLockedJobs(runs)).To(ConsistOf(names))
+		var gaps []time.Duration
+		for i := range runs {
+			run := runs[i]
+			api := &batchv1.Job{}
+			Expect(suite.k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: run.Name}, api)).To(Succeed())
+			Expect(api.Status.Succeeded).To(BeEquivalentTo(1), "Job %s", run.Name)
+			Expect(api.Status.StartTime).NotTo(BeNil())
+			Expect(api.Status.CompletionTime).NotTo(BeNil())
+			Expect(s.rec.PodsOf(run.Name)).To(HaveLen(1), "Job %s ran one pod", run.Name)
+			Expect(run.Complete.IsZero()).To(BeFalse(), "Job %s seen complete", run.Name)
+			if i == 0 {
+				continue
+			}
+			prev := runs[i-1]
+			prevAPI := prev.Job
+			// Fencing tokens strictly increase in run order.
+			Expect(run.Fence).To(BeNumerically(">", prev.Fence), "fence of %s vs %s", run.Name, prev.Name)
+			// No overlap, from the API's own records (1s precision)...
+			Expect(api.CreationTimestamp.Time).To(BeTemporally(">=", prevAPI.Status.CompletionTime.Time),
+				"Job %s created before %s completed", run.Name, prev.Name)
+			Expect(api.Status.StartTime.Time).To(BeTemporally(">=", prevAPI.Status.CompletionTime.Time))
+			// ...and from the watch (ms precision): created only after the previous one completed,
+			// its pod created only after the previous pod succeeded.
+			Expect(run.Added).To(BeTemporally(">=", prev.Complete), "Job %s seen before %s completed", run.Name, prev.Name)
+			prevPod, pod := s.rec.PodsOf(prev.Name)[0], s.rec.PodsOf(run.Name)[0]
+			Expect(prevPod.Succeeded.IsZero()).To(BeFalse())
+			Expect(pod.Added).To(BeTemporally(">=", prevPod.Succeeded), "pod %s started beside %s", pod.Name, prevPod.Name)
+			gaps = append(gaps, run.Added.Sub(prev.Complete))
+		}
+		var parts []string
+		for _, g := range gaps {
+			parts = append(parts, ms(g))
+		}
+		measure("scenario 1 handoff gap (Job complete seen -> next Job created seen): p50 %s, p95 %s, max %s; all: %s",
+			ms(percentile(gaps, 50)), ms(percentile(gaps, 95)), ms(slices.Max(gaps)), strings.Join(parts, " "))
+		Expect(percentile(gaps, 50)).To(BeNumerically("<", time.Second), "handoff p50 target")
+	}, SpecTimeout(3*time.Minute))
+})
+
+// Scenario 2.
+var _ = Describe("LockedJobs on different locks", Ordered, func() {
+	var s *scenario
+	locks := []string{"alpha", "beta", "gamma"}
+
+	BeforeAll(func() {
+		s = newScenario("s2-parallel", false)
+		s.startManager(true)
 	})
 
-	SetDefaultEventuallyTimeout(2 * time.Minute)
-	SetDefaultEventuallyPollingInterval(time.Second)
+	It("run in parallel", func(ctx SpecContext) {
+		for _, l := range locks {
+			s.create(s.newLockedJob("job-"+l, ljSpec{lock: l, run: 4 * time.Second}))
+		}
+		for _, l := range locks {
+			Eventually(func(g Gomega) {
+				lj := s.get("job-" + l)
+				g.Expect(lj.Status.Phase).To(Equal(batchv1alpha1.PhaseSucceeded), lj.Status.Message)
+				g.Expect(lj.Status.LockKey).To(Equal(s.redisKey(l)))
+			}).WithTimeout(60 * time.Second).Should(Succeed())
+		}
+		runs := s.rec.Jobs()
+		Expect(runs).To(HaveLen(len(locks)))
+		var lastAdded, firstComplete, lastCreated, firstCompletion time.Time
+		var lastRunning, firstSucceeded time.Time
+		for _, r := range runs {
+			r = s.seenFinished(r.Name)
+			api := &batchv1.Job{}
+			Expect(suite.k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: r.Name}, api)).To(Succeed())
+			Expect(api.Status.Succeeded).To(BeEquivalentTo(1))
+			pod := s.rec.PodsOf(r.Name)[0]
+			Expect(pod.Running).NotTo(BeZero(), "pod %s not seen Running", pod.Name)
+			lastAdded = latest(lastAdded, r.Added)
+			firstComplete = earliest(firstComplete, r.Complete)
+			lastCreated = latest(lastCreated, api.CreationTimestamp.Time)
+			firstCompletion = earliest(firstCompletion, api.Status.CompletionTime.Time)
+			lastRunning = latest(lastRunning, pod.Running)
+			firstSucceeded = earliest(firstSucceeded, pod.Succeeded)
+		}
+		// All three were running at once: every Job existed before any completed, and every pod
+		// was Running before any succeeded.
+		Expect(lastCreated).To(BeTemporally("<", firstCompletion), "API records: a Job was created after another completed")
+		Expect(lastAdded).To(BeTemporally("<", firstComplete), "watch: a Job was created after another completed")
+		Expect(lastRunning).To(BeTemporally("<", firstSucceeded), "watch: a pod started after another succeeded")
+		measure("scenario 2 parallel: 3 Jobs on 3 locks created within %s of each other, all Running together for %s",
+			ms(lastAdded.Sub(runs[0].Added)), ms(firstSucceeded.Sub(lastRunning)))
+	}, SpecTimeout(2*time.Minute))
+})
 
-	Context("Manager", func() {
-		It("should run successfully", func() {
-			By("validating that the controller-manager pod is running as expected")
-			verifyControllerUp := func(g Gomega) {
-				By("getting the name of the controller-manager pod")
-				cmd := exec.Command("kubectl", "get",
-					"pods", "-l", "control-plane=controller-manager",
-					"-o", "go-template={{ range .items }}"+
-						"{{ if not .metadata.deletionTimestamp }}"+
-						"{{ .metadata.name }}"+
-						"{{ \"\\n\" }}{{ end }}{{ end }}",
-					"-n", namespace,
-				)
+// Scenario 3.
+var _ = Describe("Deleting a running LockedJob", Ordered, func() {
+	var s *scenario
+	var holder, waiter *batchv1alpha1.LockedJob
+	var deleted, holderGone, podsGone time.Time
 
-				podOutput, err := utils.Run(cmd)
-				g.Expect(err).NotTo(HaveOccurred(), "Failed to retrieve controller-manager pod information")
-				podNames := utils.GetNonEmptyLines(podOutput)
-				g.Expect(podNames).To(HaveLen(1), "expected 1 controller pod running")
-				controllerPodName = podNames[0]
-				g.Expect(controllerPodName).To(ContainSubstring("controller-manager"))
+	BeforeAll(func() {
+		s = newScenario("s3-delete", false)
+		s.startManager(true)
+	})
 
-				By("validating the pod's status")
-				cmd = exec.Command("kubectl", "get",
-					"pods", controllerPodName, "-o", "jsonpath={.status.phase}",
-					"-n", namespace,
-				)
-				output, err := utils.Run(cmd)
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(output).To(Equal("Running"), "Incorrect controller-manager pod status")
-			}
-			Eventually(verifyControllerUp).Should(Succeed())
-		})
+	It("stops its Job, releases the lock, and the next waiter starts", func(ctx SpecContext) {
+		s.create(s.newLockedJob("holder", ljSpec{lock: "door", run: 60 * time.Second}))
+		holder = s.eventuallyRunningPod("holder", 30*time.Second)
+		holderJob := holder.Status.JobName
+		s.create(s.newLockedJob("waiter", ljSpec{lock: "door", run: time.Second}))
+		Eventually(func(g Gomega) {
+			w := s.get("waiter")
+			g.Expect(w.Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
+			g.Expect(w.Status.BlockedBy).To(Equal(holder.Status.Holder))
+			g.Expect(w.Status.QueuePosition).To(HaveValue(BeEquivalentTo(1)))
+			g.Expect(condition(w, batchv1alpha1.ConditionLockAcquired)).To(HaveField("Reason", batchv1alpha1.ReasonWaiting))
+		}).Should(Succeed())
+		Consistently(func() []jobRec { return s.rec.JobsOf("waiter") }).WithTimeout(2 * time.Second).Should(BeEmpty())
 
-		It("should ensure the metrics endpoint is serving metrics", func() {
-			By("creating a ClusterRoleBinding for the service account to allow access to metrics")
-			cmd := exec.Command("kubectl", "create", "clusterrolebinding", metricsRoleBindingName,
-				"--clusterrole=lockedjob-metrics-reader",
-				fmt.Sprintf("--serviceaccount=%s:%s", namespace, serviceAccountName),
-			)
-			_, err := utils.Run(cmd)
-			Expect(err).NotTo(HaveOccurred(), "Failed to create ClusterRoleBinding")
+		deleted = time.Now()
+		Expect(suite.k8s.Delete(ctx, holder)).To(Succeed())
+		Eventually(func() bool {
+			return isNotFound(suite.k8s.Get(ctx, client.ObjectKeyFromObject(holder), &batchv1alpha1.LockedJob{}))
+		}).WithPolling(20*time.Millisecond).WithTimeout(60*time.Second).Should(BeTrue(), "holder kept by its finalizer")
+		holderGone = time.Now()
+		Eventually(func(g Gomega) {
+			g.Expect(s.rec.Job(holderJob).Deleted).NotTo(BeZero(), "Job %s not deleted", holderJob)
+			var ok bool
+			podsGone, ok = s.rec.PodsGone(holderJob)
+			g.Expect(ok).To(BeTrue(), "pods of %s not gone", holderJob)
+		}).WithPolling(20 * time.Millisecond).Should(Succeed())
 
-			By("validating that the metrics service is available")
-			cmd = exec.Command("kubectl", "get", "service", metricsServiceName, "-n", namespace)
-			_, err = utils.Run(cmd)
-			Expect(err).NotTo(HaveOccurred(), "Metrics service should exist")
+		waiter = s.eventuallyPhase("waiter", batchv1alpha1.PhaseSucceeded, 60*time.Second)
+		Expect(s.expectFenceEverywhere(waiter)).To(BeNumerically(">", *holder.Status.FencingToken))
+		Expect(s.eventReasons("LockedJob", "holder")).To(ContainElements(batchv1alpha1.ReasonJobDeleted, batchv1alpha1.ReasonReleased))
+		wJob := s.seenFinished(waiter.Status.JobName)
+		measure("scenario 3 delete: holder deleted -> LockedJob gone %s, its pods gone %s, waiter's Job created %s",
+			ms(holderGone.Sub(deleted)), ms(podsGone.Sub(deleted)), ms(wJob.Added.Sub(deleted)))
+	}, SpecTimeout(3*time.Minute))
 
-			By("getting the service account token")
-			token, err := serviceAccountToken()
-			Expect(err).NotTo(HaveOccurred())
-			Expect(token).NotTo(BeEmpty())
-
-			By("ensuring the controller pod is ready")
-			verifyControllerPodReady := func(g Gomega) {
-				cmd := exec.Command("kubectl", "get", "pod", controllerPodName, "-n", namespace,
-					"-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}")
-				output, err := utils.Run(cmd)
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(output).To(Equal("True"), "Controller pod not ready")
-			}
-			Eventually(verifyControllerPodReady, 3*time.Minute, time.Second).Should(Succeed())
-
-			By("verifying that the controller manager is serving the metrics server")
-			verifyMetricsServerStarted := func(g Gomega) {
-				cmd := exec.Command("kubectl", "logs", controllerPodName, "-n", namespace)
-				output, err := utils.Run(cmd)
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(output).To(ContainSubstring("Serving metrics server"),
-					"Metrics server not yet started")
-			}
-			Eventually(verifyMetricsServerStarted, 3*time.Minute, time.Second).Should(Succeed())
-
-			// +kubebuilder:scaffold:e2e-metrics-webhooks-readiness
-
-			By("creating the curl-metrics pod to access the metrics endpoint")
-			cmd = exec.Command("kubectl", "run", "curl-metrics", "--restart=Never",
-				"--namespace", namespace,
-				"--image=curlimages/curl:latest",
-				"--overrides",
-				fmt.Sprintf(`{
-					"spec": {
-						"containers": [{
-							"name": "curl",
-							"image": "curlimages/curl:latest",
-							"command": ["/bin/sh", "-c"],
-							"args": [
-								"for i in $(seq 1 30); do curl -v -k -H 'Authorization: Bearer %s' https://%s.%s.svc.cluster.local:8443/metrics && exit 0 || sleep 2; done; exit 1"
-							],
-							"securityContext": {
-								"readOnlyRootFilesystem": true,
-								"allowPrivilegeEscalation": false,
-								"capabilities": {
-									"drop": ["ALL"]
-								},
-								"runAsNonRoot": true,
-								"runAsUser": 1000,
-								"seccompProfile": {
-									"type": "RuntimeDefault"
-								}
-							}
-						}],
-						"serviceAccountName": "%s"
-					}
-				}`, token, metricsServiceName, namespace, serviceAccountName))
-			_, err = utils.Run(cmd)
-			Expect(err).NotTo(HaveOccurred(), "Failed to create curl-metrics pod")
-
-			By("waiting for the curl-metrics pod to complete.")
-			verifyCurlUp := func(g Gomega) {
-				cmd := exec.Command("kubectl", "get", "pods", "curl-metrics",
-					"-o", "jsonpath={.status.phase}",
-					"-n", namespace)
-				output, err := utils.Run(cmd)
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(output).To(Equal("Succeeded"), "curl pod in wrong status")
-			}
-			Eventually(verifyCurlUp, 5*time.Minute).Should(Succeed())
-
-			By("getting the metrics by checking curl-metrics logs")
-			verifyMetricsAvailable := func(g Gomega) {
-				metricsOutput, err := getMetricsOutput()
-				g.Expect(err).NotTo(HaveOccurred(), "Failed to retrieve logs from curl pod")
-				g.Expect(metricsOutput).NotTo(BeEmpty())
-				g.Expect(metricsOutput).To(ContainSubstring("< HTTP/1.1 200 OK"))
-			}
-			Eventually(verifyMetricsAvailable, 2*time.Minute).Should(Succeed())
-		})
-
-		// +kubebuilder:scaffold:e2e-webhooks-checks
-
-		// TODO: Customize the e2e test suite with scenarios specific to your project.
-		// Consider applying sample/CR(s) and check their status and/or verifying
-		// the reconciliation by using the metrics, i.e.:
-		// metricsOutput, err := getMetricsOutput()
-		// Expect(err).NotTo(HaveOccurred(), "Failed to retrieve logs from curl pod")
-		// Expect(metricsOutput).To(ContainSubstring(
-		//    fmt.Sprintf(`controller_runtime_reconcile_total{controller="%s",result="success"} 1`,
-		//    strings.ToLower(<Kind>),
-		// ))
+	// The finalizer must hold the lock until the deleted Job's pods are gone ("a waiter never
+	// starts beside pods still running"). Known product bug: reconcileDelete only counts pods
+	// while the Job object still exists; a background-deleted Job vanishes before its pods, and
+	// the next reconcile releases at once. See docs/e2e.md.
+	It("keeps the lock until the deleted holder's pods are gone", Label("known-bug"), func() {
+		wJob := s.rec.Job(waiter.Status.JobName)
+		var violations []string
+		if holderGone.Before(podsGone) {
+			violations = append(violations, fmt.Sprintf("the holder's finalizer was removed %s before its pods were gone", ms(podsGone.Sub(holderGone))))
+		}
+		if wJob.Added.Before(podsGone) {
+			violations = append(violations, fmt.Sprintf("the waiter's Job %s was created %s before the holder's pods were gone", wJob.Name, ms(podsGone.Sub(wJob.Added))))
+		}
+		Expect(violations).To(BeEmpty(), "holder deleted at %s, LockedJob gone at %s, its pods gone at %s, waiter's Job created at %s",
+			deleted.Format(stamp), holderGone.Format(stamp), podsGone.Format(stamp), wJob.Added.Format(stamp))
 	})
 })
 
-// serviceAccountToken returns a token for the specified service account in the given namespace.
-// It uses the Kubernetes TokenRequest API to generate a token by directly sending a request
-// and parsing the resulting token from the API response.
-func serviceAccountToken() (string, error) {
-	const tokenRequestRawString = `{
-		"apiVersion": "authentication.k8s.io/v1",
-		"kind": "TokenRequest"
-	}`
+// Scenario 4.
+var _ = Describe("Operator killed while a Job runs", Ordered, func() {
+	var s *scenario
 
-	By("creating temporary file to store the token request")
-	secretName := fmt.Sprintf("%s-token-request", serviceAccountName)
-	tokenRequestFile := filepath.Join("/tmp", secretName)
-	err := os.WriteFile(tokenRequestFile, []byte(tokenRequestRawString), os.FileMode(0o644))
-	if err != nil {
-		return "", err
+	BeforeAll(func() {
+		s = newScenario("s4-restart", false)
+		s.startManager(true)
+	})
+
+	It("re-adopts the lock after a restart, never duplicates the Job, and the waiter starts only after it", func(ctx SpecContext) {
+		// ttl outlives the operator's downtime (lease 4s + start-up), so the lock is still there
+		// to re-adopt.
+		s.create(s.newLockedJob("first", ljSpec{lock: "batch", ttl: 15 * time.Second, renew: 3 * time.Second, run: 12 * time.Second}))
+		first := s.eventuallyRunningPod("first", 30*time.Second)
+		fence := s.expectFenceEverywhere(first)
+		s.create(s.newLockedJob("second", ljSpec{lock: "batch", run: time.Second}))
+		s.eventuallyPhase("second", batchv1alpha1.PhaseWaiting, 30*time.Second)
+
+		old := s.mgr
+		old.Kill()
+		killed := time.Now()
+		Expect(s.rec.Job(first.Status.JobName)).To(HaveField("Complete", BeZero()), "the Job finished before the kill; lengthen it")
+		Expect(s.rdb[0].Exists(ctx, s.redisKey("batch")).Val()).To(BeEquivalentTo(1), "lock left in Redis while no operator runs")
+
+		s.startManager(true)
+		measure("scenario 4 restart: SIGKILL -> new manager leads and runs workers %s (leader lease 4s)", ms(time.Since(killed)))
+		s.eventuallyEvents("first", batchv1alpha1.ReasonReadopted)
+		Expect(s.mgr.logCount("Re-adopted lock")).To(BeNumerically(">=", 1))
+		Expect(s.rec.Job(first.Status.JobName)).To(HaveField("Complete", BeZero()), "the Job finished before the lock was re-adopted")
+
+		first = s.eventuallyPhase("first", batchv1alpha1.PhaseSucceeded, 60*time.Second)
+		Expect(*first.Status.FencingToken).To(Equal(fence), "re-adoption kept the fencing token")
+		second := s.eventuallyPhase("second", batchv1alpha1.PhaseSucceeded, 60*time.Second)
+		Expect(*second.Status.FencingToken).To(BeNumerically(">", fence))
+
+		// Not duplicated: one Job for first, with one pod, in the API and in everything the watch saw.
+		Expect(s.jobsOf("first")).To(HaveLen(1))
+		Expect(s.rec.JobsOf("first")).To(HaveLen(1))
+		Expect(s.rec.PodsOf(first.Status.JobName)).To(HaveLen(1))
+		Expect(s.mgr.logCount("Creating Job")).To(BeNumerically("==", 1), "the new manager created only second's Job")
+		firstJob := s.seenFinished(first.Status.JobName)
+		secondJob := s.seenFinished(second.Status.JobName)
+		Expect(firstJob.Job.Status.Succeeded).To(BeEquivalentTo(1))
+		Expect(secondJob.Added).To(BeTemporally(">=", firstJob.Complete), "second's Job created before first's completed")
+		Expect(secondJob.Job.CreationTimestamp.Time).To(BeTemporally(">=", firstJob.Job.Status.CompletionTime.Time))
+		measure("scenario 4 restart: first's Job completed %s after the kill; second's Job created %s after that",
+			ms(firstJob.Complete.Sub(killed)), ms(secondJob.Added.Sub(firstJob.Complete)))
+	}, SpecTimeout(3*time.Minute))
+})
+
+// Scenario 5.
+var _ = Describe("Operator paused for longer than the TTL", Ordered, func() {
+	var s *scenario
+
+	BeforeAll(func() {
+		s = newScenario("s5-pause", false)
+		// Default leader-election timings: the pause stays well inside the lease.
+		s.startManager(false)
+	})
+
+	It("loses the lock to another holder and, on resume, suspends its Job (bounded overlap)", func(ctx SpecContext) {
+		const lock, ttl = "pause", 3 * time.Second
+		s.create(s.newLockedJob("paused", ljSpec{lock: lock, ttl: ttl, renew: time.Second,
+			onLost: batchv1alpha1.LockLostSuspend, run: 60 * time.Second}))
+		lj := s.eventuallyRunningPod("paused", 30*time.Second)
+		fence := s.expectFenceEverywhere(lj)
+		jobName := lj.Status.JobName
+		rdb := s.rdb[0]
+		key := s.redisKey(lock)
+		Expect(lj.Status.LockKey).To(Equal(key))
+		Expect(rdb.Exists(ctx, key).Val()).To(BeEquivalentTo(1))
+
+		s.mgr.Pause()
+		paused := time.Now()
+		DeferCleanup(s.mgr.Resume) // no-op once resumed; frees the manager if the spec fails early
+		Eventually(func() (int64, error) { return rdb.Exists(ctx, key).Result() }).
+			WithPolling(10*time.Millisecond).WithTimeout(15*time.Second).Should(BeZero(), "lock key did not expire")
+		expired := time.Now()
+
+		// The test is the other holder.
+		locks, err := redislock.New(rdb, redislock.WithKeyPrefix(s.prefix))
+		Expect(err).NotTo(HaveOccurred())
+		other, err := locks.Obtain(ctx, s.libKey(lock), 30*time.Second, redislock.WithMetadata("e2e-test"))
+		Expect(err).NotTo(HaveOccurred())
+		acquired := other.GrantedAt()
+		DeferCleanup(func(ctx SpecContext) { _ = other.Release(ctx) })
+		Expect(other.Fence()).To(BeNumerically(">", fence), "the new holder's fencing token outranks the paused one")
+		// Both "hold" the lock now: the paused operator's Job still runs.
+		Expect(s.podsOfJob(jobName)).NotTo(BeEmpty())
+		// The key expired a renewal interval short of a full TTL after SIGSTOP (the lease runs
+		// from the last renewal); the scenario pauses for longer than the TTL itself.
+		Eventually(func() time.Duration { return time.Since(paused) }).Should(BeNumerically(">", ttl))
+
+		s.mgr.Resume()
+		resumed := time.Now()
+		var stopped time.Time
+		Eventually(func(g Gomega) {
+			j := s.rec.Job(jobName)
+			g.Expect(j.Suspended).NotTo(BeZero(), "Job %s not suspended", jobName)
+			gone, ok := s.rec.PodsGone(jobName)
+			g.Expect(ok).To(BeTrue(), "pods of %s not gone", jobName)
+			stopped = latest(j.Suspended, gone)
+		}).WithPolling(20 * time.Millisecond).WithTimeout(30 * time.Second).Should(Succeed())
+		overlap := stopped.Sub(acquired)
+		measure("scenario 5 pause (ttl 3s, renew 1s): SIGSTOP -> key expired %s; paused %s; SIGCONT -> Job suspended and pods gone %s; overlap (test's acquisition -> paused holder's pods gone) %s",
+			ms(expired.Sub(paused)), ms(resumed.Sub(paused)), ms(stopped.Sub(resumed)), ms(overlap))
+		Expect(overlap).To(BeNumerically("<", 10*time.Second), "overlap not bounded")
+
+		lj = s.eventuallyPhase("paused", batchv1alpha1.PhaseLockLost, 20*time.Second)
+		Expect(condition(lj, batchv1alpha1.ConditionLockLost)).To(HaveField("Status", metav1.ConditionTrue))
+		Expect(condition(lj, batchv1alpha1.ConditionLockAcquired)).To(HaveField("Status", metav1.ConditionFalse))
+		Expect(condition(lj, batchv1alpha1.ConditionReady)).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", batchv1alpha1.ReasonLockLost)))
+		Expect(lj.Status.Message).To(ContainSubstring("Suspend"))
+		job := &batchv1.Job{}
+		Expect(suite.k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: jobName}, job)).To(Succeed())
+		Expect(job.Spec.Suspend).To(HaveValue(BeTrue()))
+		Expect(s.podsOfJob(jobName)).To(BeEmpty())
+		s.eventuallyEvents("paused", batchv1alpha1.ReasonLockLost)
+
+		// The operator left the new holder's lock alone.
+		Consistently(func() (string, error) { return rdb.Get(ctx, key).Result() }).WithTimeout(2 * time.Second).Should(Equal(other.Token()))
+		Expect(other.Release(ctx)).To(Succeed())
+	}, SpecTimeout(3*time.Minute))
+})
+
+// Scenario 6.
+var _ = Describe("Redis restarted without persistence while a Job runs", Ordered, func() {
+	var s *scenario
+	var node *redisserver.Server
+
+	BeforeAll(func() {
+		var err error
+		node, err = redisserver.StartProcess()
+		Expect(err).NotTo(HaveOccurred())
+		s = newScenario("s6-redis-restart", true, node)
+		s.startManager(true)
+	})
+
+	It("makes the holder detect the loss and apply its policy", func(ctx SpecContext) {
+		const lock = "reset"
+		s.create(s.newLockedJob("holder", ljSpec{lock: lock, ttl: 10 * time.Second, renew: time.Second,
+			onLost: batchv1alpha1.LockLostSuspend, run: 60 * time.Second}))
+		holder := s.eventuallyRunningPod("holder", 30*time.Second)
+		fence := s.expectFenceEverywhere(holder)
+		jobName := holder.Status.JobName
+		s.create(s.newLockedJob("waiter", ljSpec{lock: lock, run: time.Second}))
+		s.eventuallyPhase("waiter", batchv1alpha1.PhaseWaiting, 30*time.Second)
+
+		node.Restart(GinkgoT())
+		restarted := time.Now()
+		holder = s.eventuallyPhase("holder", batchv1alpha1.PhaseLockLost, 30*time.Second)
+		Expect(condition(holder, batchv1alpha1.ConditionLockLost)).To(HaveField("Status", metav1.ConditionTrue))
+		Expect(holder.Status.Message).To(ContainSubstring("Suspend"))
+		var stopped time.Time
+		Eventually(func(g Gomega) {
+			j := s.rec.Job(jobName)
+			g.Expect(j.Suspended).NotTo(BeZero())
+			gone, ok := s.rec.PodsGone(jobName)
+			g.Expect(ok).To(BeTrue())
+			stopped = latest(j.Suspended, gone)
+		}).WithPolling(20 * time.Millisecond).WithTimeout(30 * time.Second).Should(Succeed())
+		Expect(s.podsOfJob(jobName)).To(BeEmpty())
+		s.eventuallyEvents("holder", batchv1alpha1.ReasonLockLost)
+
+		// The lock was free after the restart, so the waiter may take it; its token still
+		// outranks the lost holder's (tokens follow the Redis server clock).
+		waiter := s.eventuallyPhase("waiter", batchv1alpha1.PhaseSucceeded, 60*time.Second)
+		Expect(*waiter.Status.FencingToken).To(BeNumerically(">", fence))
+		wJob := s.seenFinished(waiter.Status.JobName)
+		overlap := max(stopped.Sub(wJob.Added), 0)
+		measure("scenario 6 redis restart: restart -> holder's Job suspended and pods gone %s; waiter's Job created %s after the restart; overlap %s",
+			ms(stopped.Sub(restarted)), ms(wJob.Added.Sub(restarted)), ms(overlap))
+	}, SpecTimeout(3*time.Minute))
+})
+
+// Scenario 7.
+var _ = Describe("Redlock with three nodes", Ordered, func() {
+	var s *scenario
+	var nodes []*redisserver.Server
+
+	BeforeAll(func() {
+		for range 3 {
+			n, err := redisserver.StartProcess()
+			Expect(err).NotTo(HaveOccurred())
+			nodes = append(nodes, n)
+		}
+		s = newScenario("s7-redlock", true, nodes...)
+		s.startManager(true)
+	})
+
+	It("acquires, renews and releases with one node killed mid-run", func(ctx SpecContext) {
+		// ttl < run time: the first Job survives only if renewals on 2 of 3 nodes work.
+		spec := ljSpec{lock: "quorum", ttl: 4 * time.Second, renew: time.Second}
+		firstSpec, secondSpec := spec, spec
+		firstSpec.run, secondSpec.run = 7*time.Second, time.Second
+		s.create(s.newLockedJob("first", firstSpec))
+		first := s.eventuallyRunningPod("first", 30*time.Second)
+		for i := range s.rdb {
+			Expect(s.rdb[i].Exists(ctx, s.redisKey("quorum")).Val()).To(BeEquivalentTo(1), "lock on node %d", i)
+		}
+		s.create(s.newLockedJob("second", secondSpec))
+		s.eventuallyPhase("second", batchv1alpha1.PhaseWaiting, 30*time.Second)
+
+		nodes[2].Kill(GinkgoT())
+		Expect(s.rec.Job(first.Status.JobName)).To(HaveField("Complete", BeZero()), "first finished before the kill; lengthen it")
+
+		first = s.eventuallyPhase("first", batchv1alpha1.PhaseSucceeded, 60*time.Second)
+		Expect(condition(first, batchv1alpha1.ConditionLockLost)).To(BeNil())
+		second := s.eventuallyPhase("second", batchv1alpha1.PhaseSucceeded, 60*time.Second)
+		Expect(*second.Status.FencingToken).To(BeNumerically(">", *first.Status.FencingToken))
+		firstJob := s.seenFinished(first.Status.JobName)
+		secondJob := s.seenFinished(second.Status.JobName)
+		Expect(secondJob.Added).To(BeTemporally(">=", firstJob.Complete))
+		s.eventuallyEvents("first", batchv1alpha1.ReasonReleased)
+		s.eventuallyEvents("second", batchv1alpha1.ReasonAcquired, batchv1alpha1.ReasonReleased)
+		s.expectRedisClean(ctx) // on the two live nodes
+	}, SpecTimeout(3*time.Minute))
+
+	It("starts no Job with two nodes killed, and says why in RedisAvailable=False", func(ctx SpecContext) {
+		nodes[1].Kill(GinkgoT())
+		s.create(s.newLockedJob("third", ljSpec{lock: "quorum", run: time.Second}))
+		Eventually(func(g Gomega) {
+			lj := s.get("third")
+			c := condition(lj, batchv1alpha1.ConditionRedisAvailable)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(batchv1alpha1.ReasonRedisUnavailable))
+			g.Expect(c.Message).To(ContainSubstring(nodes[1].Addr()))
+			g.Expect(condition(lj, batchv1alpha1.ConditionReady)).To(HaveField("Reason", batchv1alpha1.ReasonRedisUnavailable))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		lj := s.get("third")
+		logf("third: RedisAvailable=False: %s", condition(lj, batchv1alpha1.ConditionRedisAvailable).Message)
+		Consistently(func(g Gomega) {
+			g.Expect(s.jobsOf("third")).To(BeEmpty())
+			lj := s.get("third")
+			g.Expect(lj.Status.JobName).To(BeEmpty())
+			g.Expect(lj.Status.Phase).NotTo(Equal(batchv1alpha1.PhaseRunning))
+		}).WithTimeout(3 * time.Second).Should(Succeed())
+		s.eventuallyEvents("third", batchv1alpha1.ReasonRedisUnavailable)
+	}, SpecTimeout(2*time.Minute))
+
+	It("runs the waiting LockedJob once the nodes are back", func(ctx SpecContext) {
+		back := time.Now()
+		nodes[1].Restart(GinkgoT())
+		nodes[2].Restart(GinkgoT())
+		lj := s.eventuallyPhase("third", batchv1alpha1.PhaseSucceeded, 90*time.Second)
+		Expect(condition(lj, batchv1alpha1.ConditionRedisAvailable)).To(HaveField("Status", metav1.ConditionTrue))
+		measure("scenario 7 redlock: quorum back -> waiting LockedJob succeeded %s (includes the controller's error backoff)", ms(time.Since(back)))
+	}, SpecTimeout(2*time.Minute))
+})
+
+// Scenario 8.
+var _ = Describe("A failing Job", Ordered, func() {
+	var s *scenario
+
+	BeforeAll(func() {
+		s = newScenario("s8-failure", false)
+		s.startManager(true)
+	})
+
+	It("ends Failed, releases the lock, and the next waiter starts", func(ctx SpecContext) {
+		s.create(s.newLockedJob("failing", ljSpec{lock: "flaky", run: 3 * time.Second, fail: true}))
+		s.eventuallyRunningPod("failing", 30*time.Second)
+		s.create(s.newLockedJob("next", ljSpec{lock: "flaky", run: time.Second}))
+		s.eventuallyPhase("next", batchv1alpha1.PhaseWaiting, 30*time.Second)
+
+		failing := s.eventuallyPhase("failing", batchv1alpha1.PhaseFailed, 60*time.Second)
+		Expect(condition(failing, batchv1alpha1.ConditionFailed)).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", batchv1alpha1.ReasonJobFailed)))
+		Expect(condition(failing, batchv1alpha1.ConditionComplete)).To(BeNil())
+		Expect(condition(failing, batchv1alpha1.ConditionReady)).To(HaveField("Status", metav1.ConditionFalse))
+		Expect(condition(failing, batchv1alpha1.ConditionLockAcquired)).To(HaveField("Reason", batchv1alpha1.ReasonReleased))
+		s.eventuallyEvents("failing", batchv1alpha1.ReasonAcquired, batchv1alpha1.ReasonJobFailed, batchv1alpha1.ReasonReleased)
+		fJob := s.seenFinished(failing.Status.JobName)
+		Expect(fJob.Failed).NotTo(BeZero(), "Job %s not seen Failed", fJob.Name)
+		pods := s.podsOfJob(failing.Status.JobName)
+		Expect(pods).To(HaveLen(1))
+		Expect(pods[0].Status.Phase).To(Equal(corev1.PodFailed))
+
+		next := s.eventuallyPhase("next", batchv1alpha1.PhaseSucceeded, 60*time.Second)
+		Expect(*next.Status.FencingToken).To(BeNumerically(">", *failing.Status.FencingToken))
+		nJob := s.seenFinished(next.Status.JobName)
+		Expect(nJob.Added).To(BeTemporally(">=", fJob.Failed))
+		measure("scenario 8 failure: Job Failed seen -> next Job created %s", ms(nJob.Added.Sub(fJob.Failed)))
+	}, SpecTimeout(2*time.Minute))
+})
+
+// ---------------------------------------------------------------- helpers
+
+func uniqueLockedJobs(runs []jobRec) []string {
+	var out []string
+	for _, r := range runs {
+		if !slices.Contains(out, r.LockedJob) {
+			out = append(out, r.LockedJob)
+		}
 	}
-
-	var out string
-	verifyTokenCreation := func(g Gomega) {
-		By("executing kubectl command to create the token")
-		cmd := exec.Command("kubectl", "create", "--raw", fmt.Sprintf(
-			"/api/v1/namespaces/%s/serviceaccounts/%s/token",
-			namespace,
-			serviceAccountName,
-		), "-f", tokenRequestFile)
-
-		output, err := cmd.CombinedOutput()
-		g.Expect(err).NotTo(HaveOccurred())
-
-		By("parsing the JSON output to extract the token")
-		var token tokenRequest
-		err = json.Unmarshal(output, &token)
-		g.Expect(err).NotTo(HaveOccurred())
-
-		out = token.Status.Token
-	}
-	Eventually(verifyTokenCreation).Should(Succeed())
-
-	return out, err
+	return out
 }
 
-// getMetricsOutput retrieves and returns the logs from the curl pod used to access the metrics endpoint.
-func getMetricsOutput() (string, error) {
-	By("getting the curl-metrics logs")
-	cmd := exec.Command("kubectl", "logs", "curl-metrics", "-n", namespace)
-	return utils.Run(cmd)
+const stamp = "15:04:05.000"
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
-// tokenRequest is a simplified representation of the Kubernetes TokenRequest API response,
-// containing only the token field that we need to extract.
-type tokenRequest struct {
-	Status struct {
-		Token string `json:"token"`
-	} `json:"status"`
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
