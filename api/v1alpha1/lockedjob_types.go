@@ -223,7 +223,9 @@ type LockedJobStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	BlockedBy string `json:"blockedBy,omitempty"`
 
-	// queuePosition is, while waiting, this LockedJob's place among the waiters of the lock (1 = next).
+	// queuePosition is, while waiting, this LockedJob's place among the waiters of the lock (1 = next),
+	// as of its last attempt: a waiter of higher priority that arrives later moves it back, which
+	// shows at its next attempt.
 	// +optional
 	QueuePosition *int32 `json:"queuePosition,omitempty"`
 
@@ -282,7 +284,8 @@ type LockedJobStatus struct {
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder`,priority=10
 // +kubebuilder:printcolumn:name="Blocked-By",type=string,JSONPath=`.status.blockedBy`
 // +kubebuilder:printcolumn:name="Fence",type=integer,JSONPath=`.status.fencingToken`
-// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expiresAt`
+// A string, not a date: kubectl prints a future date as <invalid>.
+// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`,description="When the lease ends unless renewed"
 // +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`
 // +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queuePosition`,priority=10
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.lock.priority`,priority=10
