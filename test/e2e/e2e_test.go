@@ -189,10 +189,9 @@ var _ = Describe("Deleting a running LockedJob", Ordered, func() {
 	}, SpecTimeout(3*time.Minute))
 
 	// The finalizer must hold the lock until the deleted Job's pods are gone ("a waiter never
-	// starts beside pods still running"). Known product bug: reconcileDelete only counts pods
-	// while the Job object still exists; a background-deleted Job vanishes before its pods, and
-	// the next reconcile releases at once. See docs/e2e.md.
-	It("keeps the lock until the deleted holder's pods are gone", Label("known-bug"), func() {
+	// starts beside pods still running"): a background-deleted Job vanishes before its pods, so
+	// this failed until the operator looked for pods by job name. See docs/e2e.md.
+	It("keeps the lock until the deleted holder's pods are gone", func() {
 		wJob := s.rec.Job(waiter.Status.JobName)
 		var violations []string
 		if holderGone.Before(podsGone) {
