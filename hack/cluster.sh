@@ -22,6 +22,8 @@ set -euo pipefail
 
 # shellcheck source=hack/lib/k8s-common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/k8s-common.sh"
+# shellcheck source=hack/lib/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 
 CLUSTER_DIR="${LOCKEDJOB_CLUSTER_DIR:-${LOCKEDJOB_CACHE}/cluster}"
 PORT_BASE="${LOCKEDJOB_CLUSTER_PORT_BASE:-26440}"
@@ -50,67 +52,18 @@ kubectl_() { "${K8S_BIN_DIR}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }
 
 # ---------------------------------------------------------------- processes
 
-# pid_of NAME: the recorded PID if that process is alive and still runs our
-# binary (not a zombie, not a recycled PID); empty otherwise.
-pid_of() {
-	local name="$1" pidfile="${PIDS}/$1.pid" pid exe want state
-	[[ -f "${pidfile}" ]] || return 0
-	pid="$(cat "${pidfile}")"
-	[[ "${pid}" =~ ^[0-9]+$ ]] || return 0
-	# The binary path recorded at start, so a changed K8S_BIN_DIR still works.
-	want="$(cat "${PIDS}/${name}.exe" 2>/dev/null || realpath "${K8S_BIN_DIR}/${name}" 2>/dev/null || true)"
-	exe="$(readlink "/proc/${pid}/exe" 2>/dev/null || true)"
-	exe="${exe% (deleted)}"
-	[[ -n "${exe}" && "${exe}" == "${want}" ]] || return 0
-	state="$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/${pid}/status" 2>/dev/null || true)"
-	[[ -n "${state}" && "${state}" != Z && "${state}" != X ]] || return 0
-	echo "${pid}"
-}
+# pid_of NAME: the recorded PID of a component if it still runs; see hack/lib/procs.sh.
+pid_of() { proc_pid "${PIDS}" "$1"; }
 
-# start NAME ARGS...: start a binary in its own session, detached from the
-# caller, logging to logs/NAME.log; the PID is written by the wrapper shell
-# right before it execs the binary, so it is the binary's PID.
+# start NAME ARGS...: start a component detached, logging to logs/NAME.log.
 start() {
 	local name="$1"
 	shift
-	: >"${LOGS}/${name}.log"
-	rm -f "${PIDS}/${name}.pid"
-	realpath "${K8S_BIN_DIR}/${name}" >"${PIDS}/${name}.exe"
-	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
-	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${PIDS}/${name}.pid" \
-		"${K8S_BIN_DIR}/${name}" "$@" </dev/null >>"${LOGS}/${name}.log" 2>&1 9>&- &
-	local i
-	for i in $(seq 1 50); do
-		[[ -n "$(pid_of "${name}")" ]] && break
-		sleep 0.1
-	done
+	proc_start "${PIDS}" "${LOGS}/${name}.log" "${name}" "${K8S_BIN_DIR}/${name}" "$@" || true
 	log "started ${name} (pid $(cat "${PIDS}/${name}.pid" 2>/dev/null || echo '?'))"
 }
 
-stop() {
-	local name="$1" pid i
-	pid="$(pid_of "${name}")"
-	if [[ -z "${pid}" ]]; then
-		rm -f "${PIDS}/${name}.pid" "${PIDS}/${name}.exe"
-		return 0
-	fi
-	kill -TERM "${pid}" 2>/dev/null || true
-	for i in $(seq 1 150); do
-		[[ -z "$(pid_of "${name}")" ]] && break
-		sleep 0.1
-	done
-	if [[ -n "$(pid_of "${name}")" ]]; then
-		log "${name} (pid ${pid}) ignored SIGTERM for 15s; sending SIGKILL"
-		kill -KILL "${pid}" 2>/dev/null || true
-		for i in $(seq 1 50); do
-			[[ -z "$(pid_of "${name}")" ]] && break
-			sleep 0.1
-		done
-	fi
-	[[ -z "$(pid_of "${name}")" ]] || die "could not stop ${name} (pid ${pid})"
-	rm -f "${PIDS}/${name}.pid" "${PIDS}/${name}.exe"
-	log "stopped ${name} (pid ${pid})"
-}
+stop() { proc_stop "${PIDS}" "$1" || true; }
 
 stop_all() {
 	local i

@@ -27,6 +27,8 @@ set -euo pipefail
 
 # shellcheck source=hack/lib/k8s-common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/k8s-common.sh"
+# shellcheck source=hack/lib/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 
 DEMO_DIR="${LOCKEDJOB_DEMO_DIR:-${LOCKEDJOB_CACHE}/demo}"
 NS="${LOCKEDJOB_DEMO_NAMESPACE:-demo}"
@@ -60,65 +62,16 @@ ADMIN_KUBECONFIG="$(cluster env)"
 k() { "${KUBECTL}" --kubeconfig "${ADMIN_KUBECONFIG}" "$@"; }
 
 # ---------------------------------------------------------------- processes
-# Same scheme as hack/cluster.sh: the wrapper shell writes its PID, then execs
-# the binary; NAME.exe records the binary, so a recycled PID is never taken
-# for ours.
-
-pid_of() {
-	local name="$1" pid exe want state
-	[[ -f "${DEMO_DIR}/${name}.pid" && -f "${DEMO_DIR}/${name}.exe" ]] || return 0
-	pid="$(cat "${DEMO_DIR}/${name}.pid")"
-	want="$(cat "${DEMO_DIR}/${name}.exe")"
-	[[ "${pid}" =~ ^[0-9]+$ && -n "${want}" ]] || return 0
-	exe="$(readlink "/proc/${pid}/exe" 2>/dev/null || true)"
-	exe="${exe% (deleted)}"
-	[[ -n "${exe}" && "${exe}" == "${want}" ]] || return 0
-	state="$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/${pid}/status" 2>/dev/null || true)"
-	[[ -n "${state}" && "${state}" != Z && "${state}" != X ]] || return 0
-	echo "${pid}"
-}
+# Bookkeeping as in hack/cluster.sh: see hack/lib/procs.sh.
+pid_of() { proc_pid "${DEMO_DIR}" "$1"; }
 
 start_proc() { # NAME BINARY ARGS...
-	local name="$1" bin="$2"
-	shift 2
-	: >"${DEMO_DIR}/${name}.log"
-	rm -f "${DEMO_DIR}/${name}.pid"
-	realpath "${bin}" >"${DEMO_DIR}/${name}.exe"
-	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
-	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${DEMO_DIR}/${name}.pid" "${bin}" "$@" \
-		</dev/null >>"${DEMO_DIR}/${name}.log" 2>&1 8>&- &
-	for _ in $(seq 1 50); do
-		[[ -n "$(pid_of "${name}")" ]] && break
-		sleep 0.1
-	done
-	[[ -n "$(pid_of "${name}")" ]] || fail_log "${name}" "${name} did not start"
+	local name="$1"
+	proc_start "${DEMO_DIR}" "${DEMO_DIR}/${name}.log" "$@" || fail_log "${name}" "${name} did not start"
 	log "started ${name} (pid $(pid_of "${name}"), log ${DEMO_DIR}/${name}.log)"
 }
 
-stop_proc() { # NAME
-	local name="$1" pid _
-	pid="$(pid_of "${name}")"
-	if [[ -z "${pid}" ]]; then
-		rm -f "${DEMO_DIR}/${name}.pid" "${DEMO_DIR}/${name}.exe"
-		return 1
-	fi
-	kill -TERM "${pid}" 2>/dev/null || true
-	for _ in $(seq 1 150); do
-		[[ -z "$(pid_of "${name}")" ]] && break
-		sleep 0.1
-	done
-	if [[ -n "$(pid_of "${name}")" ]]; then
-		log "${name} (pid ${pid}) ignored SIGTERM for 15s; sending SIGKILL"
-		kill -KILL "${pid}" 2>/dev/null || true
-		for _ in $(seq 1 50); do
-			[[ -z "$(pid_of "${name}")" ]] && break
-			sleep 0.1
-		done
-	fi
-	[[ -z "$(pid_of "${name}")" ]] || die "could not stop ${name} (pid ${pid})"
-	rm -f "${DEMO_DIR}/${name}.pid" "${DEMO_DIR}/${name}.exe"
-	log "stopped ${name} (pid ${pid})"
-}
+stop_proc() { proc_stop "${DEMO_DIR}" "$1"; } # NAME; returns 1 if it was not running
 
 tail_log() { # NAME [LINES]
 	local f="${DEMO_DIR}/$1.log"

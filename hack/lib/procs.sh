@@ -1,0 +1,69 @@
+# shellcheck shell=bash
+# Process bookkeeping shared by hack/cluster.sh and hack/demo.sh. Source, don't run; the sourcing
+# script provides log and die (hack/lib/k8s-common.sh does).
+#
+# A process NAME is recorded in a folder DIR as NAME.pid, written by a wrapper shell right before
+# it execs the binary (so it is the binary's PID), and NAME.exe, the binary's real path. A PID
+# counts as ours only while /proc/PID/exe is that binary, so a recycled PID is never signalled.
+
+# proc_pid DIR NAME: the recorded PID if that process is alive (not a zombie) and still runs the
+# recorded binary; empty otherwise.
+proc_pid() {
+	local dir="$1" name="$2" pid exe want state
+	[[ -f "${dir}/${name}.pid" && -f "${dir}/${name}.exe" ]] || return 0
+	pid="$(cat "${dir}/${name}.pid")"
+	want="$(cat "${dir}/${name}.exe")"
+	[[ "${pid}" =~ ^[0-9]+$ && -n "${want}" ]] || return 0
+	exe="$(readlink "/proc/${pid}/exe" 2>/dev/null || true)"
+	exe="${exe% (deleted)}" # a binary rebuilt under a running process
+	[[ -n "${exe}" && "${exe}" == "${want}" ]] || return 0
+	state="$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/${pid}/status" 2>/dev/null || true)"
+	[[ -n "${state}" && "${state}" != Z && "${state}" != X ]] || return 0
+	echo "${pid}"
+}
+
+# proc_start DIR LOGFILE NAME BINARY ARGS...: start BINARY in its own session, detached from the
+# caller, output to LOGFILE. The scripts' lock descriptors (8, 9) are closed in the child, or a
+# later call would wait on a lock the child still holds. Returns 1 if it did not come up within 5 s.
+proc_start() {
+	local dir="$1" logfile="$2" name="$3" bin="$4" _
+	shift 4
+	: >"${logfile}"
+	rm -f "${dir}/${name}.pid"
+	realpath "${bin}" >"${dir}/${name}.exe"
+	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
+	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${dir}/${name}.pid" "${bin}" "$@" \
+		</dev/null >>"${logfile}" 2>&1 8>&- 9>&- &
+	for _ in $(seq 1 50); do
+		[[ -n "$(proc_pid "${dir}" "${name}")" ]] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# proc_stop DIR NAME: SIGTERM, then SIGKILL after 15 s; waits until it is gone and forgets it.
+# Returns 1 if it was not running.
+proc_stop() {
+	local dir="$1" name="$2" pid _
+	pid="$(proc_pid "${dir}" "${name}")"
+	if [[ -z "${pid}" ]]; then
+		rm -f "${dir}/${name}.pid" "${dir}/${name}.exe"
+		return 1
+	fi
+	kill -TERM "${pid}" 2>/dev/null || true
+	for _ in $(seq 1 150); do
+		[[ -z "$(proc_pid "${dir}" "${name}")" ]] && break
+		sleep 0.1
+	done
+	if [[ -n "$(proc_pid "${dir}" "${name}")" ]]; then
+		log "${name} (pid ${pid}) ignored SIGTERM for 15s; sending SIGKILL"
+		kill -KILL "${pid}" 2>/dev/null || true
+		for _ in $(seq 1 50); do
+			[[ -z "$(proc_pid "${dir}" "${name}")" ]] && break
+			sleep 0.1
+		done
+	fi
+	[[ -z "$(proc_pid "${dir}" "${name}")" ]] || die "could not stop ${name} (pid ${pid})"
+	rm -f "${dir}/${name}.pid" "${dir}/${name}.exe"
+	log "stopped ${name} (pid ${pid})"
+}
