@@ -11,8 +11,9 @@
 //
 // # Fencing tokens
 //
-// Every fresh acquisition returns a fencing token: max(previous token + 1, the Redis server clock in
-// microseconds). Successive holders of one lock on one Redis therefore get strictly increasing
+// Every fresh acquisition returns a fencing token: the previous token + 1, where a counter that does
+// not exist yet (first use, or a Redis that lost its data) starts from the Redis server clock in
+// microseconds. Successive holders of one lock on one Redis therefore get strictly increasing
 // tokens, also across a Redis restart that lost its data, unless the server clock stepped
 // backwards across that restart. Re-adopting a lock you still hold (Obtain with WithToken) returns
 // the same token. A protected resource that remembers the highest token it has seen and refuses

@@ -146,13 +146,16 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 		return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta}, o.token, ttlMs, o.metadata)
 	})
 
-	var granted []int
+	// unsure are the nodes that did not answer: they may still apply the acquisition late, so a
+	// failed attempt releases there too (a node that answered "busy" cannot hold our token).
+	var granted, unsure []int
 	var fence int64
 	busy, position := 0, 0
 	var errs []error
 	for i, r := range replies {
 		if r.err != nil {
 			errs = append(errs, r.err)
+			unsure = append(unsure, i)
 			continue
 		}
 		ok, n, pos, err := obtainReply(r.val)
@@ -169,8 +172,12 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 		fence = max(fence, n)
 	}
 
-	if len(granted) < c.quorum {
+	undo := func() {
 		c.releaseQuietly(ctx, k, o.token, granted)
+		c.releaseLate(k, o.token, unsure, ttl)
+	}
+	if len(granted) < c.quorum {
+		undo()
 		if len(granted)+busy >= c.quorum || (busy > 0 && len(errs) == 0) {
 			if o.queueMember != "" {
 				return nil, &QueuedError{Position: max(position, 1)}
@@ -181,7 +188,7 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	}
 	if len(c.nodes) > 1 {
 		if err := c.raiseFence(ctx, k, o.token, fence, granted); err != nil {
-			c.releaseQuietly(ctx, k, o.token, granted)
+			undo()
 			return nil, err
 		}
 	}
@@ -190,7 +197,7 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	if !c.now().Before(validUntil) {
 		// The acquisition took longer than the lease (a slow node, a paused process): the lock may
 		// already have expired somewhere, so it cannot be trusted.
-		c.releaseQuietly(ctx, k, o.token, granted)
+		undo()
 		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotObtained, ttl, c.now().Sub(start))
 	}
 	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence, ttl: ttl, grantedAt: start, validUntil: validUntil}
@@ -266,6 +273,32 @@ func (c *Client) releaseQuietly(ctx context.Context, k keys, token string, nodes
 	c.onNodes(rctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		return scriptRelease.Run(ctx, n, []string{k.lock, k.meta}, token, "").Result()
 	})
+}
+
+// releaseLate releases a failed acquisition on nodes that did not answer in time. Such a node may
+// apply the acquisition whenever it gets to it (a stall, a pause); then our key would block every
+// other holder for a whole lease. A node that does not answer now cannot take a release now either,
+// so this keeps trying in the background until it gets an answer or the lease has run out anyway.
+func (c *Client) releaseLate(k keys, token string, nodes []int, ttl time.Duration) {
+	if len(nodes) == 0 {
+		return
+	}
+	deadline := c.now().Add(ttl)
+	for _, i := range nodes {
+		go func() {
+			wait := c.nodeTimeout
+			for c.now().Before(deadline) {
+				ctx, cancel := context.WithTimeout(context.Background(), max(c.nodeTimeout, 500*time.Millisecond))
+				err := scriptRelease.Run(ctx, c.nodes[i], []string{k.lock, k.meta}, token, "").Err()
+				cancel()
+				if err == nil {
+					return // released, or it never applied the acquisition
+				}
+				time.Sleep(wait) // backoff between retries, bounded by the lease
+				wait = min(2*wait, time.Second)
+			}
+		}()
+	}
 }
 
 // Key returns the lock's name as given to Obtain.

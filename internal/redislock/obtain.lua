@@ -5,10 +5,10 @@
 -- ARGV[1] token        ARGV[2] ttl in ms        ARGV[3] metadata
 -- Returns {1, fence} when obtained (fresh or re-adopted), {0, pttl} when another token holds it.
 --
--- The fencing token is max(previous + 1, server clock in microseconds). The clock term keeps tokens
--- increasing across a Redis that lost its data (restart without persistence, failover to a lagging
--- replica) as long as the server clock did not step backwards; the +1 term keeps them strictly
--- increasing within one server lifetime even if it did.
+-- The fencing token is previous + 1 (INCR). A counter that does not exist yet starts from the server
+-- clock in microseconds, so tokens keep increasing across a Redis that lost its data (restart
+-- without persistence, failover to a lagging replica) as long as the server clock did not step
+-- backwards. The clock is read only then, which keeps the common path cheap.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local current = redis.call('GET', KEYS[1])
@@ -16,7 +16,9 @@ if current == ARGV[1] then
   -- Re-adoption: the caller already holds the lock (e.g. an operator that restarted). Nobody else can
   -- have taken a token since, so the counter still holds ours.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+  if ARGV[3] ~= '' then
+    redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+  end
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 if current then
@@ -24,11 +26,15 @@ if current then
 end
 
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fence = (tonumber(redis.call('GET', KEYS[2]) or '0')) + 1
-if now > fence then fence = now end
--- Lua 5.1 turns numbers into strings with %.14g, which would round a 16-digit token.
-redis.call('SET', KEYS[2], string.format('%.0f', fence))
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+end
+local fence = redis.call('INCR', KEYS[2])
+if fence == 1 then
+  -- A new counter (first use, or Redis lost its data): start from the server clock.
+  local t = redis.call('TIME')
+  fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- Lua 5.1 turns numbers into strings with %.14g, which would round a 16-digit token.
+  redis.call('SET', KEYS[2], string.format('%.0f', fence))
+end
 return {1, fence}

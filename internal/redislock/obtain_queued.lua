@@ -29,7 +29,9 @@ end
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+  if ARGV[3] ~= '' then
+    redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+  end
   dequeue()
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), 0}
 end
@@ -45,11 +47,15 @@ if position ~= 1 then
 end
 
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fence = (tonumber(redis.call('GET', KEYS[2]) or '0')) + 1
-if now > fence then fence = now end
--- Lua 5.1 turns numbers into strings with %.14g, which would round a 16-digit token.
-redis.call('SET', KEYS[2], string.format('%.0f', fence))
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+end
+-- Fencing token as in obtain.lua: INCR, and a new counter starts from the server clock.
+local fence = redis.call('INCR', KEYS[2])
+if fence == 1 then
+  fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- Lua 5.1 turns numbers into strings with %.14g, which would round a 16-digit token.
+  redis.call('SET', KEYS[2], string.format('%.0f', fence))
+end
 dequeue()
 return {1, fence, 0}

@@ -199,3 +199,31 @@ func TestRedlockKeeper(t *testing.T) {
 		t.Fatalf("reported %v with %v, want our lock with ErrLockLost", got, err)
 	}
 }
+
+// TestRedlockFailedAttemptLeavesNoLateKeys: nodes too slow to answer in time may still apply the
+// acquisition later; a failed attempt must release on them too, or they block everyone for a TTL.
+func TestRedlockFailedAttemptLeavesNoLateKeys(t *testing.T) {
+	c, srvs := redlock(t, 3, WithNodeTimeout(50*time.Millisecond))
+	key := uniqueKey(t)
+	// Warm up connections and the script cache: otherwise the acquisition would wait behind the
+	// handshake, or meet NOSCRIPT, and nothing would apply late.
+	if err := mustObtain(t, c, uniqueKey(t), time.Minute).Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Pause(t)
+	srvs[1].Pause(t)
+	_, err := c.Obtain(context.Background(), key, time.Minute)
+	var ne *NodeError
+	if err == nil || errors.Is(err, ErrNotObtained) || !errors.As(err, &ne) {
+		t.Fatalf("got %v, want an unavailability error", err)
+	}
+	srvs[0].Resume(t)
+	srvs[1].Resume(t)
+	// The paused nodes now run the queued acquisition, then the release queued behind it.
+	eventually(t, 5*time.Second, "no lock keys left on any node", func() bool { return keysLeft(t, c, srvs, key) == 0 })
+	l, err := c.Obtain(context.Background(), key, time.Minute)
+	if err != nil {
+		t.Fatalf("Obtain after the failed attempt: %v", err)
+	}
+	_ = l.Release(context.Background())
+}
