@@ -226,8 +226,14 @@ func (k *Keeper) renew(batch []*keeperEntry) {
 	ctx, cancel := context.WithTimeout(k.ctx, timeout)
 	defer cancel()
 
+	// Leases are read once: a lock's lease changes only through Refresh, and a renewal must be judged
+	// by the lease it asked for.
+	ttls := make([]time.Duration, len(locks))
+	for i, l := range locks {
+		ttls[i] = l.LeaseTTL()
+	}
 	start := k.c.now()
-	tallies := k.c.refreshPipelined(ctx, locks)
+	tallies := k.c.refreshPipelined(ctx, locks, ttls)
 	now := k.c.now()
 
 	var lost, renewed []*keeperEntry
@@ -241,7 +247,7 @@ func (k *Keeper) renew(batch []*keeperEntry) {
 			delete(k.entries, e.lock)
 			continue
 		}
-		err := e.lock.settleRefresh(tallies[i], start, e.lock.LeaseTTL())
+		err := e.lock.settleRefresh(tallies[i], start, now, ttls[i])
 		switch {
 		case err == nil:
 			e.due = start.Add(e.interval)
@@ -283,9 +289,9 @@ func (k *Keeper) renew(batch []*keeperEntry) {
 
 // refreshPipelined sends a refresh for every lock to every node, one pipeline per node, and tallies
 // the answers per lock.
-func (c *Client) refreshPipelined(ctx context.Context, locks []*Lock) []tally {
+func (c *Client) refreshPipelined(ctx context.Context, locks []*Lock, ttls []time.Duration) []tally {
 	perNode := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return refreshPipeline(ctx, n, locks)
+		return refreshPipeline(ctx, n, locks, ttls)
 	})
 	tallies := make([]tally, len(locks))
 	for node, r := range perNode {
@@ -309,11 +315,11 @@ func (c *Client) refreshPipelined(ctx context.Context, locks []*Lock) []tally {
 // refreshPipeline runs refresh.lua for each lock in one pipeline on one node. EVALSHA in a pipeline
 // cannot fall back to EVAL per command, so a server that lost its script cache (a restart) gets the
 // script loaded and the pipeline sent once more.
-func refreshPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock) ([]nodeReply, error) {
+func refreshPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock, ttls []time.Duration) ([]nodeReply, error) {
 	for attempt := 0; ; attempt++ {
 		cmds, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, l := range locks {
-				scriptRefresh.EvalSha(ctx, p, []string{l.keys.lock, l.keys.meta}, l.token, l.LeaseTTL().Milliseconds())
+			for i, l := range locks {
+				scriptRefresh.EvalSha(ctx, p, []string{l.keys.lock, l.keys.meta}, l.token, ttls[i].Milliseconds())
 			}
 			return nil
 		})

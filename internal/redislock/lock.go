@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -155,7 +156,9 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	for i, r := range replies {
 		if r.err != nil {
 			errs = append(errs, r.err)
-			unsure = append(unsure, i)
+			if isTimeout(r.err) {
+				unsure = append(unsure, i)
+			}
 			continue
 		}
 		ok, n, pos, err := obtainReply(r.val)
@@ -273,6 +276,13 @@ func (c *Client) releaseQuietly(ctx context.Context, k keys, token string, nodes
 	c.onNodes(rctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		return scriptRelease.Run(ctx, n, []string{k.lock, k.meta}, token, "").Result()
 	})
+}
+
+// isTimeout reports whether err left it open if the command reached the server: a refused
+// connection did not send it, a timeout may have.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // releaseLate releases a failed acquisition on nodes that did not answer in time. Such a node may
@@ -407,7 +417,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		return scriptRefresh.Run(ctx, n, []string{l.keys.lock, l.keys.meta}, l.token, ttlMs).Result()
 	})
-	if err := l.settleRefresh(tallyInts(replies), start, ttl); err != nil {
+	if err := l.settleRefresh(tallyInts(replies), start, c.now(), ttl); err != nil {
 		return fmt.Errorf("refresh %s: %w", l.key, err)
 	}
 	return nil
@@ -415,12 +425,12 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 
 // settleRefresh turns the nodes' answers to a refresh into the lock's new state and the caller's
 // error. Shared by Refresh and the Keeper, so both judge a renewal the same way.
-func (l *Lock) settleRefresh(t tally, start time.Time, ttl time.Duration) error {
+func (l *Lock) settleRefresh(t tally, start, now time.Time, ttl time.Duration) error {
 	c := l.client
 	switch {
 	case t.ok >= c.quorum:
 		validUntil := c.validUntil(start, ttl)
-		if !c.now().Before(validUntil) {
+		if !now.Before(validUntil) {
 			// Redis extended the key, but the answer came back after the lease we asked for had run
 			// out (a pause, a very slow network): we cannot know whether someone else held it since.
 			l.markLost()
