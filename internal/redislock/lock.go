@@ -141,7 +141,7 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.queueMember != "" {
-			return c.runAcquire(ctx, n, scriptQueued, []string{k.lock, k.fence, k.meta, k.queue, k.waiters},
+			return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta, k.queue, k.waiters},
 				o.token, ttlMs, o.metadata, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds())
 		}
 		return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta}, o.token, ttlMs, o.metadata)
@@ -235,7 +235,7 @@ func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script
 		}
 		if ok, _, _, _ := obtainReply(val); ok && acks < int64(c.waitReplicas) {
 			// Taken on the primary but not replicated in time: give it back, it would not survive a
-			// failover. keys[0], keys[2] are the lock and meta keys of both acquire scripts.
+			// failover. keys[0], keys[2] are the lock and meta keys.
 			_ = scriptRelease.Run(context.WithoutCancel(ctx), n, []string{keys[0], keys[2]}, args[0], "").Err()
 			return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)
 		}
@@ -629,7 +629,7 @@ func newToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// obtainReply parses the {flag, number[, position]} reply of obtain.lua and obtain_queued.lua.
+// obtainReply parses the {flag, number[, position]} reply of obtain.lua.
 func obtainReply(v any) (ok bool, n int64, position int, err error) {
 	vals, isSlice := v.([]any)
 	if !isSlice || len(vals) < 2 || len(vals) > 3 {

@@ -21,8 +21,6 @@ var (
 	fenceSrc string
 	//go:embed pttl.lua
 	pttlSrc string
-	//go:embed obtain_queued.lua
-	obtainQueuedSrc string
 	//go:embed dequeue.lua
 	dequeueSrc string
 
@@ -32,6 +30,5 @@ var (
 	scriptInspect = redis.NewScript(inspectSrc)
 	scriptFence   = redis.NewScript(fenceSrc)
 	scriptPTTL    = redis.NewScript(pttlSrc)
-	scriptQueued  = redis.NewScript(obtainQueuedSrc)
 	scriptDequeue = redis.NewScript(dequeueSrc)
 )
