@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -386,6 +388,37 @@ var _ = Describe("LockedJob controller", func() {
 		Eventually(func() time.Duration { return rdb.PTTL(ctx, running.Status.LockKey).Val() }).Should(BeNumerically(">", 9*time.Second))
 		Expect(fetch(lj).Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
 		Expect(eventReasons(running)).NotTo(ContainElement(batchv1alpha1.ReasonLockLost))
+	})
+
+	It("exports the lock metrics", func() {
+		taken := testutil.ToFloat64(locksTakenTotal)
+		renewed := testutil.ToFloat64(lockRenewalsTotal.WithLabelValues("success"))
+		lj := create(newLockedJob(ns, "measured", "metrics", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}
+			lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: 200 * time.Millisecond}
+		}))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+		waiter := create(newLockedJob(ns, "queued", "metrics"))
+		waitPhase(waiter, batchv1alpha1.PhaseWaiting)
+
+		Expect(testutil.ToFloat64(locksTakenTotal)).To(BeNumerically(">=", taken+1))
+		Expect(testutil.ToFloat64(locksHeld)).To(BeNumerically(">=", 1))
+		Expect(testutil.ToFloat64(locksPending)).To(BeNumerically(">=", 1))
+		Eventually(func() float64 { return testutil.ToFloat64(lockRenewalsTotal.WithLabelValues("success")) }).
+			Should(BeNumerically(">=", renewed+2))
+
+		finishJob(running, true)
+		waitPhase(waiter, batchv1alpha1.PhaseRunning)
+		Expect(testutil.ToFloat64(locksTakenTotal)).To(BeNumerically(">=", taken+2))
+
+		families, err := metrics.Registry.Gather()
+		Expect(err).NotTo(HaveOccurred())
+		var names []string
+		for _, f := range families {
+			names = append(names, f.GetName())
+		}
+		Expect(names).To(ContainElements("lockedjob_locks_held", "lockedjob_locks_pending", "lockedjob_locks_taken_total",
+			"lockedjob_lock_wait_seconds", "lockedjob_lock_renewals_total", "lockedjob_lock_lost_total"))
 	})
 
 	It("reports Redis unavailable and creates no Job without the lock", func() {
