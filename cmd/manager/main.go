@@ -27,7 +27,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -236,12 +235,7 @@ func setupChecks(mgr ctrl.Manager, c *redislock.Client) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("health check: %w", err)
 	}
-	redisCheck := func(req *http.Request) error {
-		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
-		defer cancel()
-		return c.Ping(ctx)
-	}
-	if err := mgr.AddReadyzCheck("redis", redisCheck); err != nil {
+	if err := mgr.AddReadyzCheck("redis", controllers.RedisReadyCheck(c)); err != nil {
 		return fmt.Errorf("ready check: %w", err)
 	}
 	return nil

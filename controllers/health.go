@@ -1,0 +1,26 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+
+	"github.com/lockedjob/lockedjob/internal/redislock"
+)
+
+// RedisReadyCheck is a readiness check that fails while the lock backend cannot take locks (the
+// only node, or a Redlock majority, does not answer): a replica that cannot reach Redis can
+// neither take nor renew locks, so it should not be counted as ready.
+func RedisReadyCheck(c *redislock.Client) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
+		defer cancel()
+		if err := c.Ping(ctx); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		return nil
+	}
+}
