@@ -1,0 +1,108 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	. "github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+)
+
+// TestRedisCluster runs the library on a real three-master Redis Cluster. Every script touches
+// several keys of one lock; they only work because those keys share the hash tag {key}, which keeps
+// them in one slot (a cluster refuses multi-key commands across slots with CROSSSLOT).
+func TestRedisCluster(t *testing.T) {
+	srvs := redisserver.StartN(t, 3, redisserver.WithArgs("--cluster-enabled", "yes", "--cluster-node-timeout", "2000"))
+	addrs := make([]string, len(srvs))
+	for i, s := range srvs {
+		addrs[i] = s.Addr()
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	for _, s := range srvs {
+		eventually(t, 20*time.Second, "cluster_state:ok on "+s.Addr(), func() bool {
+			info, err := s.Client(t).ClusterInfo(ctx).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok")
+		})
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cc.Close() })
+	c, err := New(cc, WithKeyPrefix("lockedjob:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Enough locks to land on every master.
+	const n = 30
+	locks := make([]*Lock, n)
+	for i := range locks {
+		locks[i] = mustObtain(t, c, fmt.Sprintf("%s/%d", uniqueKey(t), i), 2*time.Second, WithMetadata("holder"))
+	}
+	slots := map[int64]bool{}
+	for _, l := range locks {
+		slot, err := cc.ClusterKeySlot(ctx, l.RedisKey()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot] = true
+	}
+	if len(slots) < 3 {
+		t.Fatalf("locks landed in only %d slots; the test needs them spread", len(slots))
+	}
+
+	// Renewal pipelines are split per node by the cluster client.
+	var renewals, lost int
+	done := make(chan struct{})
+	k := c.NewKeeper(KeeperOptions{
+		OnRenew: func(_ *Lock, err error) {
+			if err == nil {
+				renewals++
+			}
+			if renewals == 2*n {
+				close(done)
+			}
+		},
+		OnLost: func(*Lock, error) { lost++ },
+	})
+	for _, l := range locks {
+		if err := k.Add(l, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d renewals after 10s, want %d", renewals, 2*n)
+	}
+	k.Stop()
+	if lost != 0 {
+		t.Fatalf("%d locks lost", lost)
+	}
+
+	// Queue, Inspect and Release are multi-key scripts too.
+	key := locks[0].Key()
+	if _, err := c.Obtain(ctx, key, time.Second, WithQueue("w", 0, time.Minute)); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("queued Obtain of a held lock: %v", err)
+	}
+	if st, err := c.Inspect(ctx, key); err != nil || !st.Held || st.Metadata != "holder" {
+		t.Fatalf("Inspect: %+v, %v", st, err)
+	}
+	for _, l := range locks {
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release %s: %v", l.Key(), err)
+		}
+	}
+	if _, err := c.Obtain(ctx, key, time.Second, WithQueue("w", 0, time.Minute)); err != nil {
+		t.Fatalf("queued Obtain of a free lock: %v", err)
+	}
+}
