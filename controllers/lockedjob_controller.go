@@ -222,15 +222,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, s *scope) (ctrl.Resul
 	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", s.key, "fencingToken", lock.Fence())
 	r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonAcquired, "Acquire",
 		"Acquired lock %s with fencing token %d after waiting %s", lj.Spec.Lock.Name, lock.Fence(), waited.Round(time.Millisecond))
-	r.recordHeld(s, lock)
 	lj.Status.AcquiredAt = &metav1.Time{Time: lock.GrantedAt()}
-	lj.Status.JobName = jobName(lj, lock.Fence())
-
-	// Holder and fencing token reach status before the Job exists: an operator that crashes right
-	// after this line re-adopts the lock and creates the very same Job name, never a second one.
-	if err := r.patchStatusNow(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
 	return r.runJob(ctx, s, lock)
 }
 
@@ -328,6 +320,15 @@ func (r *LockedJobReconciler) runJob(ctx context.Context, s *scope, lock *redisl
 	r.recordHeld(s, lock)
 	if lj.Status.JobName == "" {
 		lj.Status.JobName = jobName(lj, lock.Fence())
+	}
+	// Holder, fencing token and Job name reach the API server before the Job exists: an operator
+	// that crashes after this write re-adopts the lock and creates the very same Job name, never a
+	// second one. s.before is what the API server has, so this also covers an earlier pass whose
+	// write failed after it took the lock.
+	if stored := s.before.Status; stored.FencingToken == nil || *stored.FencingToken != lock.Fence() || stored.JobName != lj.Status.JobName {
+		if err := r.patchStatusNow(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if s.job == nil {
 		job, err := r.createJob(ctx, s, lock)
