@@ -76,6 +76,12 @@ var errPortInUse = errors.New("port already in use")
 
 type config struct {
 	args []string
+	// sentinel, when set, runs the process as a Redis Sentinel monitoring this master.
+	sentinel *sentinelConfig
+}
+
+type sentinelConfig struct {
+	master, addr string
 }
 
 // Option adjusts how the redis-server processes are started.
@@ -87,6 +93,14 @@ type Option func(*config)
 // --port, --dir or --logfile, which the package owns.
 func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// WithSentinel runs the process as a Redis Sentinel (redis-server --sentinel) that monitors the
+// master at addr under the name master, with a quorum of 1 and short timeouts so a failover takes
+// seconds. Sentinel rewrites its config file, so the harness writes one into the server's own
+// folder and passes it first, as Sentinel requires.
+func WithSentinel(master, addr string) Option {
+	return func(c *config) { c.sentinel = &sentinelConfig{master: master, addr: addr} }
 }
 
 // Server is one redis-server process owned by a test (or a benchmark, or an
@@ -473,15 +487,31 @@ func (s *Server) launch(port int) (*process, error) {
 		return nil, err
 	}
 
-	args := []string{
+	var args []string
+	if sc := s.cfg.sentinel; sc != nil {
+		host, mport, err := net.SplitHostPort(sc.addr)
+		if err != nil {
+			return nil, fmt.Errorf("sentinel master address: %w", err)
+		}
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		body := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 1\n"+
+			"sentinel down-after-milliseconds %[1]s 1000\n"+
+			"sentinel failover-timeout %[1]s 5000\n", sc.master, host, mport)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			return nil, err
+		}
+		args = []string{conf, "--sentinel"}
+	}
+	args = append(args,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
 		"--daemonize", "no",
-		"--save", "",
-		"--appendonly", "no",
 		"--dir", s.dir,
 		"--logfile", s.logPath,
+	)
+	if s.cfg.sentinel == nil {
+		args = append(args, "--save", "", "--appendonly", "no")
 	}
 	args = append(args, s.cfg.args...)
 	cmd := exec.Command(s.bin, args...)
