@@ -71,8 +71,8 @@ func (b *LockBook) Track(lj *batchv1alpha1.LockedJob, l *redislock.Lock, interva
 	}
 	b.held[lj.UID], b.byLk[l] = e, e
 	delete(b.lost, lj.UID)
+	locksHeld.Set(float64(len(b.held)))
 	b.mu.Unlock()
-	locksHeld.Set(float64(b.Len()))
 	return b.keeper.Add(l, interval)
 }
 
@@ -103,8 +103,8 @@ func (b *LockBook) Forget(uid types.UID) *redislock.Lock {
 	if ok {
 		delete(b.byLk, e.lock)
 	}
+	locksHeld.Set(float64(len(b.held)))
 	b.mu.Unlock()
-	locksHeld.Set(float64(b.Len()))
 	if !ok {
 		return nil
 	}

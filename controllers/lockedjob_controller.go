@@ -206,7 +206,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, s *scope) (ctrl.Resul
 		redislock.WithMetadata(id.Holder(lj)),
 		redislock.WithQueue(id.Holder(lj), id.QueueScore(lj), r.Config.waiterLiveness()))
 	if errors.Is(err, redislock.ErrNotObtained) {
-		return r.wait(ctx, s, err, waited)
+		return r.wait(s, err, waited)
 	}
 	if err != nil {
 		return ctrl.Result{}, r.redisDown(s, fmt.Errorf("acquire %s: %w", s.key, err))
@@ -227,23 +227,21 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, s *scope) (ctrl.Resul
 }
 
 // wait records a LockedJob that did not get its lock: who blocks it and where it stands in line.
-func (r *LockedJobReconciler) wait(ctx context.Context, s *scope, notObtained error, waited time.Duration) (ctrl.Result, error) {
+func (r *LockedJobReconciler) wait(s *scope, notObtained error, waited time.Duration) (ctrl.Result, error) {
 	lj := s.lj
+	// The acquire script answers with our place in line and the holder's name, so waiting costs one
+	// round trip per pass.
+	var blockedBy string
 	var qe *redislock.QueuedError
 	if errors.As(notObtained, &qe) {
 		pos := int32(qe.Position)
 		lj.Status.QueuePosition = &pos
-	}
-	st, err := r.Locks.Redis().Inspect(ctx, s.key)
-	if err != nil {
-		return ctrl.Result{}, r.redisDown(s, fmt.Errorf("inspect %s: %w", s.key, err))
+		blockedBy = qe.Holder
 	}
 	r.redisUp(s)
 	r.pending.mark(lj.UID, true)
-	blockedBy := st.Metadata
 	msg := fmt.Sprintf("Waiting for lock %s held by %s (position %d in queue)", lj.Spec.Lock.Name, blockedBy, derefInt32(lj.Status.QueuePosition))
-	if !st.Held {
-		blockedBy = ""
+	if blockedBy == "" {
 		msg = fmt.Sprintf("Waiting for lock %s: waiters ahead in queue (position %d)", lj.Spec.Lock.Name, derefInt32(lj.Status.QueuePosition))
 	}
 	if lj.Status.Phase != batchv1alpha1.PhaseWaiting {

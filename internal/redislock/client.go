@@ -125,12 +125,17 @@ func (c *Client) RedisKey(key string) string { return c.keysFor(key).lock }
 
 // keys names the three Redis keys of one lock. They share the hash tag {key}, so a Redis Cluster
 // keeps them in one slot and a script may touch all of them.
-type keys struct{ lock, fence, meta, queue, waiters string }
+type keys struct{ lock, fence, meta string }
 
 func (c *Client) keysFor(key string) keys {
 	base := c.prefix + "{" + key + "}"
-	return keys{lock: base, fence: base + ":fence", meta: base + ":meta", queue: base + ":queue", waiters: base + ":waiters"}
+	return keys{lock: base, fence: base + ":fence", meta: base + ":meta"}
 }
+
+// queue and waiters name the waiter queue of a lock (see WithQueue). They are derived on demand:
+// only queued acquisitions and Dequeue need them, and every held *Lock keeps its keys.
+func (k keys) queue() string   { return k.lock + ":queue" }
+func (k keys) waiters() string { return k.lock + ":waiters" }
 
 func validateKey(key string) error {
 	switch {

@@ -49,6 +49,9 @@ func invalidf(format string, args ...any) error {
 type QueuedError struct {
 	// Position is the waiter's place in the queue: 1 means next in line.
 	Position int
+	// Holder is the current holder's metadata (see WithMetadata), empty if the lock is free (a
+	// waiter ahead gets it first) or the holder stored none.
+	Holder string
 }
 
 func (e *QueuedError) Error() string {

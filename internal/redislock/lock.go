@@ -141,7 +141,7 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.queueMember != "" {
-			return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta, k.queue, k.waiters},
+			return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta, k.queue(), k.waiters()},
 				o.token, ttlMs, o.metadata, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds())
 		}
 		return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta}, o.token, ttlMs, o.metadata)
@@ -151,7 +151,7 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	// failed attempt releases there too (a node that answered "busy" cannot hold our token).
 	var granted, unsure []int
 	var fence int64
-	busy, position := 0, 0
+	busy, position, holder := 0, 0, ""
 	var errs []error
 	for i, r := range replies {
 		if r.err != nil {
@@ -161,7 +161,7 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 			}
 			continue
 		}
-		ok, n, pos, err := obtainReply(r.val)
+		ok, n, pos, meta, err := obtainReply(r.val)
 		if err != nil {
 			errs = append(errs, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err})
 			continue
@@ -169,6 +169,9 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 		if !ok {
 			busy++
 			position = max(position, pos)
+			if meta != "" {
+				holder = meta
+			}
 			continue
 		}
 		granted = append(granted, i)
@@ -183,7 +186,7 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 		undo()
 		if len(granted)+busy >= c.quorum || (busy > 0 && len(errs) == 0) {
 			if o.queueMember != "" {
-				return nil, &QueuedError{Position: max(position, 1)}
+				return nil, &QueuedError{Position: max(position, 1), Holder: holder}
 			}
 			return nil, ErrNotObtained
 		}
@@ -233,7 +236,7 @@ func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script
 		if err != nil {
 			return nil, fmt.Errorf("wait for replicas: %w", err)
 		}
-		if ok, _, _, _ := obtainReply(val); ok && acks < int64(c.waitReplicas) {
+		if ok, _, _, _, _ := obtainReply(val); ok && acks < int64(c.waitReplicas) {
 			// Taken on the primary but not replicated in time: give it back, it would not survive a
 			// failover. keys[0], keys[2] are the lock and meta keys.
 			_ = scriptRelease.Run(context.WithoutCancel(ctx), n, []string{keys[0], keys[2]}, args[0], "").Err()
@@ -629,22 +632,25 @@ func newToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// obtainReply parses the {flag, number[, position]} reply of obtain.lua.
-func obtainReply(v any) (ok bool, n int64, position int, err error) {
+// obtainReply parses obtain.lua's reply: {flag, number, position[, holder metadata]}.
+func obtainReply(v any) (ok bool, n int64, position int, holder string, err error) {
 	vals, isSlice := v.([]any)
-	if !isSlice || len(vals) < 2 || len(vals) > 3 {
-		return false, 0, 0, fmt.Errorf("unexpected obtain reply %v", v)
+	if !isSlice || len(vals) < 2 || len(vals) > 4 {
+		return false, 0, 0, "", fmt.Errorf("unexpected obtain reply %v", v)
 	}
 	flag, ok1 := vals[0].(int64)
 	n, ok2 := vals[1].(int64)
 	if !ok1 || !ok2 {
-		return false, 0, 0, fmt.Errorf("unexpected obtain reply %v", v)
+		return false, 0, 0, "", fmt.Errorf("unexpected obtain reply %v", v)
 	}
-	if len(vals) == 3 {
+	if len(vals) >= 3 {
 		p, _ := vals[2].(int64)
 		position = int(p)
 	}
-	return flag == 1, n, position, nil
+	if len(vals) == 4 {
+		holder, _ = vals[3].(string)
+	}
+	return flag == 1, n, position, holder, nil
 }
 
 // Dequeue takes member out of the queue of the lock named key (see WithQueue). Removing a member
@@ -655,7 +661,7 @@ func (c *Client) Dequeue(ctx context.Context, key, member string) error {
 	}
 	k := c.keysFor(key)
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptDequeue.Run(ctx, n, []string{k.queue, k.waiters}, member).Result()
+		return scriptDequeue.Run(ctx, n, []string{k.queue(), k.waiters()}, member).Result()
 	})
 	if t := tallyInts(replies); len(t.errs) > len(c.nodes)-c.quorum {
 		return fmt.Errorf("dequeue %s: %w", key, c.unavailable(len(replies)-len(t.errs), t.errs))

@@ -7,8 +7,9 @@
 -- KEYS[5] liveness     (optional sorted set: waiter -> ms deadline; a waiter that stops asking drops out)
 -- ARGV[1] token   ARGV[2] ttl in ms   ARGV[3] metadata ("" = none)
 -- ARGV[4] waiter  ARGV[5] score       ARGV[6] waiter liveness in ms   (with a queue)
--- Returns {1, fence, 0} when obtained (fresh or re-adopted), {0, pttl, position} when not
--- (position 0 without a queue; pttl -2 when the lock is free but another waiter is ahead).
+-- Returns {1, fence, 0} when obtained (fresh or re-adopted), {0, pttl, position, holder} when not
+-- (position 0 without a queue; holder is the holder's metadata or false; pttl -2 and no holder when
+-- the lock is free but another waiter is ahead). Waiters learn who blocks them without a second call.
 --
 -- The fencing token is previous + 1 (INCR). A counter that does not exist yet starts from the server
 -- clock in microseconds, so tokens keep increasing across a Redis that lost its data (restart
@@ -63,7 +64,7 @@ if queued then
   position = redis.call('ZRANK', KEYS[4], ARGV[4]) + 1
 end
 if current then
-  return {0, redis.call('PTTL', KEYS[1]), position}
+  return {0, redis.call('PTTL', KEYS[1]), position, redis.call('GET', KEYS[3])}
 end
 if position > 1 then
   return {0, -2, position}

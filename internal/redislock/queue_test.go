@@ -104,3 +104,24 @@ func TestDequeueAndReleaseToken(t *testing.T) {
 		t.Fatalf("second should be at the head after first left: %v", err)
 	}
 }
+
+// TestQueuedErrorNamesTheHolder: a waiter learns who blocks it from the acquisition's own answer.
+func TestQueuedErrorNamesTheHolder(t *testing.T) {
+	c, _, _ := single(t)
+	key := uniqueKey(t)
+	holder := mustObtain(t, c, key, time.Minute, WithMetadata("ns/holder"))
+	var qe *QueuedError
+	if _, err := obtainQueued(c, key, "a", 0, time.Minute); !errors.As(err, &qe) || qe.Holder != "ns/holder" {
+		t.Fatalf("got %v, want a QueuedError naming ns/holder", err)
+	}
+	if _, err := obtainQueued(c, key, "b", 1, time.Minute); !errors.As(err, &qe) || qe.Position != 2 {
+		t.Fatalf("got %v, want position 2", err)
+	}
+	if err := holder.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Free, but "a" is ahead: nobody holds it, so no holder is named.
+	if _, err := obtainQueued(c, key, "b", 1, time.Minute); !errors.As(err, &qe) || qe.Holder != "" || qe.Position != 2 {
+		t.Fatalf("got %v (holder %q), want position 2 and no holder", err, qe.Holder)
+	}
+}
