@@ -2,8 +2,13 @@ package redislock
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,6 +41,13 @@ type Client struct {
 
 	waitReplicas int
 	waitTimeout  time.Duration
+
+	// attempts numbers queued acquisition attempts, so a waiter can tell the handoff of its latest
+	// attempt from a stale one (see Obtain).
+	attempts atomic.Uint64
+	releases *notifier // nil unless the client hands locks off (see handsOff)
+	// memberSecret derives the tokens of queued waiters that bring none (see memberToken).
+	memberSecret [32]byte
 }
 
 // Option configures a Client.
@@ -56,7 +68,9 @@ func WithDrift(factor float64, add time.Duration) Option {
 }
 
 // WithReleaseNotifications makes Release publish the lock's Redis key on channel, so waiters can
-// try again at once instead of at their next backoff (see Client.SubscribeReleases). Default: off.
+// try again at once instead of at their next backoff (see Client.SubscribeReleases). On a single
+// Redis deployment it also lets a queued Obtain (WithQueue) that waits with retries learn within one
+// push that a release handed it the lock. Default: off.
 func WithReleaseNotifications(channel string) Option { return func(c *Client) { c.notify = channel } }
 
 // WithWaitReplicas makes Obtain wait until at least replicas replicas of the primary acknowledged
@@ -108,10 +122,28 @@ func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Opt
 	for i := range c.all {
 		c.all[i] = i
 	}
+	_, _ = rand.Read(c.memberSecret[:]) // never fails on supported platforms (crypto/rand docs)
 	for _, o := range opts {
 		o(c)
 	}
+	if c.notify != "" && c.handsOff() {
+		c.releases = &notifier{client: nodes[0], channel: c.notify}
+	}
 	return c
+}
+
+// handsOff reports whether releasing a queued lock hands it straight to the head of its queue.
+// Only a single deployment does: Redlock nodes keep separate queues, and handing a lock to
+// different waiters on different nodes would leave nobody with a majority until the leases ran out.
+func (c *Client) handsOff() bool { return len(c.nodes) == 1 }
+
+// memberToken is the token of a queued waiter that brings none: stable for one member of one Client,
+// so a lock that a release handed to member is claimed by member's next Obtain, and unguessable
+// for anyone without the Client's secret.
+func (c *Client) memberToken(member string) string {
+	m := hmac.New(sha256.New, c.memberSecret[:])
+	m.Write([]byte(member))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:tokenBytes])
 }
 
 // Nodes returns the number of Redis nodes behind the client (1 unless Redlock).
@@ -132,10 +164,18 @@ func (c *Client) keysFor(key string) keys {
 	return keys{lock: base, fence: base + ":fence", meta: base + ":meta"}
 }
 
-// queue and waiters name the waiter queue of a lock (see WithQueue). They are derived on demand:
-// only queued acquisitions and Dequeue need them, and every held *Lock keeps its keys.
+// queue, waiters and tickets name the waiter queue of a lock (see WithQueue and queue.lua). They are
+// derived on demand: only queued acquisitions, handoffs and Dequeue need them, and every held *Lock
+// keeps its keys.
 func (k keys) queue() string   { return k.lock + ":queue" }
 func (k keys) waiters() string { return k.lock + ":waiters" }
+func (k keys) tickets() string { return k.lock + ":tickets" }
+
+// withQueue lists the lock's keys in the order the scripts that hand off expect: lock, meta, fence,
+// queue, waiters, tickets.
+func (k keys) withQueue() []string {
+	return []string{k.lock, k.meta, k.fence, k.queue(), k.waiters(), k.tickets()}
+}
 
 func validateKey(key string) error {
 	switch {
@@ -146,6 +186,9 @@ func validateKey(key string) error {
 	case strings.ContainsAny(key, "{}"):
 		// A brace would change the hash tag, and the lock's keys could land in different slots.
 		return invalidf("lock key %q must not contain { or }", key)
+	case strings.ContainsRune(key, 0):
+		// NUL separates the fields of a handoff message (see queue.lua).
+		return invalidf("lock key %q must not contain a NUL byte", key)
 	}
 	return nil
 }

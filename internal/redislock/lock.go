@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,8 @@ type Lock struct {
 	token    string
 	metadata string
 	fence    int64
+	// queued: obtained WithQueue on a single deployment, so releasing it hands it to the next waiter.
+	queued bool
 
 	state atomic.Int32
 
@@ -55,6 +58,7 @@ type obtainOptions struct {
 	queueMember   string
 	queueScore    float64
 	queueLiveness time.Duration
+	attempt       string // this attempt's id, for the ticket a handoff grants (queued only)
 }
 
 // WithToken obtains with the given token instead of a random one. Obtaining a lock that is held
@@ -74,6 +78,15 @@ func WithRetry(s RetryStrategy) ObtainOption { return func(o *obtainOptions) { o
 // free lock goes only to the waiter at the head (lowest score, then lowest member). A waiter that has
 // not asked again within liveness drops out of the queue, so a waiter that vanished cannot block
 // it; call Dequeue when giving up. When not obtained, the error is a *QueuedError with the position.
+//
+// On a single deployment, releasing a lock that was obtained with a queue (and ReleaseToken) hands
+// it straight to the live waiter at the head, with the token, lease and metadata of that waiter's
+// last attempt, for the waiter's ttl but no longer than its liveness: the waiter finds it held with
+// its own token at its next attempt, or at once when the client was built WithReleaseNotifications
+// and Obtain is waiting with retries. Nobody can slip in between holders, and a handoff costs no
+// round trip beyond the release. Without WithToken, a queued waiter's token is derived from member
+// and a secret of the Client, so the next Obtain of member through the same Client claims what was
+// handed to an earlier one; member therefore names one waiter, not a group.
 func WithQueue(member string, score float64, liveness time.Duration) ObtainOption {
 	return func(o *obtainOptions) { o.queueMember, o.queueScore, o.queueLiveness = member, score, liveness }
 }
@@ -93,6 +106,9 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.token == "" && o.queueMember != "" {
+		o.token = c.memberToken(o.queueMember)
+	}
 	if o.token == "" {
 		t, err := newToken()
 		if err != nil {
@@ -103,13 +119,25 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	if o.retry == nil {
 		o.retry = NoRetry()
 	}
-	if o.queueMember != "" && o.queueLiveness < MinTTL {
-		return nil, invalidf("queue liveness %v: must be at least %v", o.queueLiveness, MinTTL)
+	if o.queueMember != "" {
+		if o.queueLiveness < MinTTL {
+			return nil, invalidf("queue liveness %v: must be at least %v", o.queueLiveness, MinTTL)
+		}
+		if strings.ContainsRune(o.queueMember, 0) {
+			return nil, invalidf("queue member %q must not contain a NUL byte", o.queueMember)
+		}
 	}
 
 	k := c.keysFor(key)
-	var timer *time.Timer
+	var (
+		timer *time.Timer
+		watch *releaseWatch
+	)
 	for attempt := 1; ; attempt++ {
+		if o.queueMember != "" {
+			o.attempt = strconv.FormatUint(c.attempts.Add(1), 36)
+		}
+		start := c.now()
 		l, err := c.attemptObtain(ctx, key, k, ttl, &o)
 		if err == nil {
 			return l, nil
@@ -127,12 +155,69 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 		} else {
 			timer.Reset(wait)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, errors.Join(err, ctx.Err())
-		case <-timer.C:
+		if watch == nil && o.queueMember != "" && c.releases != nil {
+			watch = c.releases.watch(k.lock, o.queueMember)
+			defer c.releases.unwatch(watch)
+		}
+		l, err = c.awaitTurn(ctx, err, timer, watch, key, k, ttl, &o, start)
+		if l != nil || err != nil {
+			return l, err
 		}
 	}
+}
+
+// awaitTurn waits for the next attempt after notObtained: until the backoff timer fires, a release
+// frees the lock while we are next in line, or a release hands us the lock (then it returns it).
+// watch is nil when there is no release channel to listen to.
+func (c *Client) awaitTurn(ctx context.Context, notObtained error, timer *time.Timer, watch *releaseWatch,
+	key string, k keys, ttl time.Duration, o *obtainOptions, start time.Time) (*Lock, error) {
+	var releases <-chan release
+	if watch != nil {
+		releases = watch.ch
+	}
+	position := 0
+	var qe *QueuedError
+	if errors.As(notObtained, &qe) {
+		position = qe.Position
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(notObtained, ctx.Err())
+		case <-timer.C:
+			return nil, nil
+		case r := <-releases:
+			switch {
+			case !r.handedOff && position == 1:
+				return nil, nil // freed by a holder that does not hand off: we are next
+			case !r.handedOff, r.attempt != o.attempt:
+				// Not ours, or a handoff of an earlier attempt that we cannot date: the next attempt
+				// will tell.
+				continue
+			}
+			if l := c.handedOver(key, k, ttl, o, r, start); l != nil {
+				return l, nil
+			}
+			return nil, nil // a short lease: claim the lock with an attempt, which extends it
+		}
+	}
+}
+
+// handedOver builds the Lock that release r handed to the attempt that started at start, or returns
+// nil when the attempt should claim it itself: when the handoff granted less than ttl (the waiter's
+// liveness was shorter) or the lease would already be over. The release granted that attempt's
+// ticket, which the server wrote while answering it, so the lease began after start: counting it
+// from start can only make the validity shorter than the truth.
+func (c *Client) handedOver(key string, k keys, ttl time.Duration, o *obtainOptions, r release, start time.Time) *Lock {
+	if r.lease < ttl.Truncate(time.Millisecond) {
+		return nil
+	}
+	validUntil := c.validUntil(start, ttl)
+	if !c.now().Before(validUntil) {
+		return nil
+	}
+	return &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: r.fence,
+		queued: true, ttl: ttl, grantedAt: start, validUntil: validUntil}
 }
 
 // attemptObtain makes one acquisition attempt on every node.
@@ -141,8 +226,8 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.queueMember != "" {
-			return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta, k.queue(), k.waiters()},
-				o.token, ttlMs, o.metadata, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds())
+			return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta, k.queue(), k.waiters(), k.tickets()},
+				o.token, ttlMs, o.metadata, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds(), o.attempt)
 		}
 		return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta}, o.token, ttlMs, o.metadata)
 	})
@@ -206,7 +291,8 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 		undo()
 		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotObtained, ttl, c.now().Sub(start))
 	}
-	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence, ttl: ttl, grantedAt: start, validUntil: validUntil}
+	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence,
+		queued: o.queueMember != "" && c.handsOff(), ttl: ttl, grantedAt: start, validUntil: validUntil}
 	return l, nil
 }
 
@@ -454,6 +540,7 @@ func (l *Lock) settleRefresh(t tally, start, now time.Time, ttl time.Duration) e
 func (l *Lock) markLost() { l.state.CompareAndSwap(stateHeld, stateLost) }
 
 // Release deletes the lock if it is still ours and, with WithReleaseNotifications, tells waiters.
+// A lock obtained WithQueue goes straight to the next waiter in its queue (see WithQueue).
 // It returns ErrNotHeld if the lock had expired or was taken by someone else in the meantime (their
 // lock is left untouched), and other errors when Redis could not answer (call it again).
 func (l *Lock) Release(ctx context.Context) error {
@@ -461,8 +548,12 @@ func (l *Lock) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	c := l.client
+	keys := []string{l.keys.lock, l.keys.meta}
+	if l.queued {
+		keys = l.keys.withQueue()
+	}
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptRelease.Run(ctx, n, []string{l.keys.lock, l.keys.meta}, l.token, c.notify).Result()
+		return scriptRelease.Run(ctx, n, keys, l.token, c.notify).Result()
 	})
 	t := tallyInts(replies)
 	switch {
@@ -611,8 +702,9 @@ func (c *Client) SubscribeReleases(ctx context.Context) (<-chan string, error) {
 					if !ok {
 						return
 					}
+					key, _, _ := strings.Cut(m.Payload, "\x00") // a handoff names the waiter too
 					select {
-					case out <- m.Payload:
+					case out <- key:
 					case <-ctx.Done():
 						return
 					}
@@ -653,15 +745,18 @@ func obtainReply(v any) (ok bool, n int64, position int, holder string, err erro
 	return flag == 1, n, position, holder, nil
 }
 
-// Dequeue takes member out of the queue of the lock named key (see WithQueue). Removing a member
-// that is not queued is not an error.
+// Dequeue takes member out of the queue of the lock named key (see WithQueue): it gives up waiting.
+// If a release handed member the lock in the meantime and member has not claimed it with another
+// attempt, Dequeue gives it back and hands it on, since nobody will use it. Removing a member that
+// is not queued is not an error.
 func (c *Client) Dequeue(ctx context.Context, key, member string) error {
 	if err := validateKey(key); err != nil {
 		return err
 	}
 	k := c.keysFor(key)
+	keys := k.withQueue()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptDequeue.Run(ctx, n, []string{k.queue(), k.waiters()}, member).Result()
+		return scriptDequeue.Run(ctx, n, keys, member, c.notify).Result()
 	})
 	if t := tallyInts(replies); len(t.errs) > len(c.nodes)-c.quorum {
 		return fmt.Errorf("dequeue %s: %w", key, c.unavailable(len(replies)-len(t.errs), t.errs))
@@ -670,8 +765,9 @@ func (c *Client) Dequeue(ctx context.Context, key, member string) error {
 }
 
 // ReleaseToken deletes the lock named key if token holds it: Release for a process that knows its
-// token but has no *Lock, such as an operator that restarted. It returns ErrNotHeld if token does not
-// hold the lock (nothing is touched).
+// token but has no *Lock, such as an operator that restarted. On a single deployment it hands the
+// lock to the head of its queue, as Release does for a lock obtained WithQueue. It returns
+// ErrNotHeld if token does not hold the lock (nothing is touched).
 func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := validateKey(key); err != nil {
 		return err
@@ -679,7 +775,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if token == "" {
 		return invalidf("empty token")
 	}
-	l := &Lock{client: c, key: key, keys: c.keysFor(key), token: token}
+	l := &Lock{client: c, key: key, keys: c.keysFor(key), token: token, queued: c.handsOff()}
 	return l.Release(ctx)
 }
 

@@ -1,12 +1,18 @@
--- release.lua: delete the lock only if we still hold it (compare-and-DEL), then tell waiters.
--- KEYS[1] lock key   KEYS[2] meta key
--- ARGV[1] token      ARGV[2] channel to publish the lock key on after a release ("" = none)
+-- release.lua: delete the lock only if we still hold it (compare-and-DEL), hand it to the head of
+-- its queue if asked to, then tell waiters. queue.lua comes first.
+-- KEYS[1] lock key   KEYS[2] meta key   KEYS[3..6] fence, queue, waiters, tickets (optional: hand off)
+-- ARGV[1] token      ARGV[2] channel to publish on after a release ("" = none)
+-- Publishes the lock key, or handoff's message when the lock went to a waiter.
 -- Returns 1 when released, 0 when the lock was gone or held by another token (nothing is touched).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[2])
+local message = KEYS[1]
+if #KEYS == 6 then
+  message = handoff(KEYS[1], KEYS[3], KEYS[2], KEYS[4], KEYS[5], KEYS[6]) or message
+end
 if ARGV[2] ~= '' then
-  redis.call('PUBLISH', ARGV[2], KEYS[1])
+  redis.call('PUBLISH', ARGV[2], message)
 end
 return 1

@@ -23,12 +23,16 @@ var (
 	pttlSrc string
 	//go:embed dequeue.lua
 	dequeueSrc string
+	// queue.lua defines the queue helpers the three scripts that touch the queue share; Lua scripts
+	// cannot include one another, so it is put in front of each.
+	//go:embed queue.lua
+	queueSrc string
 
-	scriptObtain  = redis.NewScript(obtainSrc)
+	scriptObtain  = redis.NewScript(queueSrc + obtainSrc)
 	scriptRefresh = redis.NewScript(refreshSrc)
-	scriptRelease = redis.NewScript(releaseSrc)
+	scriptRelease = redis.NewScript(queueSrc + releaseSrc)
 	scriptInspect = redis.NewScript(inspectSrc)
 	scriptFence   = redis.NewScript(fenceSrc)
 	scriptPTTL    = redis.NewScript(pttlSrc)
-	scriptDequeue = redis.NewScript(dequeueSrc)
+	scriptDequeue = redis.NewScript(queueSrc + dequeueSrc)
 )

@@ -164,9 +164,10 @@ type lockedjobQueueWorker struct {
 	member string
 }
 
-// queueLiveness is how long a queued waiter that stops asking keeps its place; waiters here ask
-// every 10ms.
-const queueLiveness = time.Second
+// queueLiveness is how long a queued waiter that stops asking keeps its place. Waiters here ask
+// every 10ms and never vanish; a release hands the lock over for min(ttl, liveness), so a liveness
+// of a whole lease lets the waiter use the handoff as it arrives instead of claiming it first.
+const queueLiveness = lockTTL
 
 func lockedjobQueueFactory(c *redislock.Client) factory {
 	var n atomic.Int64

@@ -191,12 +191,15 @@ func BenchmarkParallelDistinctKeys(b *testing.B) {
 // acquisition by any goroutine: b.N acquisitions in total, so ns/op is the inverse of throughput.
 // acq/s is that throughput; cv is the coefficient of variation (stddev/mean) of the acquisitions
 // per goroutine, 0 for perfectly fair; rtt/op counts every round trip, failed attempts included.
-// impl=lockedjob-queue is lockedjob with its fair waiter queue (WithQueue) on top of the same retry.
+// impl=lockedjob-queue is lockedjob with its fair waiter queue (WithQueue) on top of the same retry:
+// a release hands the lock to the longest waiter and tells it over pub/sub.
 func BenchmarkContendedOneKey(b *testing.B) {
 	s := redisserver.Start(b)
 	impls := singleNodeImpls(b, s.Addr())
 	qc, qctr := newClient(b, s.Addr())
-	ql, err := redislock.New(qc)
+	// The queue hands the lock from holder to head on release; the release channel tells the head
+	// at once instead of at its next 10ms retry.
+	ql, err := redislock.New(qc, redislock.WithReleaseNotifications("bench:released"))
 	if err != nil {
 		b.Fatal(err)
 	}

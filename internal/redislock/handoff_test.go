@@ -1,0 +1,241 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	. "github.com/lockedjob/lockedjob/internal/redislock"
+)
+
+const releaseChannel = "lockedjob:released"
+
+// subscribers counts the subscriptions to the release channel: a waiting Obtain has one while it
+// waits (through the client's shared notifier) and none after.
+func subscribers(t *testing.T, rc *redis.Client) int64 {
+	t.Helper()
+	n, err := rc.PubSubNumSub(context.Background(), releaseChannel).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n[releaseChannel]
+}
+
+// TestReleaseHandsTheLockToTheHead: releasing a queued lock gives it to the head of the queue, with
+// the head's token, metadata and the next fencing token; nobody slips in before the head claims it.
+func TestReleaseHandsTheLockToTheHead(t *testing.T) {
+	c, _, _ := single(t)
+	key := uniqueKey(t)
+	ctx := context.Background()
+	holder, err := c.Obtain(ctx, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("a", 1, time.Minute), WithMetadata("ns/a")); position(t, err) != 1 {
+		t.Fatal("a should be first in line")
+	}
+	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("b", 2, time.Minute)); position(t, err) != 2 {
+		t.Fatal("b should be second in line")
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err := c.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.Metadata != "ns/a" || st.Fence != holder.Fence()+1 {
+		t.Fatalf("after the release: %+v, want held by ns/a with fence %d", st, holder.Fence()+1)
+	}
+	if st.TTL < 50*time.Second {
+		t.Fatalf("handed over for %v, want a's ttl of 1m", st.TTL)
+	}
+	if _, err := c.Obtain(ctx, key, time.Minute); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("an outsider got the handed-over lock: %v", err)
+	}
+	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("b", 2, time.Minute)); position(t, err) != 1 {
+		t.Fatal("b should be first in line once a holds the lock")
+	}
+	a, err := c.Obtain(ctx, key, time.Minute, WithQueue("a", 1, time.Minute), WithMetadata("ns/a"))
+	if err != nil {
+		t.Fatalf("a claims the lock handed to it: %v", err)
+	}
+	if a.Fence() != holder.Fence()+1 {
+		t.Fatalf("a's fence %d, want %d", a.Fence(), holder.Fence()+1)
+	}
+}
+
+// TestWaitingObtainIsHandedTheLock: a queued Obtain that waits with retries returns as soon as a
+// release hands it the lock. Its retry interval is an hour, so only the push can wake it.
+func TestWaitingObtainIsHandedTheLock(t *testing.T) {
+	c, _, rc := single(t, WithReleaseNotifications(releaseChannel))
+	key := uniqueKey(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder, err := c.Obtain(ctx, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		l   *Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.Obtain(ctx, key, time.Minute, WithQueue("waiter", 1, time.Minute), WithRetry(FixedBackoff(time.Hour)))
+		got <- result{l, err}
+	}()
+	eventually(t, 5*time.Second, "the waiter to queue up and listen", func() bool {
+		return subscribers(t, rc) == 1
+	})
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiting Obtain: %v", r.err)
+	}
+	if r.l.Fence() != holder.Fence()+1 {
+		t.Fatalf("fence %d, want %d", r.l.Fence(), holder.Fence()+1)
+	}
+	if !r.l.Held() || time.Until(r.l.ValidUntil()) < 50*time.Second {
+		t.Fatalf("handed-over lock valid until %v, want about a minute from now", r.l.ValidUntil())
+	}
+	// It is really ours: Refresh works, and releasing it frees the lock.
+	if err := r.l.Refresh(ctx, 0); err != nil {
+		t.Fatalf("refresh the handed-over lock: %v", err)
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatalf("release the handed-over lock: %v", err)
+	}
+	eventually(t, 5*time.Second, "the notifier to stop when nobody waits", func() bool {
+		return subscribers(t, rc) == 0
+	})
+	if st, err := c.Inspect(ctx, key); err != nil || st.Held {
+		t.Fatalf("after the last release: %+v, %v; want free", st, err)
+	}
+}
+
+// TestStaleHandoffMessageIsIgnored: a handoff message that names the waiter but not its latest
+// attempt cannot be dated, so the waiter must not take it for a lock.
+func TestStaleHandoffMessageIsIgnored(t *testing.T) {
+	c, _, rc := single(t, WithReleaseNotifications(releaseChannel))
+	key := uniqueKey(t)
+	ctx := context.Background()
+	holder := mustObtain(t, c, key, time.Minute)
+
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Obtain(waitCtx, key, time.Minute, WithQueue("waiter", 1, time.Minute), WithRetry(FixedBackoff(time.Hour)))
+		got <- err
+	}()
+	eventually(t, 5*time.Second, "the waiter to queue up and listen", func() bool { return subscribers(t, rc) == 1 })
+	before := evalCalls(t, rc)
+	// Two messages, handled in order: a handoff naming the waiter but not its latest attempt, which
+	// must be ignored, then a plain release, which sends the waiter (first in line) to ask again.
+	stale := holder.RedisKey() + "\x00999\x0060000\x00not-the-latest-attempt\x00waiter"
+	for _, msg := range []string{stale, holder.RedisKey()} {
+		if n, err := rc.Publish(ctx, releaseChannel, msg).Result(); err != nil || n != 1 {
+			t.Fatalf("publish: %d receivers, %v", n, err)
+		}
+	}
+	eventually(t, 5*time.Second, "the waiter to ask again after the plain release", func() bool {
+		return evalCalls(t, rc) > before
+	})
+	select {
+	case err := <-got:
+		t.Fatalf("Obtain returned on a stale handoff: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-got; !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v, want ErrNotObtained and context.Canceled", err)
+	}
+}
+
+// TestHandoffToAVanishedWaiterIsBounded: a waiter handed the lock right after it stopped asking
+// holds it no longer than its liveness, and the next waiter gets it after that.
+func TestHandoffToAVanishedWaiterIsBounded(t *testing.T) {
+	c, _, _ := single(t)
+	key := uniqueKey(t)
+	ctx := context.Background()
+	holder := mustObtain(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("ghost", 1, 300*time.Millisecond)); position(t, err) != 1 {
+		t.Fatal("ghost should be first")
+	}
+	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("live", 2, time.Minute)); position(t, err) != 2 {
+		t.Fatal("live should be second")
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.TTL > 300*time.Millisecond {
+		t.Fatalf("handed to the ghost: %+v, want held for at most its 300ms liveness", st)
+	}
+	eventually(t, 5*time.Second, "live to get the lock", func() bool {
+		_, err := c.Obtain(ctx, key, time.Minute, WithQueue("live", 2, time.Minute))
+		return err == nil
+	})
+}
+
+// TestDequeueGivesBackAHandedOffLock: a waiter that gives up after a release handed it the lock
+// hands it on to the next waiter instead of leaving it blocked for a lease.
+func TestDequeueGivesBackAHandedOffLock(t *testing.T) {
+	c, _, _ := single(t)
+	key := uniqueKey(t)
+	ctx := context.Background()
+	holder := mustObtain(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	_, _ = c.Obtain(ctx, key, time.Minute, WithQueue("quitter", 1, time.Minute), WithMetadata("quitter"))
+	_, _ = c.Obtain(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next"))
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := c.Inspect(ctx, key); st.Metadata != "quitter" {
+		t.Fatalf("handed to %q, want quitter", st.Metadata)
+	}
+	if err := c.Dequeue(ctx, key, "quitter"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Metadata != "next" || st.Fence != holder.Fence()+2 {
+		t.Fatalf("after quitter left: %+v, want held by next with fence %d", st, holder.Fence()+2)
+	}
+	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next")); err != nil {
+		t.Fatalf("next claims the lock: %v", err)
+	}
+}
+
+// TestRedlockDoesNotHandOff: Redlock nodes keep separate queues, so a release frees the lock on
+// every node and the head takes it with its next attempt.
+func TestRedlockDoesNotHandOff(t *testing.T) {
+	c, _ := redlock(t, 3)
+	key := uniqueKey(t)
+	ctx := context.Background()
+	holder := mustObtain(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("a", 1, time.Minute)); position(t, err) != 1 {
+		t.Fatal("a should be first")
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Inspect(ctx, key); err != nil || st.Held {
+		t.Fatalf("after the release: %+v, %v; want free", st, err)
+	}
+	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("a", 1, time.Minute)); err != nil {
+		t.Fatalf("a takes the free lock: %v", err)
+	}
+}

@@ -1,0 +1,141 @@
+package redislock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// release is one message from the release channel: a lock was freed, or freed and handed to the
+// waiter at the head of its queue (see queue.lua, handoff).
+type release struct {
+	key       string // the lock's Redis key
+	handedOff bool
+	member    string // the waiter it went to
+	attempt   string // the attempt whose ticket the release granted
+	fence     int64
+	lease     time.Duration // the lease it was granted for
+}
+
+// parseRelease reads a release message: the lock key alone, or key, fence, lease in ms, attempt and
+// member separated by NUL bytes.
+func parseRelease(payload string) release {
+	key, rest, handedOff := strings.Cut(payload, "\x00")
+	if !handedOff {
+		return release{key: payload}
+	}
+	fence, rest, _ := strings.Cut(rest, "\x00")
+	lease, rest, _ := strings.Cut(rest, "\x00")
+	attempt, member, _ := strings.Cut(rest, "\x00")
+	f, _ := strconv.ParseInt(fence, 10, 64)
+	ms, _ := strconv.ParseInt(lease, 10, 64)
+	return release{key: key, handedOff: true, member: member, attempt: attempt, fence: f, lease: time.Duration(ms) * time.Millisecond}
+}
+
+// releaseWatch is one waiting Obtain's interest in the releases of one lock.
+type releaseWatch struct {
+	key, member string
+	ch          chan release
+}
+
+// watchBuffer is how many releases a waiter may fall behind by; more are dropped, which costs the
+// waiter at most one retry interval.
+const watchBuffer = 8
+
+// notifier shares one pub/sub subscription among the queued Obtain calls of a Client that are
+// waiting, so a waiter learns within a push that a release handed it the lock, instead of at its
+// next retry. The subscription exists only while someone waits. Pub/sub may drop messages; the
+// waiters' retries remain the safety net, so a lost message costs time, never correctness.
+type notifier struct {
+	client  redis.UniversalClient
+	channel string
+
+	mu      sync.Mutex
+	watches map[string]map[*releaseWatch]struct{} // by lock key
+	n       int
+	stop    context.CancelFunc
+}
+
+func (nt *notifier) watch(key, member string) *releaseWatch {
+	w := &releaseWatch{key: key, member: member, ch: make(chan release, watchBuffer)}
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	if nt.watches == nil {
+		nt.watches = make(map[string]map[*releaseWatch]struct{})
+	}
+	set := nt.watches[key]
+	if set == nil {
+		set = make(map[*releaseWatch]struct{})
+		nt.watches[key] = set
+	}
+	set[w] = struct{}{}
+	nt.n++
+	if nt.n == 1 {
+		ctx, stop := context.WithCancel(context.Background())
+		nt.stop = stop
+		go nt.run(ctx)
+	}
+	return w
+}
+
+func (nt *notifier) unwatch(w *releaseWatch) {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	set := nt.watches[w.key]
+	if _, ok := set[w]; !ok {
+		return
+	}
+	delete(set, w)
+	if len(set) == 0 {
+		delete(nt.watches, w.key)
+	}
+	nt.n--
+	if nt.n == 0 {
+		nt.stop()
+		nt.stop = nil
+	}
+}
+
+func (nt *notifier) run(ctx context.Context) {
+	ps := nt.client.Subscribe(ctx, nt.channel)
+	// Closing the subscription is what ends a blocked receive; the context alone does not.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer func() { stop(); _ = ps.Close() }()
+	for {
+		msg, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// go-redis reconnects on the next receive; do not spin while Redis is away.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		nt.dispatch(parseRelease(msg.Payload))
+	}
+}
+
+// dispatch passes a release to the watches it concerns: a handoff to its waiter only, a plain
+// release to every waiter of the lock.
+func (nt *notifier) dispatch(r release) {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	for w := range nt.watches[r.key] {
+		if r.handedOff && r.member != w.member {
+			continue
+		}
+		select {
+		case w.ch <- r:
+		default: // the waiter is behind; its retry covers what it misses
+		}
+	}
+}
+
