@@ -138,4 +138,3 @@ func (nt *notifier) dispatch(r release) {
 		}
 	}
 }
-
