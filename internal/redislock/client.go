@@ -7,7 +7,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"hash"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +50,7 @@ type Client struct {
 	releases *notifier // nil unless the client hands locks off (see handsOff)
 	// memberSecret derives the tokens of queued waiters that bring none (see memberToken).
 	memberSecret [32]byte
+	memberMACs   sync.Pool // of hash.Hash keyed with memberSecret: queued waiters obtain in a loop
 }
 
 // Option configures a Client.
@@ -141,9 +144,16 @@ func (c *Client) handsOff() bool { return len(c.nodes) == 1 }
 // so a lock that a release handed to member is claimed by member's next Obtain, and unguessable
 // for anyone without the Client's secret.
 func (c *Client) memberToken(member string) string {
-	m := hmac.New(sha256.New, c.memberSecret[:])
+	m, _ := c.memberMACs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, c.memberSecret[:])
+	}
+	m.Reset()
 	m.Write([]byte(member))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:tokenBytes])
+	var sum [sha256.Size]byte
+	token := base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0])[:tokenBytes])
+	c.memberMACs.Put(m)
+	return token
 }
 
 // Nodes returns the number of Redis nodes behind the client (1 unless Redlock).
@@ -153,29 +163,33 @@ func (c *Client) Nodes() int { return len(c.nodes) }
 func (c *Client) Quorum() int { return c.quorum }
 
 // RedisKey returns the Redis key that holds the lock named key.
-func (c *Client) RedisKey(key string) string { return c.keysFor(key).lock }
+func (c *Client) RedisKey(key string) string { return c.prefix + "{" + key + "}" }
 
-// keys names the three Redis keys of one lock. They share the hash tag {key}, so a Redis Cluster
-// keeps them in one slot and a script may touch all of them.
-type keys struct{ lock, fence, meta string }
+// keys lists the Redis keys of one lock in the order every script takes them: lock, meta, fence,
+// then, for a lock used with a queue, queue, waiters and tickets (see queue.lua). They share the
+// hash tag {key}, so a Redis Cluster keeps them in one slot and a script may touch all of them.
+// Scripts get sub-slices (lockMeta, withFence, withQueue), so no call builds a key list again.
+type keys []string
 
-func (c *Client) keysFor(key string) keys {
-	base := c.prefix + "{" + key + "}"
-	return keys{lock: base, fence: base + ":fence", meta: base + ":meta"}
+func (c *Client) keysFor(key string, queued bool) keys {
+	base := c.RedisKey(key)
+	if !queued {
+		return keys{base, base + ":meta", base + ":fence"}
+	}
+	return keys{base, base + ":meta", base + ":fence", base + ":queue", base + ":waiters", base + ":tickets"}
 }
 
-// queue, waiters and tickets name the waiter queue of a lock (see WithQueue and queue.lua). They are
-// derived on demand: only queued acquisitions, handoffs and Dequeue need them, and every held *Lock
-// keeps its keys.
-func (k keys) queue() string   { return k.lock + ":queue" }
-func (k keys) waiters() string { return k.lock + ":waiters" }
-func (k keys) tickets() string { return k.lock + ":tickets" }
+func (k keys) lock() string { return k[0] }
 
-// withQueue lists the lock's keys in the order the scripts that hand off expect: lock, meta, fence,
-// queue, waiters, tickets.
-func (k keys) withQueue() []string {
-	return []string{k.lock, k.meta, k.fence, k.queue(), k.waiters(), k.tickets()}
-}
+// lockMeta is what refresh and release (without a handoff) touch.
+func (k keys) lockMeta() []string { return k[:2] }
+
+// withFence is what obtain (without a queue) and inspect touch.
+func (k keys) withFence() []string { return k[:3] }
+
+// withQueue is what a queued obtain, a handoff and dequeue touch. The keys must come from
+// keysFor(key, true).
+func (k keys) withQueue() []string { return k[:6] }
 
 func validateKey(key string) error {
 	switch {

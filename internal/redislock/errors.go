@@ -47,7 +47,8 @@ func invalidf(format string, args ...any) error {
 // QueuedError is ErrNotObtained for a waiter obtained WithQueue: it says where the waiter stands.
 // errors.Is(err, ErrNotObtained) holds for it.
 type QueuedError struct {
-	// Position is the waiter's place in the queue: 1 means next in line.
+	// Position is the waiter's place in the queue: 1 means next in line. While the lock is held it
+	// may count waiters that vanished recently; they are dropped when the lock is next freed.
 	Position int
 	// Holder is the current holder's metadata (see WithMetadata), empty if the lock is free (a
 	// waiter ahead gets it first) or the holder stored none.

@@ -319,7 +319,7 @@ func refreshPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock
 	for attempt := 0; ; attempt++ {
 		cmds, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, l := range locks {
-				scriptRefresh.EvalSha(ctx, p, []string{l.keys.lock, l.keys.meta}, l.token, ttls[i].Milliseconds())
+				scriptRefresh.EvalSha(ctx, p, l.keys.lockMeta(), l.token, ttls[i].Milliseconds())
 			}
 			return nil
 		})

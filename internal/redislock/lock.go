@@ -128,7 +128,7 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 		}
 	}
 
-	k := c.keysFor(key)
+	k := c.keysFor(key, o.queueMember != "")
 	var (
 		timer *time.Timer
 		watch *releaseWatch
@@ -156,7 +156,7 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 			timer.Reset(wait)
 		}
 		if watch == nil && o.queueMember != "" && c.releases != nil {
-			watch = c.releases.watch(k.lock, o.queueMember)
+			watch = c.releases.watch(k.lock(), o.queueMember)
 			defer c.releases.unwatch(watch)
 		}
 		l, err = c.awaitTurn(ctx, err, timer, watch, key, k, ttl, &o, start)
@@ -226,10 +226,10 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.queueMember != "" {
-			return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta, k.queue(), k.waiters(), k.tickets()},
+			return c.runAcquire(ctx, n, scriptObtain, k.withQueue(),
 				o.token, ttlMs, o.metadata, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds(), o.attempt)
 		}
-		return c.runAcquire(ctx, n, scriptObtain, []string{k.lock, k.fence, k.meta}, o.token, ttlMs, o.metadata)
+		return c.runAcquire(ctx, n, scriptObtain, k.withFence(), o.token, ttlMs, o.metadata)
 	})
 
 	// unsure are the nodes that did not answer: they may still apply the acquisition late, so a
@@ -324,8 +324,8 @@ func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script
 		}
 		if ok, _, _, _, _ := obtainReply(val); ok && acks < int64(c.waitReplicas) {
 			// Taken on the primary but not replicated in time: give it back, it would not survive a
-			// failover. keys[0], keys[2] are the lock and meta keys.
-			_ = scriptRelease.Run(context.WithoutCancel(ctx), n, []string{keys[0], keys[2]}, args[0], "").Err()
+			// failover. keys starts with the lock and meta keys.
+			_ = scriptRelease.Run(context.WithoutCancel(ctx), n, keys[:2], args[0], "").Err()
 			return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)
 		}
 		return val, nil
@@ -335,7 +335,7 @@ func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script
 // raiseFence writes the quorum's fencing token back to the granting nodes; see fence.lua.
 func (c *Client) raiseFence(ctx context.Context, k keys, token string, fence int64, granted []int) error {
 	replies := c.onNodes(ctx, granted, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptFence.Run(ctx, n, []string{k.lock, k.fence}, token, strconv.FormatInt(fence, 10)).Result()
+		return scriptFence.Run(ctx, n, k.withFence(), token, strconv.FormatInt(fence, 10)).Result()
 	})
 	t := tallyInts(replies)
 	if t.ok >= c.quorum {
@@ -363,7 +363,7 @@ func (c *Client) releaseQuietly(ctx context.Context, k keys, token string, nodes
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.nodeTimeout, time.Second))
 	defer cancel()
 	c.onNodes(rctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptRelease.Run(ctx, n, []string{k.lock, k.meta}, token, "").Result()
+		return scriptRelease.Run(ctx, n, k.lockMeta(), token, "").Result()
 	})
 }
 
@@ -388,7 +388,7 @@ func (c *Client) releaseLate(k keys, token string, nodes []int, ttl time.Duratio
 			wait := c.nodeTimeout
 			for c.now().Before(deadline) {
 				ctx, cancel := context.WithTimeout(context.Background(), max(c.nodeTimeout, 500*time.Millisecond))
-				err := scriptRelease.Run(ctx, c.nodes[i], []string{k.lock, k.meta}, token, "").Err()
+				err := scriptRelease.Run(ctx, c.nodes[i], k.lockMeta(), token, "").Err()
 				cancel()
 				if err == nil {
 					return // released, or it never applied the acquisition
@@ -413,7 +413,7 @@ func (l *Lock) RedisKey() string {
 	if l == nil {
 		return ""
 	}
-	return l.keys.lock
+	return l.keys.lock()
 }
 
 // Token returns the lock's token. It is the lock's credential: do not log it.
@@ -504,7 +504,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	start := c.now()
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptRefresh.Run(ctx, n, []string{l.keys.lock, l.keys.meta}, l.token, ttlMs).Result()
+		return scriptRefresh.Run(ctx, n, l.keys.lockMeta(), l.token, ttlMs).Result()
 	})
 	if err := l.settleRefresh(tallyInts(replies), start, c.now(), ttl); err != nil {
 		return fmt.Errorf("refresh %s: %w", l.key, err)
@@ -548,7 +548,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	c := l.client
-	keys := []string{l.keys.lock, l.keys.meta}
+	keys := l.keys.lockMeta()
 	if l.queued {
 		keys = l.keys.withQueue()
 	}
@@ -578,7 +578,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	c := l.client
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptPTTL.Run(ctx, n, []string{l.keys.lock}, l.token).Int64()
+		return scriptPTTL.Run(ctx, n, l.keys[:1], l.token).Int64()
 	})
 	var ttls []time.Duration
 	var errs []error
@@ -621,9 +621,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (State, error) {
 	if err := validateKey(key); err != nil {
 		return State{}, err
 	}
-	k := c.keysFor(key)
+	k := c.keysFor(key, false)
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptInspect.Run(ctx, n, []string{k.lock, k.fence, k.meta}).Slice()
+		return scriptInspect.Run(ctx, n, k.withFence()).Slice()
 	})
 	var st State
 	var errs []error
@@ -724,10 +724,10 @@ func newToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// obtainReply parses obtain.lua's reply: {flag, number, position[, holder metadata]}.
-func obtainReply(v any) (ok bool, n int64, position int, holder string, err error) {
+// obtainReply parses obtain.lua's reply: {1, fence} when obtained, {0, position[, holder]} when not.
+func obtainReply(v any) (ok bool, fence int64, position int, holder string, err error) {
 	vals, isSlice := v.([]any)
-	if !isSlice || len(vals) < 2 || len(vals) > 4 {
+	if !isSlice || len(vals) < 2 || len(vals) > 3 {
 		return false, 0, 0, "", fmt.Errorf("unexpected obtain reply %v", v)
 	}
 	flag, ok1 := vals[0].(int64)
@@ -735,14 +735,13 @@ func obtainReply(v any) (ok bool, n int64, position int, holder string, err erro
 	if !ok1 || !ok2 {
 		return false, 0, 0, "", fmt.Errorf("unexpected obtain reply %v", v)
 	}
-	if len(vals) >= 3 {
-		p, _ := vals[2].(int64)
-		position = int(p)
+	if flag == 1 {
+		return true, n, 0, "", nil
 	}
-	if len(vals) == 4 {
-		holder, _ = vals[3].(string)
+	if len(vals) == 3 {
+		holder, _ = vals[2].(string)
 	}
-	return flag == 1, n, position, holder, nil
+	return false, 0, int(n), holder, nil
 }
 
 // Dequeue takes member out of the queue of the lock named key (see WithQueue): it gives up waiting.
@@ -753,8 +752,7 @@ func (c *Client) Dequeue(ctx context.Context, key, member string) error {
 	if err := validateKey(key); err != nil {
 		return err
 	}
-	k := c.keysFor(key)
-	keys := k.withQueue()
+	keys := c.keysFor(key, true).withQueue()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		return scriptDequeue.Run(ctx, n, keys, member, c.notify).Result()
 	})
@@ -775,7 +773,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if token == "" {
 		return invalidf("empty token")
 	}
-	l := &Lock{client: c, key: key, keys: c.keysFor(key), token: token, queued: c.handsOff()}
+	l := &Lock{client: c, key: key, keys: c.keysFor(key, c.handsOff()), token: token, queued: c.handsOff()}
 	return l.Release(ctx)
 }
 

@@ -1,20 +1,20 @@
 -- obtain.lua: take the lock if it is free (or already ours) and hand out a fencing token; with a
 -- queue, only the waiter at the head of the queue may take a free lock. queue.lua comes first.
 -- KEYS[1] lock key     (string: the holder's token, with a TTL)
--- KEYS[2] fence key    (integer: the last fencing token handed out; no TTL)
--- KEYS[3] meta key     (string: holder metadata, same TTL as the lock)
+-- KEYS[2] meta key     (string: holder metadata, same TTL as the lock)
+-- KEYS[3] fence key    (integer: the last fencing token handed out; no TTL)
 -- KEYS[4..6] queue, waiters, tickets (optional; see queue.lua)
 -- ARGV[1] token   ARGV[2] ttl in ms   ARGV[3] metadata ("" = none)
 -- ARGV[4] waiter  ARGV[5] score       ARGV[6] waiter liveness in ms   ARGV[7] attempt id (with a queue)
--- Returns {1, fence, 0} when obtained (fresh, re-adopted, or handed over by a release), and
--- {0, pttl, position, holder} when not (position 0 without a queue; holder is the holder's metadata
--- or false; pttl -2 and no holder when the lock is free but another waiter is ahead). Waiters learn
--- who blocks them without a second call.
+-- Returns {1, fence} when obtained (fresh, re-adopted, or handed over by a release), and
+-- {0, position, holder} when not: position is 0 without a queue; holder is the holder's metadata,
+-- or false when the holder stored none or the lock is free but another waiter is ahead. Waiters
+-- learn who blocks them without a second call.
 local queued = #KEYS == 6
 
 local function setMeta()
   if ARGV[3] ~= '' then
-    redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+    redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
   end
 end
 
@@ -26,9 +26,9 @@ end
 
 local function take()
   setMeta()
-  local fence = nextFence(KEYS[2])
+  local fence = nextFence(KEYS[3])
   dequeue()
-  return {1, fence, 0}
+  return {1, fence}
 end
 
 -- The common case first: a free lock and no queue costs one SET and one INCR.
@@ -43,22 +43,25 @@ if current == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   setMeta()
   dequeue()
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), 0}
+  return {1, tonumber(redis.call('GET', KEYS[3]) or '0')}
 end
 
 local position = 0
 if queued then
-  prune(KEYS[4], KEYS[5], KEYS[6])
+  if not current then
+    -- Only a free lock needs an exact head; a held one is pruned when it is released.
+    prune(KEYS[4], KEYS[5], KEYS[6])
+  end
   redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
   redis.call('ZADD', KEYS[5], nowMs() + tonumber(ARGV[6]), ARGV[4])
   redis.call('HSET', KEYS[6], ARGV[4], cmsgpack.pack(ARGV[2], ARGV[7], ARGV[1], ARGV[3], ARGV[6]))
   position = redis.call('ZRANK', KEYS[4], ARGV[4]) + 1
 end
 if current then
-  return {0, redis.call('PTTL', KEYS[1]), position, redis.call('GET', KEYS[3])}
+  return {0, position, redis.call('GET', KEYS[2])}
 end
 if position > 1 then
-  return {0, -2, position}
+  return {0, position}
 end
 
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
