@@ -548,12 +548,12 @@ func (l *Lock) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	c := l.client
-	keys := l.keys.lockMeta()
+	script, keys := scriptRelease, l.keys.lockMeta()
 	if l.queued {
-		keys = l.keys.withQueue()
+		script, keys = scriptReleaseHandoff, l.keys.withQueue()
 	}
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptRelease.Run(ctx, n, keys, l.token, c.notify).Result()
+		return script.Run(ctx, n, keys, l.token, c.notify).Result()
 	})
 	t := tallyInts(replies)
 	switch {
