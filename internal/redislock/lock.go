@@ -226,7 +226,7 @@ func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.queueMember != "" {
-			return c.runAcquire(ctx, n, scriptObtain, k.withQueue(),
+			return c.runAcquire(ctx, n, scriptObtainQueued, k.withQueue(),
 				o.token, ttlMs, o.metadata, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds(), o.attempt)
 		}
 		return c.runAcquire(ctx, n, scriptObtain, k.withFence(), o.token, ttlMs, o.metadata)

@@ -1,5 +1,6 @@
 -- obtain.lua: take the lock if it is free (or already ours) and hand out a fencing token; with a
--- queue, only the waiter at the head of the queue may take a free lock. queue.lua comes first.
+-- queue, only the waiter at the head of the queue may take a free lock. clock.lua comes first, and
+-- queue.lua too when queued.
 -- KEYS[1] lock key     (string: the holder's token, with a TTL)
 -- KEYS[2] meta key     (string: holder metadata, same TTL as the lock)
 -- KEYS[3] fence key    (integer: the last fencing token handed out; no TTL)

@@ -1,5 +1,7 @@
--- queue.lua: helpers shared by obtain.lua, release.lua and dequeue.lua; scripts.go puts this file
--- in front of each of them, so all three read and write the waiter queue the same way.
+-- queue.lua: helpers shared by obtain.lua, release.lua and dequeue.lua when they touch a queue;
+-- scripts.go puts this file (after clock.lua) in front of them, so all three read and write the
+-- waiter queue the same way. Scripts that never touch a queue run without it: defining these
+-- helpers on every call costs measurable Redis time.
 --
 -- A lock's queue is three keys beside it (same hash tag):
 --   queue    sorted set: waiter -> score; the head is the lowest score, then the lowest name
@@ -7,35 +9,6 @@
 --            drops out when its deadline passes
 --   tickets  hash: waiter -> what its last attempt asked for, msgpack(ttl ms, attempt id, token,
 --            metadata, liveness ms), so a release can hand the lock straight to the head (see handoff)
-
--- Effects replication (the default since Redis 5) lets scripts read TIME before they write.
-if redis.replicate_commands then pcall(redis.replicate_commands) end
-
--- The server clock, read at most once per script.
-local clock
-local function now()
-  clock = clock or redis.call('TIME')
-  return clock
-end
-
-local function nowMs()
-  local t = now()
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- nextFence hands out the next fencing token: previous + 1. A counter that does not exist yet (first
--- use, or Redis lost its data) starts from the server clock in microseconds, so tokens keep growing
--- across a Redis that lost its data as long as its clock did not step backwards.
-local function nextFence(fenceKey)
-  local fence = redis.call('INCR', fenceKey)
-  if fence == 1 then
-    local t = now()
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    -- Lua 5.1 turns numbers into strings with %.14g, which would round a 16-digit token.
-    redis.call('SET', fenceKey, string.format('%.0f', fence))
-  end
-  return fence
-end
 
 -- forget takes one waiter out of the queue entirely.
 local function forget(queue, waiters, tickets, member)

@@ -1,6 +1,6 @@
 -- release.lua: delete the lock only if we still hold it (compare-and-DEL), hand it to the head of
--- its queue if asked to, then tell waiters. With six keys (a handoff) queue.lua comes first; a plain
--- release runs this file alone.
+-- its queue if asked to, then tell waiters. With six keys (a handoff) clock.lua and queue.lua come
+-- first; a plain release runs this file alone.
 -- KEYS[1] lock key   KEYS[2] meta key   KEYS[3..6] fence, queue, waiters, tickets (optional: hand off)
 -- ARGV[1] token      ARGV[2] channel to publish on after a release ("" = none)
 -- Publishes the lock key, or handoff's message when the lock went to a waiter.

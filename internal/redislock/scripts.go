@@ -23,19 +23,21 @@ var (
 	pttlSrc string
 	//go:embed dequeue.lua
 	dequeueSrc string
-	// queue.lua defines the queue helpers the three scripts that touch the queue share; Lua scripts
-	// cannot include one another, so it is put in front of each.
+	// Lua scripts cannot include one another, so shared helpers are put in front of the scripts that
+	// use them: clock.lua (server clock, fence counter) and queue.lua (the waiter queue and handoff).
+	// Each variant carries only the helpers its paths reach, since defining them costs every call.
+	//go:embed clock.lua
+	clockSrc string
 	//go:embed queue.lua
 	queueSrc string
 
-	scriptObtain  = redis.NewScript(queueSrc + obtainSrc)
-	scriptRefresh = redis.NewScript(refreshSrc)
-	// A plain release runs release.lua alone: it never reaches the handoff, and defining the queue
-	// helpers on every call would cost it a third of its server time.
+	scriptObtain         = redis.NewScript(clockSrc + obtainSrc)
+	scriptObtainQueued   = redis.NewScript(clockSrc + queueSrc + obtainSrc)
+	scriptRefresh        = redis.NewScript(refreshSrc)
 	scriptRelease        = redis.NewScript(releaseSrc)
-	scriptReleaseHandoff = redis.NewScript(queueSrc + releaseSrc)
+	scriptReleaseHandoff = redis.NewScript(clockSrc + queueSrc + releaseSrc)
 	scriptInspect        = redis.NewScript(inspectSrc)
 	scriptFence          = redis.NewScript(fenceSrc)
 	scriptPTTL           = redis.NewScript(pttlSrc)
-	scriptDequeue        = redis.NewScript(queueSrc + dequeueSrc)
+	scriptDequeue        = redis.NewScript(clockSrc + queueSrc + dequeueSrc)
 )
