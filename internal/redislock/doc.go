@@ -43,6 +43,18 @@
 // holders can overlap in time; the fencing token still orders them, so a resource that checks it
 // stays consistent.
 //
+// # Queues and handoff
+//
+// WithQueue makes waiters take turns: they join a queue in Redis (by score, then name), a free lock
+// goes only to the head, and a waiter that stops asking drops out after its liveness. On a single
+// deployment, releasing a queued lock hands it straight to the live head in the same script (its
+// token, metadata and the next fencing token, for its ttl but at most its liveness), so nobody can
+// take it in between; the head claims it with its next attempt, or at once when it waits inside
+// Obtain and the client has a release channel (WithReleaseNotifications). The lease of a lock
+// received by push is dated from the start of the attempt whose request the release granted, which
+// the server answered before the release, so its validity is never overstated. Redlock clients
+// queue but do not hand off.
+//
 // # Renewal
 //
 // Keeper renews many locks from one goroutine: locks that are due together go to Redis in one
