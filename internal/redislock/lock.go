@@ -744,10 +744,11 @@ func obtainReply(v any) (ok bool, fence int64, position int, holder string, err 
 	return false, 0, int(n), holder, nil
 }
 
-// Dequeue takes member out of the queue of the lock named key (see WithQueue): it gives up waiting.
-// If a release handed member the lock in the meantime and member has not claimed it with another
-// attempt, Dequeue gives it back and hands it on, since nobody will use it. Removing a member that
-// is not queued is not an error.
+// Dequeue takes member out of the queue of the lock named key (see WithQueue): member no longer
+// wants the lock. If a release handed member the lock in the meantime, Dequeue gives it back and
+// hands it on, unless member already claimed it with another attempt; a lock that a waiting Obtain
+// received by push counts as unclaimed here, so do not Dequeue a member that holds its lock.
+// Removing a member that is not queued is not an error.
 func (c *Client) Dequeue(ctx context.Context, key, member string) error {
 	if err := validateKey(key); err != nil {
 		return err
