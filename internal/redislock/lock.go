@@ -138,7 +138,7 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 			o.attempt = strconv.FormatUint(c.attempts.Add(1), 36)
 		}
 		start := c.now()
-		l, err := c.attemptObtain(ctx, key, k, ttl, &o)
+		l, err := c.attemptObtain(ctx, start, key, k, ttl, &o)
 		if err == nil {
 			return l, nil
 		}
@@ -220,9 +220,8 @@ func (c *Client) handedOver(key string, k keys, ttl time.Duration, o *obtainOpti
 		queued: true, ttl: ttl, grantedAt: start, validUntil: validUntil}
 }
 
-// attemptObtain makes one acquisition attempt on every node.
-func (c *Client) attemptObtain(ctx context.Context, key string, k keys, ttl time.Duration, o *obtainOptions) (*Lock, error) {
-	start := c.now()
+// attemptObtain makes one acquisition attempt on every node; the lease is counted from start.
+func (c *Client) attemptObtain(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *obtainOptions) (*Lock, error) {
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.queueMember != "" {
@@ -702,9 +701,8 @@ func (c *Client) SubscribeReleases(ctx context.Context) (<-chan string, error) {
 					if !ok {
 						return
 					}
-					key, _, _ := strings.Cut(m.Payload, "\x00") // a handoff names the waiter too
 					select {
-					case out <- key:
+					case out <- parseRelease(m.Payload).key:
 					case <-ctx.Done():
 						return
 					}

@@ -21,7 +21,7 @@ end
 
 local function dequeue()
   if queued then
-    forget(KEYS[4], KEYS[5], KEYS[6], ARGV[4])
+    forget(ARGV[4])
   end
 end
 
@@ -51,11 +51,11 @@ local position = 0
 if queued then
   if not current then
     -- Only a free lock needs an exact head; a held one is pruned when it is released.
-    prune(KEYS[4], KEYS[5], KEYS[6])
+    prune()
   end
   redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
   redis.call('ZADD', KEYS[5], nowMs() + tonumber(ARGV[6]), ARGV[4])
-  redis.call('HSET', KEYS[6], ARGV[4], cmsgpack.pack(ARGV[2], ARGV[7], ARGV[1], ARGV[3], ARGV[6]))
+  writeTicket(ARGV[4], {ttl = ARGV[2], attempt = ARGV[7], token = ARGV[1], metadata = ARGV[3], liveness = ARGV[6]})
   position = redis.call('ZRANK', KEYS[4], ARGV[4]) + 1
 end
 if current then

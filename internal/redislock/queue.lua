@@ -3,31 +3,46 @@
 -- waiter queue the same way. Scripts that never touch a queue run without it: defining these
 -- helpers on every call costs measurable Redis time.
 --
--- A lock's queue is three keys beside it (same hash tag):
---   queue    sorted set: waiter -> score; the head is the lowest score, then the lowest name
---   waiters  sorted set: waiter -> liveness deadline (ms, server clock); a waiter that stops asking
---            drops out when its deadline passes
---   tickets  hash: waiter -> what its last attempt asked for, msgpack(ttl ms, attempt id, token,
---            metadata, liveness ms), so a release can hand the lock straight to the head (see handoff)
+-- Every script that includes this file takes the lock's keys in one order (keys in client.go):
+--   KEYS[1] lock      KEYS[2] meta      KEYS[3] fence
+--   KEYS[4] queue     sorted set: waiter -> score; the head is the lowest score, then the lowest name
+--   KEYS[5] waiters   sorted set: waiter -> liveness deadline (ms, server clock); a waiter that stops
+--                     asking drops out when its deadline passes
+--   KEYS[6] tickets   hash: waiter -> what its last attempt asked for (see writeTicket), so a release
+--                     can hand the lock straight to the head (see handoff)
 
 -- forget takes one waiter out of the queue entirely.
-local function forget(queue, waiters, tickets, member)
-  redis.call('ZREM', queue, member)
-  redis.call('ZREM', waiters, member)
-  redis.call('HDEL', tickets, member)
+local function forget(member)
+  redis.call('ZREM', KEYS[4], member)
+  redis.call('ZREM', KEYS[5], member)
+  redis.call('HDEL', KEYS[6], member)
 end
 
 -- prune drops the waiters that stopped asking (deleted, or their process died), so they cannot
 -- block the queue or be handed a lock nobody will use.
-local function prune(queue, waiters, tickets)
-  local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', nowMs())
+local function prune()
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', nowMs())
   for _, m in ipairs(dead) do
-    redis.call('ZREM', queue, m)
-    redis.call('HDEL', tickets, m)
+    redis.call('ZREM', KEYS[4], m)
+    redis.call('HDEL', KEYS[6], m)
   end
   if #dead > 0 then
-    redis.call('ZREMRANGEBYSCORE', waiters, '-inf', nowMs())
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', nowMs())
   end
+end
+
+-- writeTicket and readTicket are the only places that know a ticket's layout.
+local function writeTicket(member, t)
+  redis.call('HSET', KEYS[6], member, cmsgpack.pack(t.ttl, t.attempt, t.token, t.metadata, t.liveness))
+end
+
+local function readTicket(member)
+  local packed = redis.call('HGET', KEYS[6], member)
+  if not packed then
+    return nil
+  end
+  local ttl, attempt, token, metadata, liveness = cmsgpack.unpack(packed)
+  return {ttl = ttl, attempt = attempt, token = token, metadata = metadata, liveness = liveness}
 end
 
 -- handoff gives a lock that was just freed to the live waiter at the head of the queue, as if that
@@ -38,23 +53,32 @@ end
 -- Returns the message that tells the waiter, or nil if nobody waits.
 -- Message: lock key, fence, lease ms, attempt id and waiter, separated by NUL bytes (keys and
 -- waiter names cannot contain NUL; see validateKey).
-local function handoff(lock, fenceKey, meta, queue, waiters, tickets)
-  prune(queue, waiters, tickets)
-  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+local function handoff()
+  prune()
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
   if not head then
     return nil
   end
-  local ticket = redis.call('HGET', tickets, head)
-  if not ticket then
+  local t = readTicket(head)
+  if not t then
     return nil
   end
-  local ttl, attempt, token, metadata, liveness = cmsgpack.unpack(ticket)
-  local lease = math.min(tonumber(ttl), tonumber(liveness))
-  redis.call('SET', lock, token, 'PX', lease)
-  if metadata ~= '' then
-    redis.call('SET', meta, metadata, 'PX', lease)
+  local lease = math.min(tonumber(t.ttl), tonumber(t.liveness))
+  redis.call('SET', KEYS[1], t.token, 'PX', lease)
+  if t.metadata ~= '' then
+    redis.call('SET', KEYS[2], t.metadata, 'PX', lease)
   end
-  local fence = nextFence(fenceKey)
-  redis.call('ZREM', queue, head)
-  return table.concat({lock, string.format('%.0f', fence), lease, attempt, head}, '\0')
+  local fence = nextFence(KEYS[3])
+  redis.call('ZREM', KEYS[4], head)
+  return table.concat({KEYS[1], string.format('%.0f', fence), lease, t.attempt, head}, '\0')
+end
+
+-- handOn frees the lock and hands it to the next waiter, then tells the release channel (ARGV[2]
+-- in both scripts that give a lock up).
+local function handOn()
+  redis.call('DEL', KEYS[1], KEYS[2])
+  local message = handoff() or KEYS[1]
+  if ARGV[2] ~= '' then
+    redis.call('PUBLISH', ARGV[2], message)
+  end
 end

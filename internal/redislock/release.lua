@@ -8,12 +8,12 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[2])
-local message = KEYS[1]
 if #KEYS == 6 then
-  message = handoff(KEYS[1], KEYS[3], KEYS[2], KEYS[4], KEYS[5], KEYS[6]) or message
+  handOn()
+  return 1
 end
+redis.call('DEL', KEYS[1], KEYS[2])
 if ARGV[2] ~= '' then
-  redis.call('PUBLISH', ARGV[2], message)
+  redis.call('PUBLISH', ARGV[2], KEYS[1])
 end
 return 1
