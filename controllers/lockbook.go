@@ -13,43 +13,66 @@ import (
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
-// LockBook is the operator's record of the locks it holds. It owns the Keeper that renews them, so
-// renewal runs on its own schedule, independent of API-server traffic and reconcile queues, and it
-// turns a lost lock into an event for the LockedJob's reconciler. Its state is rebuilt after a
-// restart by re-adoption; nothing in it needs to survive the process.
+// maxConcurrentStops bounds the Job stops that run outside the reconcile queue at once, so a Redis
+// outage that loses every lock does not start thousands of API calls in one burst.
+const maxConcurrentStops = 16
+
+// LockBook is the operator's record of the locks it holds and of the outcomes it has not yet seen
+// written to status. It owns the Keeper that renews the locks, so renewal runs on its own schedule,
+// independent of API-server traffic and reconcile queues; it stops the Job of a lost lock at once,
+// outside the reconcile queue; and it turns a loss into an event for the LockedJob's reconciler.
+// Its state is rebuilt after a restart by re-adoption; nothing in it needs to survive the process.
 type LockBook struct {
 	redis  *redislock.Client
 	keeper *redislock.Keeper
 
-	mu   sync.Mutex
-	held map[types.UID]*bookEntry
-	lost map[types.UID]error
-	byLk map[*redislock.Lock]*bookEntry
+	mu      sync.Mutex
+	entries map[types.UID]*bookEntry
+	byLk    map[*redislock.Lock]*bookEntry
 
 	// events wakes the reconciler of a LockedJob whose lock was lost.
 	events chan event.GenericEvent
+	stops  chan struct{} // semaphore of maxConcurrentStops
 
 	// OnRenewFailed, if set, hears of the first failed renewal in a run of failures of one lock
 	// (the keeper retries; the lock counts as lost only when its validity runs out). Set it before
 	// the first Track.
 	OnRenewFailed func(lj *batchv1alpha1.LockedJob, err error)
+	// StopWorkload, if set, applies the lock-lost policy to the Job of a lock that was lost or whose
+	// lease is at risk, before the reconciler is woken: a loss must not wait for a free worker while
+	// the next holder may already start. It runs on its own goroutine. Set it before the first Track.
+	StopWorkload func(ctx context.Context, w Workload, cause error)
 }
 
+// Workload is what the book knows of the Job a lock protects, enough to stop it without a reconcile.
+type Workload struct {
+	LockedJob types.NamespacedName
+	UID       types.UID
+	Job       string // the Job's name; "" while it is not known
+	Policy    batchv1alpha1.LockLostPolicy
+}
+
+// bookEntry is one LockedJob's record. It lives from the acquisition until the reconciler has seen
+// the outcome in status (Forget), so a pass that read a stale LockedJob from the cache cannot act on
+// a lock that is already lost or released (re-adopt it, release it twice, report another outcome).
 type bookEntry struct {
-	name    types.NamespacedName
-	uid     types.UID
-	lock    *redislock.Lock
-	failing bool // the last renewal failed in transport
+	Workload
+	lock    *redislock.Lock // nil once released
+	failing bool            // the last renewal failed in transport
+	// lost is why the lock was lost (or its lease is at risk); nil while it is healthy.
+	lost error
+	// released is set once the lock was released after the Job ended.
+	released bool
 }
 
 // NewLockBook starts a book (and its keeper) over c. Stop it when the manager stops.
 func NewLockBook(c *redislock.Client) *LockBook {
 	b := &LockBook{
-		redis:  c,
-		held:   map[types.UID]*bookEntry{},
-		lost:   map[types.UID]error{},
-		byLk:   map[*redislock.Lock]*bookEntry{},
-		events: make(chan event.GenericEvent, 1024),
+		redis:   c,
+		entries: map[types.UID]*bookEntry{},
+		byLk:    map[*redislock.Lock]*bookEntry{},
+		events:  make(chan event.GenericEvent, 1024),
+		stops:   make(chan struct{}, maxConcurrentStops),
 	}
 	b.keeper = c.NewKeeper(redislock.KeeperOptions{OnLost: b.onLost, OnRenew: b.onRenew})
 	return b
@@ -61,63 +84,191 @@ func (b *LockBook) Redis() *redislock.Client { return b.redis }
 // Events delivers a generic event for every LockedJob whose lock was lost.
 func (b *LockBook) Events() <-chan event.GenericEvent { return b.events }
 
-// Track records l as held by the LockedJob and starts renewing it every interval (0 = ttl/3).
+// Track records l as held by the LockedJob and starts renewing it every interval (0 = ttl/3). The
+// LockedJob's status.jobName, if set, names the Job to stop should the lock be lost.
 func (b *LockBook) Track(lj *batchv1alpha1.LockedJob, l *redislock.Lock, interval time.Duration) error {
-	e := &bookEntry{name: client.ObjectKeyFromObject(lj), uid: lj.UID, lock: l}
+	e := &bookEntry{Workload: workloadOf(lj), lock: l}
 	b.mu.Lock()
-	if old, ok := b.held[lj.UID]; ok && old.lock != l {
+	if old, ok := b.entries[lj.UID]; ok && old.lock != nil && old.lock != l {
 		b.keeper.Remove(old.lock)
 		delete(b.byLk, old.lock)
 	}
-	b.held[lj.UID], b.byLk[l] = e, e
-	delete(b.lost, lj.UID)
-	locksHeld.Set(float64(len(b.held)))
+	b.entries[lj.UID], b.byLk[l] = e, e
+	b.setGauge()
 	b.mu.Unlock()
 	return b.keeper.Add(l, interval)
 }
 
-// Held returns the lock the LockedJob holds, or nil.
+// BindJob tells the book the name of the Job that the LockedJob's lock protects.
+func (b *LockBook) BindJob(lj *batchv1alpha1.LockedJob) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.entries[lj.UID]; ok {
+		e.Workload = workloadOf(lj)
+	}
+}
+
+func workloadOf(lj *batchv1alpha1.LockedJob) Workload {
+	return Workload{LockedJob: client.ObjectKeyFromObject(lj), UID: lj.UID, Job: lj.Status.JobName, Policy: lossPolicy(lj)}
+}
+
+// Held returns the healthy lock the LockedJob holds, or nil (none, lost, at risk or released).
 func (b *LockBook) Held(uid types.UID) *redislock.Lock {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e, ok := b.held[uid]; ok {
+	if e, ok := b.entries[uid]; ok && e.lost == nil {
 		return e.lock
 	}
 	return nil
 }
 
-// Lost returns why the LockedJob's lock was lost, or nil if it was not.
+// Holding returns the lock the LockedJob still holds in Redis as far as the book knows, healthy or
+// at risk, or nil.
+func (b *LockBook) Holding(uid types.UID) *redislock.Lock {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.entries[uid]; ok {
+		return e.lock
+	}
+	return nil
+}
+
+// Lost returns why the LockedJob's lock was lost or put at risk, or nil.
 func (b *LockBook) Lost(uid types.UID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.lost[uid]
+	if e, ok := b.entries[uid]; ok {
+		return e.lost
+	}
+	return nil
 }
 
-// Forget stops renewing the LockedJob's lock and drops every record of it, returning the lock
-// (nil if none). It does not release the lock in Redis.
-func (b *LockBook) Forget(uid types.UID) *redislock.Lock {
+// Released reports whether the LockedJob's lock was released after its Job ended.
+func (b *LockBook) Released(uid types.UID) bool {
 	b.mu.Lock()
-	e, ok := b.held[uid]
-	delete(b.held, uid)
-	delete(b.lost, uid)
-	if ok {
-		delete(b.byLk, e.lock)
-	}
-	locksHeld.Set(float64(len(b.held)))
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	e, ok := b.entries[uid]
+	return ok && e.released
+}
+
+// MarkLost records that the LockedJob's lock is lost (found gone by the reconciler), stops renewing
+// it and keeps the record until Forget.
+func (b *LockBook) MarkLost(lj *batchv1alpha1.LockedJob, cause error) {
+	b.mu.Lock()
+	e, ok := b.entries[lj.UID]
 	if !ok {
-		return nil
+		e = &bookEntry{Workload: workloadOf(lj)}
+		b.entries[lj.UID] = e
 	}
-	b.keeper.Remove(e.lock)
-	return e.lock
+	if e.lost == nil {
+		e.lost = cause
+	}
+	l := e.lock
+	e.lock = nil
+	if l != nil {
+		delete(b.byLk, l)
+	}
+	b.setGauge()
+	b.mu.Unlock()
+	if l != nil {
+		b.keeper.Remove(l)
+	}
+}
+
+// MarkAtRisk records that the LockedJob's lock cannot be trusted (cause) while it is still held and
+// renewed: it covers the Job's pods until they are gone and is released after that.
+func (b *LockBook) MarkAtRisk(uid types.UID, cause error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.entries[uid]; ok && e.lost == nil {
+		e.lost = cause
+	}
+}
+
+// Untrack stops renewing the LockedJob's lock before a release and returns it (nil if none). The
+// record stays: call MarkReleased after the release, or Track again if it failed.
+func (b *LockBook) Untrack(uid types.UID) *redislock.Lock {
+	b.mu.Lock()
+	e, ok := b.entries[uid]
+	var l *redislock.Lock
+	if ok {
+		l, e.lock = e.lock, nil
+		if l != nil {
+			delete(b.byLk, l)
+		}
+	}
+	b.setGauge()
+	b.mu.Unlock()
+	if l != nil {
+		b.keeper.Remove(l)
+	}
+	return l
+}
+
+// MarkReleased records that the LockedJob's lock was released, until Forget.
+func (b *LockBook) MarkReleased(lj *batchv1alpha1.LockedJob) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.entries[lj.UID]
+	if !ok {
+		e = &bookEntry{Workload: workloadOf(lj)}
+		b.entries[lj.UID] = e
+	}
+	e.released = true
+}
+
+// Forget drops every record of the LockedJob and stops renewing its lock (without releasing it in
+// Redis). Call it once the outcome is in the status the reconciler reads, or the object is gone.
+func (b *LockBook) Forget(uid types.UID) {
+	b.mu.Lock()
+	e, ok := b.entries[uid]
+	delete(b.entries, uid)
+	var l *redislock.Lock
+	if ok && e.lock != nil {
+		l = e.lock
+		delete(b.byLk, l)
+	}
+	b.setGauge()
+	b.mu.Unlock()
+	if l != nil {
+		b.keeper.Remove(l)
+	}
+}
+
+// ForgetObject drops the record of a LockedJob that is gone, by name.
+func (b *LockBook) ForgetObject(name types.NamespacedName) {
+	b.mu.Lock()
+	var uids []types.UID
+	for uid, e := range b.entries {
+		if e.LockedJob == name {
+			uids = append(uids, uid)
+		}
+	}
+	b.mu.Unlock()
+	for _, uid := range uids {
+		b.Forget(uid)
+	}
+}
+
+// jobOf returns the name of the Job the book knows for the LockedJob ("" if none).
+func (b *LockBook) jobOf(uid types.UID) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.entries[uid]; ok {
+		return e.Job
+	}
+	return ""
 }
 
 // Len returns the number of locks held.
 func (b *LockBook) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.held)
+	return len(b.byLk)
 }
+
+// setGauge updates lockedjob_locks_held; b.mu is held.
+func (b *LockBook) setGauge() { locksHeld.Set(float64(len(b.byLk))) }
 
 // Stop stops renewing. Locks stay in Redis until they expire, so a successor can re-adopt them.
 func (b *LockBook) Stop() { b.keeper.Stop() }
@@ -131,80 +282,78 @@ func (b *LockBook) onRenew(l *redislock.Lock, err error) {
 	if ok {
 		e.failing = err != nil
 	}
+	var obj *batchv1alpha1.LockedJob
+	if first {
+		obj = e.object()
+	}
 	b.mu.Unlock()
 	if first && b.OnRenewFailed != nil {
-		b.OnRenewFailed(e.object(), err)
+		b.OnRenewFailed(obj, err)
 	}
 }
 
 // object is a reference to the entry's LockedJob, enough for events and enqueueing.
 func (e *bookEntry) object() *batchv1alpha1.LockedJob {
 	obj := &batchv1alpha1.LockedJob{}
-	obj.Namespace, obj.Name, obj.UID = e.name.Namespace, e.name.Name, e.uid
+	obj.Namespace, obj.Name, obj.UID = e.LockedJob.Namespace, e.LockedJob.Name, e.UID
 	return obj
 }
 
-// onLost runs on the keeper's goroutine: record, then wake the reconciler without blocking renewal
-// of the other locks.
+// onLost runs on the keeper's goroutine when a lock is gone (or could not be renewed before its
+// validity ended): record it, stop the Job, and wake the reconciler, without blocking the renewal of
+// the other locks.
 func (b *LockBook) onLost(l *redislock.Lock, err error) {
 	b.mu.Lock()
 	e, ok := b.byLk[l]
 	if ok {
-		b.lost[e.uid] = err
+		delete(b.byLk, l)
+		e.lock = nil
+		b.setGauge()
 	}
 	b.mu.Unlock()
-	if !ok {
+	if ok {
+		b.reportLoss(e, err)
+	}
+}
+
+// onAtRisk runs on the keeper's goroutine when renewals keep failing and the lease will end soon:
+// the Job is stopped now, while the lock is still ours, so its pods are gone before anyone else can
+// take the lock. The keeper goes on renewing: if Redis comes back, the lock covers the pods until
+// they are gone and the reconciler releases it.
+func (b *LockBook) onAtRisk(l *redislock.Lock, err error) {
+	b.mu.Lock()
+	e, ok := b.byLk[l]
+	b.mu.Unlock()
+	if ok {
+		b.reportLoss(e, err)
+	}
+}
+
+// reportLoss records the first loss of an entry, stops its Job and wakes the reconciler.
+func (b *LockBook) reportLoss(e *bookEntry, cause error) {
+	b.mu.Lock()
+	first := e.lost == nil
+	if first {
+		e.lost = cause
+	}
+	w := e.Workload
+	obj := e.object()
+	b.mu.Unlock()
+	if !first {
 		return
 	}
 	lockLostTotal.Inc()
-	obj := e.object()
-	select {
-	case b.events <- event.GenericEvent{Object: obj}:
-	default:
-		go func() { b.events <- event.GenericEvent{Object: obj} }()
-	}
+	go func() {
+		if b.StopWorkload != nil && w.Job != "" && w.Policy != batchv1alpha1.LockLostIgnore {
+			b.stops <- struct{}{}
+			ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+			b.StopWorkload(ctx, w, cause)
+			cancel()
+			<-b.stops
+		}
+		b.events <- event.GenericEvent{Object: obj}
+	}()
 }
 
-// releaseWaker wakes the waiters of a lock as soon as its holder releases it, so a handoff does not
-// wait for the waiter's next backoff. Redis pub/sub may drop a message; the waiters' backoff stays
-// as the safety net.
-type releaseWaker struct {
-	redis  *redislock.Client
-	reader client.Reader
-	events chan event.GenericEvent
-}
-
-// Start implements manager.Runnable; it runs only on the leader.
-func (w *releaseWaker) Start(ctx context.Context) error {
-	for {
-		released, err := w.redis.SubscribeReleases(ctx)
-		if err == nil {
-			for key := range released {
-				w.wake(ctx, key)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second): // Redis went away: subscribe again
-		}
-	}
-}
-
-func (w *releaseWaker) wake(ctx context.Context, redisKey string) {
-	var list batchv1alpha1.LockedJobList
-	if err := w.reader.List(ctx, &list, client.MatchingFields{indexLockKey: redisKey}); err != nil {
-		return
-	}
-	for i := range list.Items {
-		lj := &list.Items[i]
-		if lj.Status.Phase != batchv1alpha1.PhaseWaiting {
-			continue
-		}
-		select {
-		case w.events <- event.GenericEvent{Object: lj}:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
+// stopTimeout bounds one out-of-queue Job stop; the reconciler retries what it did not finish.
+const stopTimeout = 10 * time.Second

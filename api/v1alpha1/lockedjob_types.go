@@ -20,6 +20,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // LockScope says who shares a lock name.
@@ -177,6 +178,8 @@ const (
 	ReasonJobComplete      = "JobComplete"
 	ReasonJobFailed        = "JobFailed"
 	ReasonJobDeleted       = "JobDeleted"
+	ReasonJobInvalid       = "JobInvalid"
+	ReasonTTLBelowFailover = "TTLBelowFailover"
 	ReasonLockTimeout      = "LockTimeout"
 	ReasonLockLost         = "LockLost"
 	ReasonReleased         = "Released"
@@ -254,10 +257,16 @@ type LockedJobStatus struct {
 	// +optional
 	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
 
-	// jobName is the name of the Job created under the lock.
+	// jobName is the name of the Job created under the lock. It is recorded before the Job is
+	// created, so it names the Job of this acquisition even after a crash.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	JobName string `json:"jobName,omitempty"`
+
+	// jobUID is the UID of the Job once it was created. A Job that is gone while the LockedJob has
+	// not finished was deleted out of band: it is never created again.
+	// +optional
+	JobUID types.UID `json:"jobUID,omitempty"`
 
 	// message explains the phase in a sentence.
 	// +optional
