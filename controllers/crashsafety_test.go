@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -124,5 +127,125 @@ func TestFenceIsStoredBeforeTheJob(t *testing.T) {
 	}
 	if jobAt < 0 || fenceAt < 0 || fenceAt > jobAt {
 		t.Fatalf("writes %v: want the fence stored before the Job is created", writes)
+	}
+}
+
+// TestDeletionReleasesALockTakenBeforeACrash (#17): an operator that took the lock and crashed
+// before it could record that in status leaves a lock only the token names. Deleting the LockedJob
+// must release it at once, not leave it to block the lock for a whole ttl.
+func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
+	srv := redisserver.Start(t)
+	rdb := srv.Client(t)
+	lockClient, err := redislock.New(rdb, redislock.WithKeyPrefix("t:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lj := &batchv1alpha1.LockedJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "crashy", UID: "uid-17", Generation: 1},
+		Spec: batchv1alpha1.LockedJobSpec{
+			Lock: batchv1alpha1.LockSpec{Name: "db"},
+			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+			}}},
+		},
+	}
+	var failStatus atomic.Bool
+	fc := fake.NewClientBuilder().
+		WithScheme(testSchemeForUnit(t)).
+		WithStatusSubresource(&batchv1alpha1.LockedJob{}).
+		WithObjects(lj).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if failStatus.Load() {
+					return errors.New("injected: API server unavailable")
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	id := Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
+	newReconciler := func() (*LockedJobReconciler, *LockBook) {
+		book := NewLockBook(lockClient)
+		r := &LockedJobReconciler{
+			Client: fc, APIReader: fc, Scheme: fc.Scheme(), Locks: book, Clock: clock.RealClock{},
+			Config: Config{Identity: id},
+		}
+		r.Config.defaults()
+		return r, book
+	}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}
+	ctx := context.Background()
+
+	r, book := newReconciler()
+	if _, err := r.Reconcile(ctx, req); err != nil { // adds the finalizer
+		t.Fatalf("finalizer pass: %v", err)
+	}
+	failStatus.Store(true)
+	_, _ = r.Reconcile(ctx, req) // takes the lock; recording it fails
+	book.Stop()                  // the crash
+	key := lockClient.RedisKey(id.LockKey(lj))
+	if got := rdb.Get(ctx, key).Val(); got != id.Token(lj) {
+		t.Fatalf("setup: the lock should be held with the LockedJob's token, Redis has %q", got)
+	}
+
+	failStatus.Store(false)
+	if err := fc.Delete(ctx, lj); err != nil {
+		t.Fatal(err)
+	}
+	r, book = newReconciler()
+	t.Cleanup(book.Stop)
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatalf("deletion pass: %v", err)
+	}
+	if n := rdb.Exists(ctx, key).Val(); n != 0 {
+		t.Fatalf("the lock taken before the crash is still held after the LockedJob was deleted")
+	}
+	if err := fc.Get(ctx, req.NamespacedName, &batchv1alpha1.LockedJob{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the LockedJob should be gone with its finalizer, got %v", err)
+	}
+}
+
+// TestLostLockStopsTheJobOutsideTheQueue (#26): the book stops the Job of a lost lock itself,
+// before the reconciler runs, so a loss never waits for a free reconcile worker.
+func TestLostLockStopsTheJobOutsideTheQueue(t *testing.T) {
+	srv := redisserver.Start(t)
+	rdb := srv.Client(t)
+	lockClient, err := redislock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	book := NewLockBook(lockClient)
+	t.Cleanup(book.Stop)
+	stopped := make(chan Workload, 1)
+	book.StopWorkload = func(_ context.Context, w Workload, _ error) { stopped <- w }
+
+	ctx := context.Background()
+	lock, err := lockClient.Obtain(ctx, "k", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "u"}}
+	lj.Status.JobName = "n-1"
+	if err := book.Track(lj, lock, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, lock.RedisKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var w Workload
+	select {
+	case w = <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Job of the lost lock was not stopped")
+	}
+	if w.Job != "n-1" || w.Policy != batchv1alpha1.LockLostSuspend {
+		t.Fatalf("stopped %+v, want Job n-1 with the default policy Suspend", w)
+	}
+	select {
+	case <-book.Events():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reconciler was not woken after the stop")
+	}
+	if book.Lost("u") == nil || book.Held("u") != nil {
+		t.Fatal("the book must remember the loss until the status shows it")
 	}
 }

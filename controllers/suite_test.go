@@ -131,7 +131,7 @@ var testIdentity = Identity{ClusterID: "envtest", TokenKey: []byte("envtest-toke
 
 // startOperator starts a manager against the suite's API server and Redis. Waiting LockedJobs
 // re-check only every 30s, so a spec that sees a handoff sooner proves the release wake-up.
-func startOperator() *operator {
+func startOperator(mutate ...func(*Config)) *operator {
 	GinkgoHelper()
 	lockClient, err := redislock.New(
 		redis.NewClient(&redis.Options{Addr: redisSrv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1}),
@@ -158,6 +158,9 @@ func startOperator() *operator {
 			WaitBackoffMin:         30 * time.Second,
 			WaitBackoffMax:         30 * time.Second,
 		},
+	}
+	for _, m := range mutate {
+		m(&r.Config)
 	}
 	mctx, mcancel := context.WithCancel(ctx)
 	Expect(r.SetupWithManager(mctx, mgr)).To(Succeed())

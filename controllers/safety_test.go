@@ -1,0 +1,126 @@
+package controllers
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// Specs for the holes an outside review found (issue 9); each names its item. They run on the
+// suite's real kube-apiserver and redis-server.
+var _ = Describe("LockedJob safety", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("never creates a Job again after it was deleted out of band (#11)", func() {
+		lj := create(newLockedJob(ns, "once", "oob"))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+		Expect(running.Status.JobUID).NotTo(BeEmpty())
+		Expect(k8sClient.Delete(ctx, jobOf(running), client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+
+		failed := waitPhase(lj, batchv1alpha1.PhaseFailed)
+		Expect(condition(failed, batchv1alpha1.ConditionFailed).Reason).To(Equal(batchv1alpha1.ReasonJobDeleted))
+		Expect(jobsIn(ns)).To(BeEmpty(), "no Job may be created again under the same fencing token")
+		Expect(rdb.Exists(ctx, running.Status.LockKey).Val()).To(BeZero(), "the lock is released")
+	})
+
+	It("refuses an invalid Job template before taking the lock (#14)", func() {
+		lj := create(newLockedJob(ns, "invalid", "never", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Name = "Not_A_DNS_Label"
+		}))
+		failed := waitPhase(lj, batchv1alpha1.PhaseFailed)
+		Expect(condition(failed, batchv1alpha1.ConditionFailed).Reason).To(Equal(batchv1alpha1.ReasonJobInvalid))
+		Expect(failed.Status.FencingToken).To(BeNil())
+		Expect(rdb.Keys(ctx, "lockedjob:{*"+ns+"*never}*").Val()).To(BeEmpty(), "nothing was taken in Redis")
+		Expect(jobsIn(ns)).To(BeEmpty())
+	})
+
+	It("re-adopts the lock of a LockedJob deleted after a restart, until its pods are gone (#12)", func() {
+		holder := create(newLockedJob(ns, "holder", "del", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}
+		}))
+		running := waitPhase(holder, batchv1alpha1.PhaseRunning)
+		next := create(newLockedJob(ns, "next", "del"))
+		waitPhase(next, batchv1alpha1.PhaseWaiting)
+		// No kubelet here: a pod carrying the Job's label stands in for one still terminating.
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: running.Status.JobName + "-pod",
+				Labels: map[string]string{batchv1.JobNameLabel: running.Status.JobName}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		}
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+
+		op.stop() // like a crash: no release, renewals stop
+		Expect(k8sClient.Delete(ctx, holder)).To(Succeed())
+		op = startOperator()
+
+		// Past two leases: only a re-adopted, renewed lock still names the deleted holder.
+		Consistently(func(g Gomega) {
+			g.Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal(testIdentity.Token(running)))
+			g.Expect(fetch(next).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
+		}).WithTimeout(7 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		waitPhase(next, batchv1alpha1.PhaseRunning)
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(holder), &batchv1alpha1.LockedJob{}))
+		}).Should(BeTrue())
+	})
+
+	It("keeps renewing a held lock after Cluster scope is revoked (#15)", func() {
+		op.stop()
+		op = startOperator(func(c *Config) { c.ClusterScopeNamespaces = []string{"*"} })
+		lj := create(newLockedJob(ns, "shared", "revoked", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.Scope = batchv1alpha1.LockScopeCluster
+			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}
+		}))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+
+		op.stop()
+		op = startOperator() // trusts only "trusted" again
+		Consistently(func(g Gomega) {
+			g.Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal(testIdentity.Token(running)))
+			g.Expect(fetch(lj).Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
+		}).WithTimeout(7 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+		finishJob(running, true)
+		waitPhase(lj, batchv1alpha1.PhaseSucceeded)
+		Expect(rdb.Exists(ctx, running.Status.LockKey).Val()).To(BeZero())
+	})
+
+	It("reports LockLost, never Succeeded, when the release finds the lock taken (#25)", func() {
+		// Renewals are far apart, so the Job completes before the keeper could notice.
+		lj := create(newLockedJob(ns, "late", "taken", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 60 * time.Second}
+			lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: 20 * time.Second}
+		}))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+		// What a pause past the lease looks like from Redis: the lease ended and another holder took it.
+		Expect(rdb.Set(ctx, running.Status.LockKey, "someone-else", time.Minute).Err()).To(Succeed())
+		finishJob(running, true)
+
+		lost := waitPhase(lj, batchv1alpha1.PhaseLockLost)
+		Expect(condition(lost, batchv1alpha1.ConditionComplete)).To(BeNil())
+		Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal("someone-else"), "the other holder's lock is left alone")
+	})
+
+	It("warns when the ttl is shorter than the operator's failover time (#22)", func() {
+		op.stop()
+		op = startOperator(func(c *Config) { c.FailoverTime = 15 * time.Second })
+		lj := create(newLockedJob(ns, "brief", "short", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}
+		}))
+		waitPhase(lj, batchv1alpha1.PhaseRunning)
+		Eventually(func() []string { return eventReasons(lj) }).Should(ContainElement(batchv1alpha1.ReasonTTLBelowFailover))
+		op.stop()
+		op = startOperator()
+	})
+})
