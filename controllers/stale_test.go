@@ -1,0 +1,212 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+)
+
+// reasonRecorder keeps the reasons of the Events a reconciler emits.
+type reasonRecorder struct {
+	mu      sync.Mutex
+	reasons []string
+}
+
+func (r *reasonRecorder) Eventf(_ runtime.Object, _ runtime.Object, _, reason, _, _ string, _ ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reasons = append(r.reasons, reason)
+}
+
+func (r *reasonRecorder) count(reason string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, x := range r.reasons {
+		if x == reason {
+			n++
+		}
+	}
+	return n
+}
+
+// unitRig is one reconciler over a fake API server (which answers for the cache too, unless a
+// test intercepts it) and a real redis-server.
+type unitRig struct {
+	t      *testing.T
+	api    client.WithWatch
+	r      *LockedJobReconciler
+	events *reasonRecorder
+	lj     *batchv1alpha1.LockedJob
+	req    ctrl.Request
+}
+
+func newUnitRig(t *testing.T, funcs interceptor.Funcs) *unitRig {
+	t.Helper()
+	srv := redisserver.Start(t)
+	lockClient, err := redislock.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	book := NewLockBook(lockClient)
+	t.Cleanup(book.Stop)
+	lj := &batchv1alpha1.LockedJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "unit", UID: "uid-unit", Generation: 1},
+		Spec: batchv1alpha1.LockedJobSpec{
+			Lock: batchv1alpha1.LockSpec{Name: "db"},
+			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+			}}},
+		},
+	}
+	api := fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).
+		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(lj).Build()
+	events := &reasonRecorder{}
+	r := &LockedJobReconciler{
+		Client: interceptor.NewClient(api, funcs), APIReader: api, Scheme: api.Scheme(), Locks: book,
+		Recorder: events, Clock: clock.RealClock{},
+		Config: Config{Identity: Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}},
+	}
+	r.Config.defaults()
+	return &unitRig{t: t, api: api, r: r, events: events, lj: lj, req: ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}}
+}
+
+func (u *unitRig) reconcile() {
+	u.t.Helper()
+	if _, err := u.r.Reconcile(context.Background(), u.req); err != nil {
+		u.t.Fatalf("reconcile: %v", err)
+	}
+}
+
+func (u *unitRig) get() *batchv1alpha1.LockedJob {
+	u.t.Helper()
+	lj := &batchv1alpha1.LockedJob{}
+	if err := u.api.Get(context.Background(), u.req.NamespacedName, lj); err != nil {
+		u.t.Fatal(err)
+	}
+	return lj
+}
+
+// runToRunning reconciles until the LockedJob runs its Job.
+func (u *unitRig) runToRunning() *batchv1alpha1.LockedJob {
+	u.t.Helper()
+	for range 4 {
+		u.reconcile()
+		if lj := u.get(); lj.Status.Phase == batchv1alpha1.PhaseRunning {
+			return lj
+		}
+	}
+	u.t.Fatalf("not running: %+v", u.get().Status)
+	return nil
+}
+
+// TestLostLockStopsAJobTheCacheDoesNotHaveYet (#13): a lock lost while the Job is not yet in the
+// informer cache must still stop the Job; the LockedJob never goes terminal with a Job running
+// unstopped.
+func TestLostLockStopsAJobTheCacheDoesNotHaveYet(t *testing.T) {
+	var hideJobs bool
+	u := newUnitRig(t, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*batchv1.Job); ok && hideJobs {
+				return apierrors.NewNotFound(batchv1.Resource("jobs"), key.Name)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	running := u.runToRunning()
+	hideJobs = true // the cache lags behind the API server
+	u.r.Locks.MarkLost(running, fmt.Errorf("injected: %w", redislock.ErrLockLost))
+	u.reconcile()
+
+	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseLockLost {
+		t.Fatalf("phase %s, want LockLost", got.Status.Phase)
+	}
+	job := &batchv1.Job{}
+	if err := u.api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: running.Status.JobName}, job); err != nil {
+		t.Fatal(err)
+	}
+	if job.Spec.Suspend == nil || !*job.Spec.Suspend {
+		t.Fatal("the Job runs on unstopped although its lock was lost")
+	}
+}
+
+// TestStalePassAfterLockLostDoesNotReadopt (#28, #19): a pass that read the LockedJob before its
+// LockLost status arrived must not re-adopt the lock (the key may still be alive), and its status
+// write must not overwrite the newer one.
+func TestStalePassAfterLockLostDoesNotReadopt(t *testing.T) {
+	var stale *batchv1alpha1.LockedJob
+	u := newUnitRig(t, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if lj, ok := obj.(*batchv1alpha1.LockedJob); ok && stale != nil {
+				stale.DeepCopyInto(lj)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	running := u.runToRunning()
+	// The keeper gave the lock up (e.g. validity ran out during a stall) while the key lives on.
+	u.r.Locks.MarkLost(running, fmt.Errorf("injected: %w", redislock.ErrLockLost))
+	u.reconcile()
+	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseLockLost {
+		t.Fatalf("phase %s, want LockLost", got.Status.Phase)
+	}
+
+	stale = running // the cache still has the Running object
+	u.reconcile()
+	if n := u.events.count(batchv1alpha1.ReasonReadopted); n != 0 {
+		t.Fatalf("a stale pass re-adopted the lost lock (%d Readopted events)", n)
+	}
+	if u.r.Locks.Holding(running.UID) != nil {
+		t.Fatal("a stale pass took the lock again")
+	}
+	stale = nil
+	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseLockLost {
+		t.Fatalf("the stale pass overwrote LockLost with %s", got.Status.Phase)
+	}
+}
+
+// TestLockNameFollowsTheRecordedKey (#21): a lock taken under an older key layout is re-adopted
+// and released by the key status recorded, not by the one the operator derives today.
+func TestLockNameFollowsTheRecordedKey(t *testing.T) {
+	srv := redisserver.Start(t)
+	lockClient, err := redislock.New(srv.Client(t), redislock.WithKeyPrefix("p:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	book := NewLockBook(lockClient)
+	t.Cleanup(book.Stop)
+	r := &LockedJobReconciler{Locks: book, Config: Config{Identity: Identity{ClusterID: "c"}}}
+	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"},
+		Spec: batchv1alpha1.LockedJobSpec{Lock: batchv1alpha1.LockSpec{Name: "db"}}}
+	derived := r.Config.Identity.LockKey(lj)
+	if got := r.lockName(lj); got != derived {
+		t.Fatalf("not yet acquired: %q, want the derived %q", got, derived)
+	}
+	fence := int64(7)
+	lj.Status.FencingToken = &fence
+	lj.Status.LockKey = "p:{ns/ns/db}" // the layout before cluster IDs
+	if got := r.lockName(lj); got != "ns/ns/db" {
+		t.Fatalf("held under the old key: %q, want ns/ns/db", got)
+	}
+	lj.Status.LockKey = "other:{x}" // another prefix: not ours to interpret
+	if got := r.lockName(lj); got != derived {
+		t.Fatalf("foreign key: %q, want the derived %q", got, derived)
+	}
+}
