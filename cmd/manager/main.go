@@ -95,6 +95,7 @@ type options struct {
 	waitReplicas            int
 	waitReplicasTimeout     time.Duration
 	maxConcurrentReconciles int
+	redisTimeout            time.Duration
 }
 
 func parseFlags() (options, zap.Options) {
@@ -131,6 +132,7 @@ func parseFlags() (options, zap.Options) {
 	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After taking a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not with --redis-cluster).")
 	flag.DurationVar(&o.waitReplicasTimeout, "redis-wait-timeout", 500*time.Millisecond, "How long --redis-wait-replicas waits.")
 	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LockedJobs reconciled in parallel.")
+	flag.DurationVar(&o.redisTimeout, "redis-timeout", 2*time.Second, "Deadline of each Redis call a reconcile makes (renewals have their own budget, from the lease).")
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -220,6 +222,9 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 			StatusInterval:          o.statusInterval,
 			WaitBackoffMax:          o.waitBackoffMax,
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
+			RedisTimeout:            o.redisTimeout,
+			// A successor re-adopts only after the old leader's lease ran out.
+			FailoverTime: o.leaseDuration,
 		},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
