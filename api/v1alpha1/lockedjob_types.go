@@ -217,8 +217,11 @@ const (
 	AnnotationFencingToken = "batch.lockedjob.dev/fencing-token"
 	AnnotationLock         = "batch.lockedjob.dev/lock"
 	AnnotationHolder       = "batch.lockedjob.dev/holder"
-	// LabelLockedJob names the LockedJob that owns a Job.
+	// LabelLockedJob names the LockedJob that owns a Job: its name, or, when the name is longer
+	// than a label value may be, a prefix of it and a hash of the whole.
 	LabelLockedJob = "batch.lockedjob.dev/lockedjob"
+	// AnnotationLockedJob holds the full name of the LockedJob that owns a Job.
+	AnnotationLockedJob = "batch.lockedjob.dev/lockedjob"
 )
 
 // LockedJobStatus is what the operator observed and did, so `kubectl get lj` and
