@@ -27,13 +27,25 @@ type Identity struct {
 	TokenKey []byte
 }
 
-// LockKey is the lock's name handed to the lock library: the namespace is part of it unless the
-// lock is cluster-scoped, so tenants cannot block each other.
+// LockKey is the lock's name handed to the lock library. A namespace-scoped key holds the cluster
+// ID and the namespace, so neither tenants nor clusters that share one Redis block each other;
+// Cluster scope is the one way to share a lock, across namespaces and clusters.
 func (id Identity) LockKey(lj *batchv1alpha1.LockedJob) string {
 	if lj.Spec.Lock.Scope == batchv1alpha1.LockScopeCluster {
 		return "cluster/" + lj.Spec.Lock.Name
 	}
-	return "ns/" + lj.Namespace + "/" + lj.Spec.Lock.Name
+	return "ns/" + id.ClusterID + "/" + lj.Namespace + "/" + lj.Spec.Lock.Name
+}
+
+// LegacyLockKey is the key operators before the per-cluster namespace keys used for the same lock,
+// and false for Cluster scope, whose key did not change. A LockedJob that acquired under it keeps
+// it (status.lockKey) until it releases; until none is left, a fresh acquisition under LockKey
+// must treat a holder of the legacy key as a holder of the lock (see docs/design.md, Migration).
+func (id Identity) LegacyLockKey(lj *batchv1alpha1.LockedJob) (string, bool) {
+	if lj.Spec.Lock.Scope == batchv1alpha1.LockScopeCluster {
+		return "", false
+	}
+	return "ns/" + lj.Namespace + "/" + lj.Spec.Lock.Name, true
 }
 
 // Holder is the name under which the LockedJob holds or waits for the lock. The UID prefix tells a

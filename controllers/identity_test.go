@@ -52,12 +52,26 @@ func TestTokenIsDerivedAndSecret(t *testing.T) {
 func TestLockKeyScope(t *testing.T) {
 	id := Identity{ClusterID: "c"}
 	lj := lockedJob("team-a", "x", "u", 0, time.Unix(0, 0))
-	if got, want := id.LockKey(lj), "ns/team-a/db"; got != want {
+	// Namespace scope is per cluster: two clusters on one Redis must not block each other's
+	// same-named namespaces (issue 9 item 21).
+	if got, want := id.LockKey(lj), "ns/c/team-a/db"; got != want {
 		t.Fatalf("namespace scope: %q, want %q", got, want)
+	}
+	if got := (Identity{ClusterID: "d"}).LockKey(lj); got == id.LockKey(lj) {
+		t.Fatalf("namespace scope: clusters c and d share key %q", got)
+	}
+	if got, ok := id.LegacyLockKey(lj); !ok || got != "ns/team-a/db" {
+		t.Fatalf("legacy key of namespace scope: %q, %v; want ns/team-a/db, true", got, ok)
 	}
 	lj.Spec.Lock.Scope = batchv1alpha1.LockScopeCluster
 	if got, want := id.LockKey(lj), "cluster/db"; got != want {
 		t.Fatalf("cluster scope: %q, want %q", got, want)
+	}
+	if got := (Identity{ClusterID: "d"}).LockKey(lj); got != id.LockKey(lj) {
+		t.Fatalf("cluster scope must be shared across clusters: %q", got)
+	}
+	if got, ok := id.LegacyLockKey(lj); ok {
+		t.Fatalf("cluster scope has no legacy key, got %q", got)
 	}
 }
 
