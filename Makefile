@@ -86,9 +86,13 @@ demo-down: ## Stop everything the demo started (and only that).
 build: manifests generate ## Build the manager binary.
 	go build -o bin/manager ./cmd/manager
 
+# RUN_NAMESPACE: the operator's namespace for `make run` (lease, token-key Secret); the operator
+# does not take it from the kubeconfig.
+RUN_NAMESPACE ?= lockedjob-system
 .PHONY: run
-run: manifests generate ## Run the manager from your host against the current KUBECONFIG.
-	go run ./cmd/manager
+run: manifests generate ## Run the manager from your host against the current KUBECONFIG (namespace RUN_NAMESPACE).
+	"$(KUBECTL)" get namespace "$(RUN_NAMESPACE)" >/dev/null 2>&1 || "$(KUBECTL)" create namespace "$(RUN_NAMESPACE)"
+	go run ./cmd/manager --namespace "$(RUN_NAMESPACE)"
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a container engine; not available on the dev machines).

@@ -117,7 +117,6 @@ type scope struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get,resourceNames=kube-system
-// +kubebuilder:rbac:groups="",namespace=lockedjob-system,resources=secrets,verbs=get;create
 
 // Reconcile observes the LockedJob, its Job and its lock, decides the next step of the state
 // machine (finalizer → wait/acquire → create Job → renew → release), acts, and records status in
