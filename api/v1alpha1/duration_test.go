@@ -110,5 +110,19 @@ func TestCRDUsesDurationPattern(t *testing.T) {
 		if prop.Format != "" {
 			t.Errorf("spec.lock.%s has format %q: CEL would then parse it with the API server's lenient parser", field, prop.Format)
 		}
+		checkGuardedRules(t, "spec.lock."+field, prop.XValidations, 1)
+	}
+	checkGuardedRules(t, "spec.lock", lock.XValidations, 2)
+}
+
+// checkGuardedRules: a CEL rule may call duration() only behind a match of DurationPattern, once
+// per duration it parses, or it fails on every update of an object stored before the pattern.
+func checkGuardedRules(t *testing.T, where string, rules apiextensionsv1.ValidationRules, durations int) {
+	t.Helper()
+	guard := ".matches('" + DurationPattern + "')"
+	for _, r := range rules {
+		if strings.Contains(r.Rule, "duration(self") && strings.Count(r.Rule, guard) < durations {
+			t.Errorf("%s: rule %q calls duration() on a string it has not matched against DurationPattern", where, r.Rule)
+		}
 	}
 }

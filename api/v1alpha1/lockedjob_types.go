@@ -51,14 +51,18 @@ const (
 // large for an int64 of nanoseconds, which the CEL rules of each field refuse (their duration()
 // parses with Go's parser). The API server's own "duration" format also accepts "1d" or "2 weeks",
 // which the operator cannot decode: one such object would break the list of every LockedJob.
-const DurationPattern = `^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+//
+// Every CEL rule calls duration() only on a string that matches it: on one stored before the
+// pattern existed, duration() would fail at every update, and such an object could never lose its
+// finalizer. The pattern itself is ratcheted (not checked on unchanged values).
+const DurationPattern = `^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
 
 // LockSpec names the lock a LockedJob runs under and how it is held.
 //
 // The duration fields carry no "duration" format on purpose: with it, CEL would parse them with the
 // API server's lenient parser instead of Go's, and accept what the operator cannot decode.
-// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || !has(self.ttl) || duration(self.renewInterval) + duration(self.renewInterval) < duration(self.ttl)",message="spec.lock.renewInterval must be less than half of spec.lock.ttl",fieldPath=".renewInterval"
-// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || !has(self.ttl) || int(duration(self.renewInterval)) * 100 >= int(duration(self.ttl))",message="spec.lock.renewInterval must be at least spec.lock.ttl/100",fieldPath=".renewInterval"
+// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || !has(self.ttl) || !self.renewInterval.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || !self.ttl.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(self.renewInterval) + duration(self.renewInterval) < duration(self.ttl)",message="spec.lock.renewInterval must be less than half of spec.lock.ttl",fieldPath=".renewInterval"
+// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || !has(self.ttl) || !self.renewInterval.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || !self.ttl.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || int(duration(self.renewInterval)) * 100 >= int(duration(self.ttl))",message="spec.lock.renewInterval must be at least spec.lock.ttl/100",fieldPath=".renewInterval"
 type LockSpec struct {
 	// name of the lock. LockedJobs with the same lock name (in the same namespace, or anywhere for
 	// scope Cluster) run one at a time.
@@ -81,9 +85,9 @@ type LockSpec struct {
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="spec.lock.ttl must be at least 1s"
-	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('24h')",message="spec.lock.ttl must be at most 24h"
+	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(self) >= duration('1s')",message="spec.lock.ttl must be at least 1s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(self) <= duration('24h')",message="spec.lock.ttl must be at most 24h"
 	TTL *metav1.Duration `json:"ttl,omitempty"`
 
 	// renewInterval is how often the lease is renewed, a Go duration. Default ttl/3; must be less
@@ -92,8 +96,8 @@ type LockSpec struct {
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms')",message="spec.lock.renewInterval must be at least 100ms"
+	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(self) >= duration('100ms')",message="spec.lock.renewInterval must be at least 100ms"
 	RenewInterval *metav1.Duration `json:"renewInterval,omitempty"`
 
 	// acquireTimeout bounds the wait for the lock, a Go duration. When it passes, the LockedJob fails
@@ -101,8 +105,8 @@ type LockSpec struct {
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="spec.lock.acquireTimeout must be positive"
+	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(self) > duration('0s')",message="spec.lock.acquireTimeout must be positive"
 	AcquireTimeout *metav1.Duration `json:"acquireTimeout,omitempty"`
 
 	// priority orders waiters of one lock: higher first, then older first. Default 0.
