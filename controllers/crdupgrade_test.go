@@ -24,6 +24,11 @@ import (
 // operator must still be able to write their status and remove their finalizer, or their deletion
 // hangs forever: spec.lock is immutable, so nobody could fix them either. Runs its own kube-apiserver,
 // since it replaces the CRD.
+//
+// Not covered, and documented instead (docs/design.md, Migration): a template stored wrongly typed
+// (parallelism "two"). The immutability rule compares the template at every write and cannot
+// evaluate on it; such an object never decoded in the operator either, and must be deleted before
+// the upgrade.
 func TestCRDUpgradeKeepsOldObjectsWritable(t *testing.T) {
 	g := NewWithT(t)
 	assets, err := k8sassets.Dir()
