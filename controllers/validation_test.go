@@ -1,6 +1,9 @@
 package controllers
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -9,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -177,6 +181,20 @@ var _ = Describe("LockedJob validation", func() {
 		gotContainer := gotTemplate["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
 		Expect(gotContainer).To(HaveKey("resources"))
 		Expect(gotContainer).To(HaveKeyWithValue("env", []any{map[string]any{"name": "A", "value": "1"}}))
+	})
+
+	It("accepts every sample in config/samples", func() {
+		b, err := os.ReadFile(filepath.Join("..", "config", "samples", "batch_v1alpha1_lockedjob.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		samples := 0
+		for _, doc := range strings.Split(string(b), "\n---\n") {
+			u := &unstructured.Unstructured{}
+			Expect(yaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed())
+			u.SetNamespace(ns)
+			Expect(k8sClient.Create(ctx, u, client.DryRunAll)).To(Succeed(), "sample %s", u.GetName())
+			samples++
+		}
+		Expect(samples).To(BeNumerically(">=", 3))
 	})
 
 	It("accepts a good LockedJob and fills in the defaults", func() {
