@@ -26,7 +26,7 @@ help: ## Display this help.
 
 .PHONY: manifests
 manifests: controller-gen ## Generate ClusterRole and CustomResourceDefinition objects.
-	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases
+	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true,maxDescLen=0 paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.
@@ -86,9 +86,13 @@ demo-down: ## Stop everything the demo started (and only that).
 build: manifests generate ## Build the manager binary.
 	go build -o bin/manager ./cmd/manager
 
+# RUN_NAMESPACE: the operator's namespace for `make run` (lease, token-key Secret); the operator
+# does not take it from the kubeconfig.
+RUN_NAMESPACE ?= lockedjob-system
 .PHONY: run
-run: manifests generate ## Run the manager from your host against the current KUBECONFIG.
-	go run ./cmd/manager
+run: manifests generate ## Run the manager from your host against the current KUBECONFIG (namespace RUN_NAMESPACE).
+	"$(KUBECTL)" get namespace "$(RUN_NAMESPACE)" >/dev/null 2>&1 || "$(KUBECTL)" create namespace "$(RUN_NAMESPACE)"
+	go run ./cmd/manager --namespace "$(RUN_NAMESPACE)"
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a container engine; not available on the dev machines).

@@ -4,8 +4,12 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -23,13 +27,25 @@ type Identity struct {
 	TokenKey []byte
 }
 
-// LockKey is the lock's name handed to the lock library: the namespace is part of it unless the
-// lock is cluster-scoped, so tenants cannot block each other.
+// LockKey is the lock's name handed to the lock library. A namespace-scoped key holds the cluster
+// ID and the namespace, so neither tenants nor clusters that share one Redis block each other;
+// Cluster scope is the one way to share a lock, across namespaces and clusters.
 func (id Identity) LockKey(lj *batchv1alpha1.LockedJob) string {
 	if lj.Spec.Lock.Scope == batchv1alpha1.LockScopeCluster {
 		return "cluster/" + lj.Spec.Lock.Name
 	}
-	return "ns/" + lj.Namespace + "/" + lj.Spec.Lock.Name
+	return "ns/" + id.ClusterID + "/" + lj.Namespace + "/" + lj.Spec.Lock.Name
+}
+
+// LegacyLockKey is the key operators before the per-cluster namespace keys used for the same lock,
+// and false for Cluster scope, whose key did not change. A LockedJob that acquired under it keeps
+// it (status.lockKey) until it releases; until none is left, a fresh acquisition under LockKey
+// must treat a holder of the legacy key as a holder of the lock (see docs/design.md, Migration).
+func (id Identity) LegacyLockKey(lj *batchv1alpha1.LockedJob) (string, bool) {
+	if lj.Spec.Lock.Scope == batchv1alpha1.LockScopeCluster {
+		return "", false
+	}
+	return "ns/" + lj.Namespace + "/" + lj.Spec.Lock.Name, true
 }
 
 // Holder is the name under which the LockedJob holds or waits for the lock. The UID prefix tells a
@@ -58,11 +74,52 @@ func (id Identity) QueueScore(lj *batchv1alpha1.LockedJob) float64 {
 // jobName derives the Job's name from the LockedJob and the fencing token, so that a second create
 // for the same acquisition (a restarted or paused operator) fails with AlreadyExists instead of
 // starting a second Job, while a new acquisition gets a new name.
+//
+// The name is a DNS-1123 label, not just a subdomain: the Job API copies it into the pods' labels
+// and, for Indexed Jobs, their host names, and would refuse it only after the lock is taken. When
+// the LockedJob's name does not fit (dots, or too long), a hash of the whole name keeps two
+// LockedJobs that share a prefix apart.
 func jobName(lj *batchv1alpha1.LockedJob, fence int64) string {
 	suffix := "-" + strconv.FormatInt(fence, 36)
-	name := lj.Name
-	if max := 63 - len(suffix); len(name) > max {
-		name = name[:max]
+	if name := lj.Name + suffix; len(validation.IsDNS1123Label(name)) == 0 {
+		return name
 	}
-	return name + suffix
+	tag := nameHash(lj.Name)
+	prefix := dnsLabelPrefix(lj.Name, validation.DNS1123LabelMaxLength-len(suffix)-len(tag)-1)
+	if prefix == "" {
+		return tag + suffix
+	}
+	return prefix + "-" + tag + suffix
+}
+
+// lockedJobLabel is the value of the LabelLockedJob label for a LockedJob name: the name itself if
+// it is a valid label value (at most 63 characters), else a prefix and a hash of the whole name.
+// The Job's AnnotationLockedJob keeps the full name.
+func lockedJobLabel(name string) string {
+	if len(validation.IsValidLabelValue(name)) == 0 {
+		return name
+	}
+	tag := nameHash(name)
+	prefix := name[:min(len(name), validation.LabelValueMaxLength-len(tag)-1)]
+	// A label value must end in an alphanumeric character.
+	prefix = strings.TrimRight(prefix, "-._")
+	return prefix + "-" + tag
+}
+
+// nameHash tells apart names that were cut to the same prefix: 8 hex digits of SHA-256.
+func nameHash(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return hex.EncodeToString(sum[:4])
+}
+
+// dnsLabelPrefix is at most max characters of name made fit for a DNS-1123 label: lower case, '-'
+// for anything but letters and digits, and no '-' at either end.
+func dnsLabelPrefix(name string, max int) string {
+	b := []byte(strings.ToLower(name))
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			b[i] = '-'
+		}
+	}
+	return strings.Trim(string(b[:min(len(b), max)]), "-")
 }

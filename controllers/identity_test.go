@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -48,12 +52,26 @@ func TestTokenIsDerivedAndSecret(t *testing.T) {
 func TestLockKeyScope(t *testing.T) {
 	id := Identity{ClusterID: "c"}
 	lj := lockedJob("team-a", "x", "u", 0, time.Unix(0, 0))
-	if got, want := id.LockKey(lj), "ns/team-a/db"; got != want {
+	// Namespace scope is per cluster: two clusters on one Redis must not block each other's
+	// same-named namespaces (issue 9 item 21).
+	if got, want := id.LockKey(lj), "ns/c/team-a/db"; got != want {
 		t.Fatalf("namespace scope: %q, want %q", got, want)
+	}
+	if got := (Identity{ClusterID: "d"}).LockKey(lj); got == id.LockKey(lj) {
+		t.Fatalf("namespace scope: clusters c and d share key %q", got)
+	}
+	if got, ok := id.LegacyLockKey(lj); !ok || got != "ns/team-a/db" {
+		t.Fatalf("legacy key of namespace scope: %q, %v; want ns/team-a/db, true", got, ok)
 	}
 	lj.Spec.Lock.Scope = batchv1alpha1.LockScopeCluster
 	if got, want := id.LockKey(lj), "cluster/db"; got != want {
 		t.Fatalf("cluster scope: %q, want %q", got, want)
+	}
+	if got := (Identity{ClusterID: "d"}).LockKey(lj); got != id.LockKey(lj) {
+		t.Fatalf("cluster scope must be shared across clusters: %q", got)
+	}
+	if got, ok := id.LegacyLockKey(lj); ok {
+		t.Fatalf("cluster scope has no legacy key, got %q", got)
 	}
 }
 
@@ -84,6 +102,63 @@ func TestJobNameFitsAndChangesWithFence(t *testing.T) {
 	short := lockedJob("n", "nightly", "u", 0, time.Unix(0, 0))
 	if a, b := jobName(short, 41), jobName(short, 42); a == b || a != "nightly-15" {
 		t.Fatalf("job names %q and %q: want distinct, first nightly-15", a, b)
+	}
+}
+
+// TestJobNameIsADNSLabel: the Job API puts the Job's name into pod labels and, for Indexed Jobs,
+// pod host names, so it must be a DNS-1123 label whatever the LockedJob is called (issue 9 item 14).
+// Names that need shortening or cleaning must still differ between LockedJobs.
+func TestJobNameIsADNSLabel(t *testing.T) {
+	const fence = 1796078263000000 // a clock-sized fence: the longest suffix in practice
+	cases := map[string]struct{ name, twin string }{
+		"longest name":                     {strings.Repeat("a", 253), strings.Repeat("a", 252) + "b"},
+		"dots":                             {"db.migrate", "db-migrate"},
+		"dot where truncation cuts":        {strings.Repeat("a", 51) + "." + strings.Repeat("b", 20), strings.Repeat("a", 51) + "-" + strings.Repeat("b", 20)},
+		"dash where truncation cuts":       {strings.Repeat("a", 51) + "-" + strings.Repeat("b", 20), strings.Repeat("a", 51) + "-" + strings.Repeat("b", 19) + "c"},
+		"dotted label at the limit":        {strings.Repeat("a", 63) + "." + strings.Repeat("b", 63), strings.Repeat("a", 63) + "." + strings.Repeat("b", 62)},
+		"dashes and dots mixed":            {"a-.b", "a.-b"},
+		"exactly fits":                     {strings.Repeat("x", 63-len("-"+strconv.FormatInt(fence, 36))), strings.Repeat("x", 62-len("-"+strconv.FormatInt(fence, 36)))},
+		"one over":                         {strings.Repeat("x", 64-len("-"+strconv.FormatInt(fence, 36))), strings.Repeat("x", 63-len("-"+strconv.FormatInt(fence, 36)))},
+		"digits only":                      {"123", "1.23"},
+		"upper case (not from API server)": {"Nightly", "nightly"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			for _, f := range []int64{0, 1, fence, math.MaxInt64, math.MinInt64} {
+				a := jobName(lockedJob("n", tc.name, "u", 0, time.Unix(0, 0)), f)
+				b := jobName(lockedJob("n", tc.twin, "u", 0, time.Unix(0, 0)), f)
+				if errs := validation.IsDNS1123Label(a); len(errs) > 0 {
+					t.Errorf("jobName(%q, %d) = %q: %v", tc.name, f, a, errs)
+				}
+				if a == b {
+					t.Errorf("jobName(%q) and jobName(%q) are both %q at fence %d", tc.name, tc.twin, a, f)
+				}
+			}
+		})
+	}
+}
+
+// TestLockedJobLabelIsALabelValue: a LockedJob name may have 253 characters, a label value 63.
+func TestLockedJobLabelIsALabelValue(t *testing.T) {
+	if got := lockedJobLabel("db.migrate-2"); got != "db.migrate-2" {
+		t.Fatalf("a name that is a label value stays as it is, got %q", got)
+	}
+	cases := map[string]struct{ name, twin string }{
+		"longest name":               {strings.Repeat("a", 253), strings.Repeat("a", 252) + "b"},
+		"64 characters":              {strings.Repeat("a", 64), strings.Repeat("a", 63) + "b"},
+		"dot where truncation cuts":  {strings.Repeat("a", 54) + "." + strings.Repeat("b", 20), strings.Repeat("a", 54) + "-" + strings.Repeat("b", 20)},
+		"dash where truncation cuts": {strings.Repeat("a", 54) + "-" + strings.Repeat("b", 20), strings.Repeat("a", 54) + "-" + strings.Repeat("c", 20)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			a, b := lockedJobLabel(tc.name), lockedJobLabel(tc.twin)
+			if errs := validation.IsValidLabelValue(a); len(errs) > 0 {
+				t.Errorf("lockedJobLabel(%q) = %q: %v", tc.name, a, errs)
+			}
+			if a == b {
+				t.Errorf("lockedJobLabel(%q) and lockedJobLabel(%q) are both %q", tc.name, tc.twin, a)
+			}
+		})
 	}
 }
 
@@ -121,5 +196,62 @@ func TestBuildJobCarriesTheLock(t *testing.T) {
 	}
 	if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].UID != "uid" || !*job.OwnerReferences[0].Controller {
 		t.Fatalf("owner references %v", job.OwnerReferences)
+	}
+}
+
+// TestBuildJobLongNameLabel: the owner label fits a label value and the annotation keeps the name.
+func TestBuildJobLongNameLabel(t *testing.T) {
+	lj := lockedJob("n", strings.Repeat("a", 253), "uid", 0, time.Unix(0, 0))
+	job, err := buildJob(lj, "j", 41, "h", testSchemeForUnit(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := job.Labels[batchv1alpha1.LabelLockedJob]; got != lockedJobLabel(lj.Name) || len(validation.IsValidLabelValue(got)) > 0 {
+		t.Fatalf("label %s = %q, want the valid %q", batchv1alpha1.LabelLockedJob, got, lockedJobLabel(lj.Name))
+	}
+	if got := job.Annotations[batchv1alpha1.AnnotationLockedJob]; got != lj.Name {
+		t.Fatalf("annotation %s = %q, want the full name", batchv1alpha1.AnnotationLockedJob, got)
+	}
+}
+
+// TestBuildJobRunsAtOnceOnePodAtATime: a suspended Job would hold the lock while nothing runs
+// (item 18); a replacement pod must not start beside a terminating one with the same token
+// (item 20); a manual selector or another controller would hide the pods the operator waits for
+// (item 16). The CRD refuses these in new objects; buildJob also covers objects stored before.
+func TestBuildJobRunsAtOnceOnePodAtATime(t *testing.T) {
+	cases := map[string]struct {
+		spec        batchv1.JobSpec
+		replacement batchv1.PodReplacementPolicy
+	}{
+		"defaults": {batchv1.JobSpec{}, batchv1.Failed},
+		"suspended, manual selector, other manager": {batchv1.JobSpec{
+			Suspend:        ptr.To(true),
+			ManualSelector: ptr.To(true),
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}},
+			ManagedBy:      ptr.To("example.com/elsewhere"),
+		}, batchv1.Failed},
+		"replacement policy chosen by the template": {batchv1.JobSpec{
+			PodReplacementPolicy: ptr.To(batchv1.TerminatingOrFailed),
+		}, batchv1.TerminatingOrFailed},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			lj := lockedJob("n", "run", "uid", 0, time.Unix(0, 0))
+			lj.Spec.JobTemplate.Spec = tc.spec
+			job, err := buildJob(lj, "run-15", 41, "h", testSchemeForUnit(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := job.Spec
+			if s.Suspend == nil || *s.Suspend {
+				t.Errorf("suspend = %v, want false", s.Suspend)
+			}
+			if s.PodReplacementPolicy == nil || *s.PodReplacementPolicy != tc.replacement {
+				t.Errorf("podReplacementPolicy = %v, want %s", s.PodReplacementPolicy, tc.replacement)
+			}
+			if s.ManualSelector != nil || s.Selector != nil || s.ManagedBy != nil {
+				t.Errorf("manualSelector %v, selector %v, managedBy %v: want all unset", s.ManualSelector, s.Selector, s.ManagedBy)
+			}
+		})
 	}
 }

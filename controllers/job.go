@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -17,6 +18,9 @@ import (
 // buildJob makes the Job of one acquisition from the template. The fencing token, lock and holder
 // reach every container as environment variables and the Job and its pods as annotations, so the
 // workload can hand the token to the resource it protects.
+//
+// Some template fields are overridden because they would break the lock's promise; the CRD refuses
+// them in new objects, and this covers objects stored before it did (see runsUnderTheLock).
 func buildJob(lj *batchv1alpha1.LockedJob, name string, fence int64, holder string, scheme *runtime.Scheme) (*batchv1.Job, error) {
 	tmpl := lj.Spec.JobTemplate
 	lockInfo := map[string]string{
@@ -36,8 +40,9 @@ func buildJob(lj *batchv1alpha1.LockedJob, name string, fence int64, holder stri
 	if job.Labels == nil {
 		job.Labels = map[string]string{}
 	}
-	job.Labels[batchv1alpha1.LabelLockedJob] = lj.Name
+	job.Labels[batchv1alpha1.LabelLockedJob] = lockedJobLabel(lj.Name)
 	job.Annotations = merged(job.Annotations, lockInfo)
+	job.Annotations[batchv1alpha1.AnnotationLockedJob] = lj.Name
 	job.Spec.Template.Annotations = merged(job.Spec.Template.Annotations, lockInfo)
 
 	env := []corev1.EnvVar{
@@ -52,10 +57,30 @@ func buildJob(lj *batchv1alpha1.LockedJob, name string, fence int64, holder stri
 	for i := range pod.Containers {
 		pod.Containers[i].Env = append(pod.Containers[i].Env, env...)
 	}
+	runsUnderTheLock(&job.Spec)
 	if err := controllerutil.SetControllerReference(lj, job, scheme); err != nil {
 		return nil, fmt.Errorf("own job %s: %w", name, err)
 	}
 	return job, nil
+}
+
+// runsUnderTheLock makes the Job run at once, one pod per completion slot at a time, and under the
+// built-in Job controller:
+//   - suspend would hold the lock while nothing runs;
+//   - podReplacementPolicy Failed (unless the template chose one) starts a replacement pod only
+//     after the failed one is gone, so two pods never run side by side with one token;
+//   - a manual selector or another managedBy controller hides the pods that deletion and loss wait
+//     for (the operator finds them by the job-name label the Job API sets).
+//
+// Pods of one Job still share its token: parallelism > 1 runs several under one holder.
+func runsUnderTheLock(spec *batchv1.JobSpec) {
+	spec.Suspend = ptr.To(false)
+	if spec.PodReplacementPolicy == nil {
+		spec.PodReplacementPolicy = ptr.To(batchv1.Failed)
+	}
+	spec.ManualSelector = nil
+	spec.Selector = nil
+	spec.ManagedBy = nil
 }
 
 func merged(base, extra map[string]string) map[string]string {

@@ -127,7 +127,6 @@ type pass struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get,resourceNames=kube-system
-// +kubebuilder:rbac:groups="",namespace=lockedjob-system,resources=secrets,verbs=get;create
 
 // Reconcile observes the LockedJob, its lock and its Job, decides the next step of the state
 // machine (see decide), acts, and records status in one optimistic patch at the end.

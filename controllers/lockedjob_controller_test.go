@@ -134,7 +134,7 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(got.Status.FencingToken).NotTo(BeNil())
 		fence := *got.Status.FencingToken
 		Expect(got.Status.Holder).To(HavePrefix("envtest/" + ns + "/migrate/"))
-		Expect(got.Status.LockKey).To(Equal("lockedjob:{ns/" + ns + "/db}"))
+		Expect(got.Status.LockKey).To(Equal("lockedjob:{ns/" + testIdentity.ClusterID + "/" + ns + "/db}"))
 		Expect(got.Status.AcquiredAt).NotTo(BeNil())
 		Expect(got.Status.ExpiresAt.Time).To(BeTemporally(">", got.Status.AcquiredAt.Time))
 		Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))

@@ -1,6 +1,9 @@
 package controllers
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -9,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -30,10 +34,20 @@ var _ = Describe("LockedJob validation", func() {
 		}}
 		return u
 	}
-	jobTemplate := map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
-		"restartPolicy": "Never",
-		"containers":    []any{map[string]any{"name": "c", "image": "busybox"}},
-	}}}}
+	// jobTemplateWith returns a valid jobTemplate changed by edit, which gets the template's maps.
+	jobTemplateWith := func(edit func(tmpl, spec, pod map[string]any)) map[string]any {
+		pod := map[string]any{
+			"restartPolicy": "Never",
+			"containers":    []any{map[string]any{"name": "c", "image": "busybox"}},
+		}
+		spec := map[string]any{"template": map[string]any{"spec": pod}}
+		tmpl := map[string]any{"spec": spec}
+		if edit != nil {
+			edit(tmpl, spec, pod)
+		}
+		return tmpl
+	}
+	jobTemplate := jobTemplateWith(nil)
 	lockWith := func(extra map[string]any) map[string]any {
 		lock := map[string]any{"name": "ok"}
 		for k, v := range extra {
@@ -65,7 +79,123 @@ var _ = Describe("LockedJob validation", func() {
 		Entry("unknown scope", map[string]any{"lock": lockWith(map[string]any{"scope": "Galaxy"}), "jobTemplate": jobTemplate}, "spec.lock.scope"),
 		Entry("unknown policy", map[string]any{"lock": lockWith(map[string]any{"onLockLost": "Panic"}), "jobTemplate": jobTemplate}, "spec.lock.onLockLost"),
 		Entry("priority out of range", map[string]any{"lock": lockWith(map[string]any{"priority": 5000}), "jobTemplate": jobTemplate}, "spec.lock.priority"),
+
+		// Issue 9 item 23: durations the API server's own "duration" format accepts but Go cannot parse.
+		Entry("ttl in days", map[string]any{"lock": lockWith(map[string]any{"ttl": "1d"}), "jobTemplate": jobTemplate}, "spec.lock.ttl"),
+		Entry("ttl in words", map[string]any{"lock": lockWith(map[string]any{"ttl": "2 weeks"}), "jobTemplate": jobTemplate}, "spec.lock.ttl"),
+		Entry("ttl with a space", map[string]any{"lock": lockWith(map[string]any{"ttl": "30 s"}), "jobTemplate": jobTemplate}, "spec.lock.ttl"),
+		Entry("renewInterval with a space", map[string]any{"lock": lockWith(map[string]any{"renewInterval": "5 s"}), "jobTemplate": jobTemplate}, "spec.lock.renewInterval"),
+		Entry("acquireTimeout in days", map[string]any{"lock": lockWith(map[string]any{"acquireTimeout": "1d"}), "jobTemplate": jobTemplate}, "spec.lock.acquireTimeout"),
+		Entry("acquireTimeout past int64 nanoseconds", map[string]any{"lock": lockWith(map[string]any{"acquireTimeout": "2562048h"}), "jobTemplate": jobTemplate}, "spec.lock.acquireTimeout"),
+		Entry("ttl past int64 nanoseconds", map[string]any{"lock": lockWith(map[string]any{"ttl": "9999999999999999999h"}), "jobTemplate": jobTemplate}, "spec.lock.ttl"),
+		// Item 22: a ceiling for the ttl.
+		Entry("ttl over 24h", map[string]any{"lock": lockWith(map[string]any{"ttl": "24h0m1s"}), "jobTemplate": jobTemplate}, "spec.lock.ttl must be at most 24h"),
+		// Item 5: a floor for the renew interval.
+		Entry("renewInterval under 100ms", map[string]any{"lock": lockWith(map[string]any{"ttl": "1s", "renewInterval": "99ms"}), "jobTemplate": jobTemplate}, "spec.lock.renewInterval must be at least 100ms"),
+		Entry("renewInterval of 1ns", map[string]any{"lock": lockWith(map[string]any{"renewInterval": "1ns"}), "jobTemplate": jobTemplate}, "spec.lock.renewInterval must be at least 100ms"),
+		Entry("renewInterval under ttl/100", map[string]any{"lock": lockWith(map[string]any{"ttl": "24h", "renewInterval": "14m23s"}), "jobTemplate": jobTemplate}, "spec.lock.renewInterval must be at least spec.lock.ttl/100"),
+		Entry("renewInterval under the default ttl/100", map[string]any{"lock": lockWith(map[string]any{"renewInterval": "299ms"}), "jobTemplate": jobTemplate}, "spec.lock.renewInterval must be at least spec.lock.ttl/100"),
+
+		// Item 23: the template is typed, so a wrongly typed field is refused, not stored.
+		Entry("parallelism as a word", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, spec, _ map[string]any) {
+			spec["parallelism"] = "two"
+		})}, "spec.jobTemplate.spec.parallelism"),
+		Entry("numeric Job label value", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(tmpl, _, _ map[string]any) {
+			tmpl["metadata"] = map[string]any{"labels": map[string]any{"team": 7}}
+		})}, "spec.jobTemplate.metadata.labels.team"),
+		Entry("numeric pod label value", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, spec, _ map[string]any) {
+			spec["template"].(map[string]any)["metadata"] = map[string]any{"labels": map[string]any{"team": 7}}
+		})}, "spec.jobTemplate.spec.template.metadata.labels.team"),
+		Entry("containers as a string", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, _, pod map[string]any) {
+			pod["containers"] = "busybox"
+		})}, "spec.jobTemplate.spec.template.spec.containers"),
+		Entry("container without a name", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, _, pod map[string]any) {
+			pod["containers"] = []any{map[string]any{"image": "busybox"}}
+		})}, "spec.jobTemplate.spec.template.spec.containers[0].name"),
+		// Item 14: restart policies the Job API refuses only after the lock is taken.
+		Entry("restartPolicy Always", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, _, pod map[string]any) {
+			pod["restartPolicy"] = "Always"
+		})}, "spec.jobTemplate.spec.template.spec.restartPolicy must be Never or OnFailure"),
+		Entry("restartPolicy missing (the pod default is Always)", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, _, pod map[string]any) {
+			delete(pod, "restartPolicy")
+		})}, "spec.jobTemplate.spec.template.spec.restartPolicy must be Never or OnFailure"),
+		// Item 16: a manual selector hides the pods the operator waits for.
+		Entry("manualSelector true", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, spec, _ map[string]any) {
+			spec["manualSelector"] = true
+		})}, "spec.jobTemplate.spec.manualSelector must not be true"),
+		Entry("selector set", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, spec, _ map[string]any) {
+			spec["selector"] = map[string]any{"matchLabels": map[string]any{"app": "x"}}
+		})}, "spec.jobTemplate.spec.selector must not be set"),
+		// Item 18: a suspended Job holds the lock while nothing runs.
+		Entry("suspend true", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, spec, _ map[string]any) {
+			spec["suspend"] = true
+		})}, "spec.jobTemplate.spec.suspend must not be true"),
+		// Same for a Job another controller runs (its pods are not where the operator looks).
+		Entry("managedBy another controller", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, spec, _ map[string]any) {
+			spec["managedBy"] = "example.com/elsewhere"
+		})}, "spec.jobTemplate.spec.managedBy must be kubernetes.io/job-controller"),
 	)
+
+	DescribeTable("accepts every duration Go parses within the bounds",
+		func(lock map[string]any) {
+			Expect(k8sClient.Create(ctx, rawLockedJob(map[string]any{"lock": lockWith(lock), "jobTemplate": jobTemplate}), client.DryRunAll)).To(Succeed())
+		},
+		Entry("compound ttl", map[string]any{"ttl": "1h30m", "renewInterval": "1m", "acquireTimeout": "2h45m30.5s"}),
+		Entry("fractions", map[string]any{"ttl": "1.5h", "renewInterval": ".5h", "acquireTimeout": "5.s"}),
+		Entry("micro signs", map[string]any{"ttl": "2000000\u00b5s", "renewInterval": "100000\u03bcs"}),
+		Entry("the bounds", map[string]any{"ttl": "24h", "renewInterval": "864s"}),
+		Entry("the smallest lock", map[string]any{"ttl": "1s", "renewInterval": "100ms", "acquireTimeout": "1ns"}),
+		Entry("the largest acquireTimeout", map[string]any{"acquireTimeout": "2562047h47m16.854775807s"}),
+	)
+
+	It("keeps every field of a full job template", func() {
+		// The template has a schema now: whatever the schema lacks would be pruned silently.
+		tmpl := jobTemplateWith(func(tmpl, spec, pod map[string]any) {
+			tmpl["metadata"] = map[string]any{"labels": map[string]any{"team": "db"}, "annotations": map[string]any{"note": "n"}}
+			spec["parallelism"] = int64(2)
+			spec["completionMode"] = "Indexed"
+			spec["completions"] = int64(4)
+			spec["managedBy"] = "kubernetes.io/job-controller"
+			spec["podFailurePolicy"] = map[string]any{"rules": []any{map[string]any{
+				"action": "FailJob", "onExitCodes": map[string]any{"operator": "In", "values": []any{int64(42)}},
+			}}}
+			spec["template"].(map[string]any)["metadata"] = map[string]any{"labels": map[string]any{"app": "x"}, "annotations": map[string]any{"a": "b"}}
+			pod["containers"] = []any{map[string]any{
+				"name": "c", "image": "busybox",
+				"resources": map[string]any{"requests": map[string]any{"cpu": "10m", "memory": int64(1048576)}},
+				"ports":     []any{map[string]any{"containerPort": int64(8080)}},
+				"env":       []any{map[string]any{"name": "A", "value": "1"}},
+			}}
+		})
+		u := rawLockedJob(map[string]any{"lock": lockWith(nil), "jobTemplate": tmpl})
+		Expect(k8sClient.Create(ctx, u, client.DryRunAll)).To(Succeed())
+		got, _, err := unstructured.NestedMap(u.Object, "spec", "jobTemplate")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(got).To(HaveKeyWithValue("metadata", tmpl["metadata"]))
+		gotSpec := got["spec"].(map[string]any)
+		for _, field := range []string{"parallelism", "completionMode", "completions", "managedBy", "podFailurePolicy"} {
+			Expect(gotSpec).To(HaveKeyWithValue(field, tmpl["spec"].(map[string]any)[field]))
+		}
+		gotTemplate := gotSpec["template"].(map[string]any)
+		Expect(gotTemplate).To(HaveKeyWithValue("metadata", map[string]any{"labels": map[string]any{"app": "x"}, "annotations": map[string]any{"a": "b"}}))
+		gotContainer := gotTemplate["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+		Expect(gotContainer).To(HaveKey("resources"))
+		Expect(gotContainer).To(HaveKeyWithValue("env", []any{map[string]any{"name": "A", "value": "1"}}))
+	})
+
+	It("accepts every sample in config/samples", func() {
+		b, err := os.ReadFile(filepath.Join("..", "config", "samples", "batch_v1alpha1_lockedjob.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		samples := 0
+		for _, doc := range strings.Split(string(b), "\n---\n") {
+			u := &unstructured.Unstructured{}
+			Expect(yaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed())
+			u.SetNamespace(ns)
+			Expect(k8sClient.Create(ctx, u, client.DryRunAll)).To(Succeed(), "sample %s", u.GetName())
+			samples++
+		}
+		Expect(samples).To(BeNumerically(">=", 3))
+	})
 
 	It("accepts a good LockedJob and fills in the defaults", func() {
 		lj := newLockedJob(ns, "good", "fine")

@@ -195,7 +195,14 @@ render_rbac() {
 install_manifests() {
 	step "installing the CRD (kubectl apply --server-side -k config/crd)"
 	k apply --server-side --force-conflicts -k "${LOCKEDJOB_ROOT}/config/crd"
-	k wait --for=condition=Established --timeout=60s crd/lockedjobs.batch.lockedjob.dev >/dev/null
+	# Not `kubectl wait --for=condition=Established`: it fails at once while the CRD has no
+	# conditions yet, which the full Job template schema makes long enough to see.
+	local deadline=$((SECONDS + 60)) established=""
+	until [[ "${established}" == True ]]; do
+		((SECONDS < deadline)) || die "CRD lockedjobs.batch.lockedjob.dev not Established within 60s"
+		sleep 0.2
+		established="$(k get crd lockedjobs.batch.lockedjob.dev -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')"
+	done
 	step "installing namespace ${OPERATOR_NS} and RBAC (config/default rendered, minus its Deployment and Service)"
 	local rbac
 	rbac="$(render_rbac)"

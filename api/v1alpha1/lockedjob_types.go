@@ -48,8 +48,22 @@ const (
 	LockLostIgnore LockLostPolicy = "Ignore"
 )
 
+// DurationPattern matches exactly the strings Go's time.ParseDuration accepts, except values too
+// large for an int64 of nanoseconds, which the CEL rules of each field refuse (their duration()
+// parses with Go's parser). The API server's own "duration" format also accepts "1d" or "2 weeks",
+// which the operator cannot decode: one such object would break the list of every LockedJob.
+//
+// Every CEL rule calls duration() only on a string that matches it: on one stored before the
+// pattern existed, duration() would fail at every update, and such an object could never lose its
+// finalizer. The pattern itself is ratcheted (not checked on unchanged values).
+const DurationPattern = `^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+
 // LockSpec names the lock a LockedJob runs under and how it is held.
-// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || !has(self.ttl) || self.renewInterval + self.renewInterval < self.ttl",message="spec.lock.renewInterval must be less than half of spec.lock.ttl"
+//
+// The duration fields carry no "duration" format on purpose: with it, CEL would parse them with the
+// API server's lenient parser instead of Go's, and accept what the operator cannot decode.
+// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || !has(self.ttl) || !self.renewInterval.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || !self.ttl.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(self.renewInterval) + duration(self.renewInterval) < duration(self.ttl)",message="spec.lock.renewInterval must be less than half of spec.lock.ttl",fieldPath=".renewInterval"
+// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || !has(self.ttl) || !self.renewInterval.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || !self.ttl.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || int(duration(self.renewInterval)) * 100 >= int(duration(self.ttl))",message="spec.lock.renewInterval must be at least spec.lock.ttl/100",fieldPath=".renewInterval"
 type LockSpec struct {
 	// name of the lock. LockedJobs with the same lock name (in the same namespace, or anywhere for
 	// scope Cluster) run one at a time.
@@ -64,28 +78,36 @@ type LockSpec struct {
 	// +kubebuilder:default=Namespace
 	Scope LockScope `json:"scope,omitempty"`
 
-	// ttl is the lease of the lock in Redis. The operator renews it while the Job runs; if the
-	// operator stops renewing (crash, partition), the lock frees itself after ttl. Default 30s, at least 1s.
+	// ttl is the lease of the lock in Redis, a Go duration such as "30s" or "1m30s". The operator
+	// renews it while the Job runs; if the operator stops renewing (crash, partition), the lock frees
+	// itself after ttl. Default 30s; from 1s to 24h. Keep it well above the operator's leader-election
+	// lease (15s by default): a new leader must re-adopt the locks before they expire.
 	// +optional
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Format=duration
-	// +kubebuilder:validation:XValidation:rule="self >= duration('1s')",message="spec.lock.ttl must be at least 1s"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(self) >= duration('1s')",message="spec.lock.ttl must be at least 1s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(self) <= duration('24h')",message="spec.lock.ttl must be at most 24h"
 	TTL *metav1.Duration `json:"ttl,omitempty"`
 
-	// renewInterval is how often the lease is renewed. Default ttl/3; must be less than ttl/2.
+	// renewInterval is how often the lease is renewed, a Go duration. Default ttl/3; must be less
+	// than ttl/2 and at least 100ms and ttl/100, so that one lock cannot make the renewals it shares
+	// a batch with time out.
 	// +optional
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Format=duration
-	// +kubebuilder:validation:XValidation:rule="self > duration('0s')",message="spec.lock.renewInterval must be positive"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(self) >= duration('100ms')",message="spec.lock.renewInterval must be at least 100ms"
 	RenewInterval *metav1.Duration `json:"renewInterval,omitempty"`
 
-	// acquireTimeout bounds the wait for the lock. When it passes, the LockedJob fails with reason
-	// LockTimeout. Absent means wait forever.
+	// acquireTimeout bounds the wait for the lock, a Go duration. When it passes, the LockedJob fails
+	// with reason LockTimeout. Absent means wait forever.
 	// +optional
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Format=duration
-	// +kubebuilder:validation:XValidation:rule="self > duration('0s')",message="spec.lock.acquireTimeout must be positive"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(self) > duration('0s')",message="spec.lock.acquireTimeout must be positive"
 	AcquireTimeout *metav1.Duration `json:"acquireTimeout,omitempty"`
 
 	// priority orders waiters of one lock: higher first, then older first. Default 0.
@@ -100,21 +122,24 @@ type LockSpec struct {
 	OnLockLost LockLostPolicy `json:"onLockLost,omitempty"`
 }
 
-// JobTemplate is a batch/v1 JobTemplateSpec. Its contents are validated by the API server when the
-// Job is created (the CRD keeps them schemaless so the CRD stays small and CEL rules stay cheap).
+// JobTemplate is a batch/v1 JobTemplateSpec with the full schema, so the API server refuses a
+// wrongly typed field when the LockedJob is created, not the Job API after the lock is taken (and
+// so that one bad object cannot stop the operator from decoding the others).
 type JobTemplate struct {
 	// metadata holds labels and annotations for the Job.
 	// +optional
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec is the Job's spec (batch/v1 JobSpec).
+	// spec is the Job's spec (batch/v1 JobSpec). The operator sets suspend to false and, unless set
+	// here, podReplacementPolicy to Failed. All pods of one Job (parallelism > 1, indexed Jobs)
+	// share one fencing token: they run under one holder, and the store protected by the token cannot
+	// tell them apart.
 	// +required
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:XValidation:rule="!has(self.manualSelector) || !self.manualSelector",message="spec.jobTemplate.spec.manualSelector must not be true: the operator finds the Job's pods by the labels the Job API sets",fieldPath=".manualSelector"
+	// +kubebuilder:validation:XValidation:rule="!has(self.selector)",message="spec.jobTemplate.spec.selector must not be set: the Job API generates it",fieldPath=".selector"
+	// +kubebuilder:validation:XValidation:rule="!has(self.suspend) || !self.suspend",message="spec.jobTemplate.spec.suspend must not be true: a suspended Job would hold the lock while nothing runs",fieldPath=".suspend"
+	// +kubebuilder:validation:XValidation:rule="!has(self.managedBy) || self.managedBy == 'kubernetes.io/job-controller'",message="spec.jobTemplate.spec.managedBy must be kubernetes.io/job-controller: the operator waits for pods only the built-in Job controller creates",fieldPath=".managedBy"
+	// +kubebuilder:validation:XValidation:rule="has(self.template.spec.restartPolicy) && self.template.spec.restartPolicy in ['Never', 'OnFailure']",message="spec.jobTemplate.spec.template.spec.restartPolicy must be Never or OnFailure",fieldPath=".template.spec.restartPolicy"
 	Spec batchv1.JobSpec `json:"spec"`
 }
 
@@ -199,8 +224,11 @@ const (
 	AnnotationFencingToken = "batch.lockedjob.dev/fencing-token"
 	AnnotationLock         = "batch.lockedjob.dev/lock"
 	AnnotationHolder       = "batch.lockedjob.dev/holder"
-	// LabelLockedJob names the LockedJob that owns a Job.
+	// LabelLockedJob names the LockedJob that owns a Job: its name, or, when the name is longer
+	// than a label value may be, a prefix of it and a hash of the whole.
 	LabelLockedJob = "batch.lockedjob.dev/lockedjob"
+	// AnnotationLockedJob holds the full name of the LockedJob that owns a Job.
+	AnnotationLockedJob = "batch.lockedjob.dev/lockedjob"
 )
 
 // LockedJobStatus is what the operator observed and did, so `kubectl get lj` and

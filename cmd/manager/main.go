@@ -110,7 +110,7 @@ func parseFlags() (options, zap.Options) {
 	flag.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its lease before it steps down.")
 	flag.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "How often candidates try to take the lease.")
 	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", ""),
-		"The operator's namespace (leader-election lease, token-key Secret). Default: $POD_NAMESPACE, else the kubeconfig's namespace.")
+		"The operator's namespace (leader-election lease, token-key Secret). Default: $POD_NAMESPACE. Without either, the lease goes to the kubeconfig's namespace and the token key must come from --token-key-file.")
 	flag.StringVar(&o.redisAddr, "redis-addr", envOr("LOCKEDJOB_REDIS_ADDR", "127.0.0.1:6379"), "Redis address (host:port) for a single node. Env: LOCKEDJOB_REDIS_ADDR.")
 	flag.StringVar(&o.redisAddrs, "redis-addrs", envOr("LOCKEDJOB_REDIS_ADDRS", ""),
 		"Comma-separated addresses: independent Redlock nodes (an odd number, at least 3), or Sentinel/Cluster seeds with --redis-sentinel-master or --redis-cluster.")
@@ -150,12 +150,14 @@ func main() {
 
 func run(o options) error {
 	ctx := ctrl.SetupSignalHandler()
-	if o.namespace == "" {
+	// o.namespace stays as told: only the lease may fall back to the kubeconfig's namespace.
+	leaseNamespace := o.namespace
+	if leaseNamespace == "" {
 		ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).Namespace()
 		if err != nil || ns == "" {
 			ns = "default"
 		}
-		o.namespace = ns
+		leaseNamespace = ns
 	}
 
 	lockClient, err := newLockClient(o)
@@ -169,7 +171,7 @@ func run(o options) error {
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              "lockedjob.batch.lockedjob.dev",
-		LeaderElectionNamespace:       o.namespace,
+		LeaderElectionNamespace:       leaseNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		LeaseDuration:                 &o.leaseDuration,
 		RenewDeadline:                 &o.renewDeadline,
@@ -198,7 +200,7 @@ func run(o options) error {
 	if err := setupChecks(mgr, lockClient); err != nil {
 		return err
 	}
-	setupLog.Info("Starting manager", "namespace", o.namespace, "clusterID", identity.ClusterID, "redisNodes", lockClient.Nodes())
+	setupLog.Info("Starting manager", "namespace", leaseNamespace, "clusterID", identity.ClusterID, "redisNodes", lockClient.Nodes())
 	return mgr.Start(ctx)
 }
 
@@ -304,8 +306,15 @@ func newLockClient(o options) (*redislock.Client, error) {
 }
 
 // newIdentity derives the cluster ID and loads (or creates) the token key.
+//
+// The token-key Secret is read or created only in a namespace the operator was told (--namespace
+// or POD_NAMESPACE), never in the kubeconfig's: that one is whatever the last context switch left,
+// and a key made there would be a second key, unguarded, with which no held lock can be re-adopted.
 func newIdentity(ctx context.Context, c client.Client, o options) (controllers.Identity, error) {
 	id := controllers.Identity{ClusterID: o.clusterID}
+	if o.tokenKeyFile == "" && o.namespace == "" {
+		return id, fmt.Errorf("token key Secret %s: set --namespace (or POD_NAMESPACE) to the operator's namespace, or use --token-key-file; the kubeconfig's namespace is not used for it", tokenSecretName)
+	}
 	if id.ClusterID == "" {
 		ns := &corev1.Namespace{}
 		if err := c.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, ns); err != nil {
