@@ -54,6 +54,13 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		return ctrl.Result{}, false, r.giveUp(ctx, p, t.Duration)
 	}
 
+	if holder, busy, err := r.legacyHolder(ctx, p); err != nil {
+		return ctrl.Result{}, false, r.redisDown(p, err)
+	} else if busy {
+		res, err := r.wait(p, &redislock.QueuedError{Position: 1, Holder: holder}, waited)
+		return res, false, err
+	}
+
 	id := r.Config.Identity
 	rctx, cancel := r.redisCtx(ctx)
 	lock, err := r.Locks.Redis().Obtain(rctx, p.key, ttlOf(lj),
@@ -86,6 +93,32 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		"Acquired lock %s with fencing token %d after waiting %s", lj.Spec.Lock.Name, lock.Fence(), waited.Round(time.Millisecond))
 	lj.Status.AcquiredAt = &metav1.Time{Time: lock.GrantedAt()}
 	return ctrl.Result{}, true, nil
+}
+
+// legacyHolder reports whether the lock is held under the key layout of an earlier version (see
+// docs/design.md, "Migration"), whose holder then blocks this acquisition as any holder would. A
+// legacy key held with this LockedJob's own token was handed to it as a queued waiter: it is given
+// back instead of waited for. Costs one Redis call while Config.LegacyLockKeys is on.
+func (r *LockedJobReconciler) legacyHolder(ctx context.Context, p *pass) (holder string, busy bool, err error) {
+	legacy, ok := r.Config.Identity.LegacyLockKey(p.lj)
+	if !r.Config.LegacyLockKeys || !ok || legacy == p.key {
+		return "", false, nil
+	}
+	rctx, cancel := r.redisCtx(ctx)
+	defer cancel()
+	st, err := r.Locks.Redis().Inspect(rctx, legacy)
+	if err != nil || !st.Held {
+		return "", false, err
+	}
+	err = r.Locks.Redis().ReleaseToken(rctx, legacy, r.Config.Identity.Token(p.lj))
+	switch {
+	case err == nil:
+		return "", false, nil
+	case errors.Is(err, redislock.ErrNotHeld):
+		return st.Metadata, true, nil
+	default:
+		return "", false, err
+	}
 }
 
 // validateJob asks the API server to create the Job as a dry run, so admission and validation speak

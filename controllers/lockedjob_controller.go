@@ -76,6 +76,10 @@ type Config struct {
 	// (the leader-election lease). A LockedJob whose ttl is shorter gets a warning Event: its lock
 	// expires before a successor can renew it.
 	FailoverTime time.Duration
+	// LegacyLockKeys makes an acquisition wait while the lock is held under the key layout of an
+	// earlier version (namespace keys without the cluster ID). Turn it off once no LockedJob that
+	// acquired before the upgrade is left.
+	LegacyLockKeys bool
 }
 
 func (c *Config) defaults() {

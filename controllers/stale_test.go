@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -208,5 +209,41 @@ func TestLockNameFollowsTheRecordedKey(t *testing.T) {
 	lj.Status.LockKey = "other:{x}" // another prefix: not ours to interpret
 	if got := r.lockName(lj); got != derived {
 		t.Fatalf("foreign key: %q, want the derived %q", got, derived)
+	}
+}
+
+// TestLegacyKeyHolderBlocksAcquisition (#21): during an upgrade, a LockedJob holding the lock under
+// the old key layout blocks a fresh acquisition under the new one; a legacy key handed to this very
+// LockedJob is given back instead.
+func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
+	u := newUnitRig(t, interceptor.Funcs{})
+	u.r.Config.LegacyLockKeys = true
+	ctx := context.Background()
+	rdb := u.r.Locks.Redis()
+	legacy, _ := u.r.Config.Identity.LegacyLockKey(u.lj)
+	other, err := rdb.Obtain(ctx, legacy, time.Minute, redislock.WithMetadata("old-holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.reconcile() // finalizer
+	u.reconcile()
+	got := u.get()
+	if got.Status.Phase != batchv1alpha1.PhaseWaiting || got.Status.BlockedBy != "old-holder" {
+		t.Fatalf("phase %s blocked by %q, want Waiting behind old-holder", got.Status.Phase, got.Status.BlockedBy)
+	}
+	if st, _ := rdb.Inspect(ctx, u.r.Config.Identity.LockKey(u.lj)); st.Held {
+		t.Fatal("the lock was taken under the new key while the old one is held")
+	}
+
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A release handed the old key to this LockedJob as a queued waiter: it must not wait for itself.
+	if _, err := rdb.Obtain(ctx, legacy, time.Minute, redislock.WithToken(u.r.Config.Identity.Token(u.lj))); err != nil {
+		t.Fatal(err)
+	}
+	u.runToRunning()
+	if st, _ := rdb.Inspect(ctx, legacy); st.Held {
+		t.Fatal("the old key handed to this LockedJob was not given back")
 	}
 }

@@ -96,6 +96,7 @@ type options struct {
 	waitReplicasTimeout     time.Duration
 	maxConcurrentReconciles int
 	redisTimeout            time.Duration
+	legacyLockKeys          bool
 }
 
 func parseFlags() (options, zap.Options) {
@@ -132,6 +133,7 @@ func parseFlags() (options, zap.Options) {
 	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After taking a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not with --redis-cluster).")
 	flag.DurationVar(&o.waitReplicasTimeout, "redis-wait-timeout", 500*time.Millisecond, "How long --redis-wait-replicas waits.")
 	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LockedJobs reconciled in parallel.")
+	flag.BoolVar(&o.legacyLockKeys, "legacy-lock-keys", true, "Before taking a Namespace-scoped lock, wait while it is held under the key layout of versions before the cluster ID was part of it (docs/design.md, Migration). Turn off once no LockedJob acquired before the upgrade is left.")
 	flag.DurationVar(&o.redisTimeout, "redis-timeout", 2*time.Second, "Deadline of each Redis call a reconcile makes (renewals have their own budget, from the lease).")
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -225,6 +227,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 			WaitBackoffMax:          o.waitBackoffMax,
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
 			RedisTimeout:            o.redisTimeout,
+			LegacyLockKeys:          o.legacyLockKeys,
 			// A successor re-adopts only after the old leader's lease ran out.
 			FailoverTime: o.leaseDuration,
 		},
