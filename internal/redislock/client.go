@@ -51,6 +51,8 @@ type Client struct {
 	// memberSecret derives the tokens of queued waiters that bring none (see memberToken).
 	memberSecret [32]byte
 	memberMACs   sync.Pool // of hash.Hash keyed with memberSecret: queued waiters obtain in a loop
+
+	late lateReleases
 }
 
 // Option configures a Client.

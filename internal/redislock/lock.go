@@ -383,9 +383,13 @@ func (c *Client) releaseLate(k keys, token string, nodes []int, ttl time.Duratio
 	}
 	deadline := c.now().Add(ttl)
 	for _, i := range nodes {
+		c.late.started.Add(1)
+		c.late.running.Add(1)
 		go func() {
+			defer c.late.running.Add(-1)
 			wait := c.nodeTimeout
 			for c.now().Before(deadline) {
+				c.late.wait()
 				ctx, cancel := context.WithTimeout(context.Background(), max(c.nodeTimeout, 500*time.Millisecond))
 				err := scriptRelease.Run(ctx, c.nodes[i], k.lockMeta(), token, "").Err()
 				cancel()
@@ -796,4 +800,16 @@ func tallyInts(replies []nodeReply) tally {
 		}
 	}
 	return t
+}
+
+// lateReleases counts the late-release goroutines, and lets tests hold them back.
+type lateReleases struct {
+	started, running atomic.Int64
+	gate             atomic.Pointer[chan struct{}]
+}
+
+func (lr *lateReleases) wait() {
+	if g := lr.gate.Load(); g != nil {
+		<-*g
+	}
 }
