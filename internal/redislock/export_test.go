@@ -13,3 +13,10 @@ func HoldLateReleases(c *Client) (letGo func()) {
 	c.late.gate.Store(&g)
 	return func() { close(g) }
 }
+
+// SetLateReleaseLimit changes how many late releases c runs at once.
+func SetLateReleaseLimit(c *Client, n int) {
+	c.late.mu.Lock()
+	defer c.late.mu.Unlock()
+	c.late.limit = n
+}
