@@ -830,4 +830,3 @@ func tallyInts(replies []nodeReply) tally {
 	}
 	return t
 }
-
