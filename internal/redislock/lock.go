@@ -89,10 +89,11 @@ func WithRetry(s RetryStrategy) ObtainOption { return func(o *obtainOptions) { o
 //
 // On a single deployment, releasing a lock that was obtained with a queue (and ReleaseToken) hands
 // it straight to the live waiter at the head, with the token, lease and metadata of that waiter's
-// last attempt, for the waiter's ttl but no longer than its liveness: the waiter finds it held with
-// its own token at its next attempt, or at once when the client was built WithReleaseNotifications
-// and Obtain is waiting with retries. Nobody can slip in between holders, and a handoff costs no
-// round trip beyond the release. Without WithToken, a queued waiter's token is derived from member
+// last attempt, for the waiter's ttl but no longer than what is left of its liveness: the waiter
+// finds it held with its own token at its next attempt (a re-adoption, see Lock.Readopted), which
+// comes at once when the client was built WithReleaseNotifications and Obtain is waiting with
+// retries: the release message wakes it up, and the attempt confirms the lock in Redis. Nobody can
+// slip in between holders. Without WithToken, a queued waiter's token is derived from member
 // and a secret of the Client, so the next Obtain of member through the same Client claims what was
 // handed to an earlier one; member therefore names one waiter, not a group.
 func WithQueue(member string, score float64, liveness time.Duration) ObtainOption {
@@ -777,8 +778,8 @@ func obtainReply(v any) (grant, error) {
 
 // Dequeue takes member out of the queue of the lock named key (see WithQueue): member no longer
 // wants the lock. If a release handed member the lock in the meantime, Dequeue gives it back and
-// hands it on, unless member already claimed it with another attempt; a lock that a waiting Obtain
-// received by push counts as unclaimed here, so do not Dequeue a member that holds its lock.
+// hands it on, unless member already claimed it with another attempt (as a waiting Obtain does when
+// a release wakes it up); do not Dequeue a member that holds its lock.
 // Removing a member that is not queued is not an error.
 func (c *Client) Dequeue(ctx context.Context, key, member string) error {
 	if err := validateKey(key); err != nil {
