@@ -734,7 +734,16 @@ func (c *Client) SubscribeReleases(ctx context.Context) (<-chan string, error) {
 
 func newToken() (string, error) { return randomID("token", tokenBytes) }
 
-func newAttemptID() (string, error) { return randomID("attempt id", attemptBytes) }
+// newAttemptID runs once per attempt, so it builds the id in fixed buffers: one allocation.
+func newAttemptID() (string, error) {
+	var b [attemptBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("redislock: generate attempt id: %w", err)
+	}
+	var text [(attemptBytes*8 + 5) / 6]byte
+	base64.RawURLEncoding.Encode(text[:], b[:])
+	return string(text[:]), nil
+}
 
 func randomID(what string, n int) (string, error) {
 	b := make([]byte, n)
