@@ -10,7 +10,6 @@ import (
 	"hash"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,20 +43,20 @@ type Client struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 
-	// attempts numbers queued acquisition attempts, so a waiter can tell the handoff of its latest
-	// attempt from a stale one (see Obtain).
-	attempts atomic.Uint64
 	releases *notifier // nil unless the client hands locks off (see handsOff)
 	// memberSecret derives the tokens of queued waiters that bring none (see memberToken).
 	memberSecret [32]byte
 	memberMACs   sync.Pool // of hash.Hash keyed with memberSecret: queued waiters obtain in a loop
+
+	late lateReleases // undos of failed attempts on nodes that did not answer (see releaseLate)
 }
 
 // Option configures a Client.
 type Option func(*Client)
 
 // WithKeyPrefix puts prefix in front of every key the client writes (default: none), so several
-// applications can share one Redis without colliding.
+// applications can share one Redis without colliding. The prefix must not contain { or }: a brace
+// would change the hash tag that keeps a lock's keys in one Redis Cluster slot.
 func WithKeyPrefix(prefix string) Option { return func(c *Client) { c.prefix = prefix } }
 
 // WithNodeTimeout bounds each Redlock node call (default 50ms), so a slow or paused node cannot
@@ -93,8 +92,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Client, error) {
 	if client == nil {
 		return nil, invalidf("nil redis client")
 	}
-	c := newClient([]redis.UniversalClient{client}, 0, opts)
-	return c, nil
+	return newClient([]redis.UniversalClient{client}, 0, opts)
 }
 
 // NewRedlock returns a client that takes each lock on a majority of independent Redis nodes.
@@ -109,10 +107,10 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Client, error
 			return nil, invalidf("redlock node %d: nil redis client", i)
 		}
 	}
-	return newClient(clients, defaultRedlockDriftAdd, opts), nil
+	return newClient(clients, defaultRedlockDriftAdd, opts)
 }
 
-func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Option) *Client {
+func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Option) (*Client, error) {
 	c := &Client{
 		nodes:       nodes,
 		all:         make([]int, len(nodes)),
@@ -121,6 +119,7 @@ func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Opt
 		driftFactor: defaultDriftFactor,
 		driftAdd:    driftAdd,
 		now:         time.Now,
+		late:        lateReleases{limit: defaultLateReleaseLimit},
 	}
 	for i := range c.all {
 		c.all[i] = i
@@ -129,10 +128,13 @@ func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Opt
 	for _, o := range opts {
 		o(c)
 	}
+	if strings.ContainsAny(c.prefix, "{}") {
+		return nil, invalidf("key prefix %q must not contain { or }", c.prefix)
+	}
 	if c.notify != "" && c.handsOff() {
 		c.releases = &notifier{client: nodes[0], channel: c.notify}
 	}
-	return c
+	return c, nil
 }
 
 // handsOff reports whether releasing a queued lock hands it straight to the head of its queue.
@@ -165,31 +167,35 @@ func (c *Client) Quorum() int { return c.quorum }
 // RedisKey returns the Redis key that holds the lock named key.
 func (c *Client) RedisKey(key string) string { return c.prefix + "{" + key + "}" }
 
-// keys lists the Redis keys of one lock in the order every script takes them: lock, meta, fence,
-// then, for a lock used with a queue, queue, waiters and tickets (see queue.lua). They share the
-// hash tag {key}, so a Redis Cluster keeps them in one slot and a script may touch all of them.
-// Scripts get sub-slices (lockMeta, withFence, withQueue), so no call builds a key list again.
+// keys lists the Redis keys of one lock in the order every script takes them: lock, meta, grant,
+// fence, then, for a lock used with a queue, queue, waiters and tickets (see queue.lua). They share
+// the hash tag {key}, so a Redis Cluster keeps them in one slot and a script may touch all of them.
+// Scripts get sub-slices (lockMeta, withGrant, withFence, withQueue), so no call builds a key list
+// again.
 type keys []string
 
 func (c *Client) keysFor(key string, queued bool) keys {
 	base := c.RedisKey(key)
 	if !queued {
-		return keys{base, base + ":meta", base + ":fence"}
+		return keys{base, base + ":meta", base + ":grant", base + ":fence"}
 	}
-	return keys{base, base + ":meta", base + ":fence", base + ":queue", base + ":waiters", base + ":tickets"}
+	return keys{base, base + ":meta", base + ":grant", base + ":fence", base + ":queue", base + ":waiters", base + ":tickets"}
 }
 
 func (k keys) lock() string { return k[0] }
 
-// lockMeta is what refresh and release (without a handoff) touch.
+// lockMeta is what refresh touches.
 func (k keys) lockMeta() []string { return k[:2] }
 
-// withFence is what obtain (without a queue) and inspect touch.
-func (k keys) withFence() []string { return k[:3] }
+// withGrant is what a release without a handoff and an undo touch.
+func (k keys) withGrant() []string { return k[:3] }
+
+// withFence is what obtain (without a queue), fence and inspect touch.
+func (k keys) withFence() []string { return k[:4] }
 
 // withQueue is what a queued obtain, a handoff and dequeue touch. The keys must come from
 // keysFor(key, true).
-func (k keys) withQueue() []string { return k[:6] }
+func (k keys) withQueue() []string { return k[:7] }
 
 func validateKey(key string) error {
 	switch {

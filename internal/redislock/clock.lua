@@ -17,16 +17,16 @@ local function nowMs()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- nextFence hands out the next fencing token: previous + 1. A counter that does not exist yet (first
--- use, or Redis lost its data) starts from the server clock in microseconds, so tokens keep growing
--- across a Redis that lost its data as long as its clock did not step backwards.
+-- nextFence hands out the next fencing token: max(previous + 1, server clock in microseconds), a
+-- hybrid logical clock. The counter alone would repeat a token after a failover to a replica that
+-- missed the last write, or after a restart that lost the data; the clock term makes the token rise
+-- anyway, as long as the new server's clock is not behind the old one by more than the time the
+-- failover took. Lua numbers are doubles, exact for integers below 2^53 (µs until the year 2255).
 local function nextFence(fenceKey)
-  local fence = redis.call('INCR', fenceKey)
-  if fence == 1 then
-    local t = now()
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    -- Lua 5.1 turns numbers into strings with %.14g, which would round a 16-digit token.
-    redis.call('SET', fenceKey, string.format('%.0f', fence))
-  end
+  local t = now()
+  local clockUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local fence = math.max(tonumber(redis.call('GET', fenceKey) or '0') + 1, clockUs)
+  -- Lua 5.1 turns numbers into strings with %.14g, which would round a 16-digit token.
+  redis.call('SET', fenceKey, string.format('%.0f', fence))
   return fence
 end

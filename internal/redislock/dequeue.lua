@@ -1,7 +1,7 @@
 -- dequeue.lua: take a waiter out of a lock's queue (it gave up or was deleted). If a release had
 -- handed it the lock already, give the lock back and hand it on: nobody will use it. clock.lua and
 -- queue.lua come first.
--- KEYS[1] lock key   KEYS[2] meta key   KEYS[3..6] fence, queue, waiters, tickets
+-- KEYS[1] lock key   KEYS[2] meta key   KEYS[3..7] grant, fence, queue, waiters, tickets
 -- ARGV[1] waiter     ARGV[2] channel to publish on if the lock is released ("" = none)
 -- Returns 1 if the waiter held a handed-over lock and gave it back, else 0.
 local ticket = readTicket(ARGV[1])

@@ -4,19 +4,33 @@
 // # Model
 //
 // A lock is one Redis key holding the holder's token (SET key token NX PX ttl semantics, done in a
-// Lua script), a metadata key beside it with the same TTL, and a fence counter that never expires.
-// All three share one hash tag ("{key}"), so they live in one Redis Cluster slot and every script
-// runs on one node. Refresh and Release compare the token before they act, so a stale holder can
-// never extend or delete a lock that someone else holds.
+// Lua script), a metadata key beside it with the same TTL, a grant key naming the acquisition
+// attempt that created it, and a fence counter that never expires. All share one hash tag
+// ("{key}"), so they live in one Redis Cluster slot and every script runs on one node. Refresh and
+// Release compare the token before they act, so a stale holder can never extend or delete a lock
+// that someone else holds.
+//
+// # Re-adoption and undo
+//
+// Obtain with the token a lock already holds succeeds without a new grant: a re-adoption (see
+// Lock.Readopted), which keeps the lock's fence. An attempt that fails after Redis granted it (no
+// quorum, a WAIT shortfall, a reply that came too late, a node that did not answer and may apply it
+// later) undoes its grant, but only a grant it made itself: each attempt has a random id that a
+// fresh grant stores in the grant key and a re-adoption or handoff removes, and the undo compares
+// token and id. A failed attempt can therefore never delete a lock that a retry with the same token
+// re-adopted, and a re-adoption is never undone (a re-adopted lock stays held until its lease ends
+// if its caller gave up). Undos on nodes that did not answer run in the background until the lease
+// would have ended, one per lock, token and node, at most 256 per Client.
 //
 // # Fencing tokens
 //
-// Every fresh acquisition returns a fencing token: the previous token + 1, where a counter that does
-// not exist yet (first use, or a Redis that lost its data) starts from the Redis server clock in
-// microseconds. Successive holders of one lock on one Redis therefore get strictly increasing
-// tokens, also across a Redis restart that lost its data, unless the server clock stepped
-// backwards across that restart. Re-adopting a lock you still hold (Obtain with WithToken) returns
-// the same token. A protected resource that remembers the highest token it has seen and refuses
+// Every fresh acquisition returns a fencing token: max(previous token + 1, Redis server clock in
+// microseconds), a hybrid logical clock. Successive holders of one lock on one Redis get strictly
+// increasing tokens, and the clock term keeps them increasing when the counter went back: a Redis
+// restart that lost its data, or a failover to a replica that missed the last grant. That holds
+// under one assumption: the clock of the Redis host that takes over is not behind the old one by
+// more than the time the failover took (hosts synchronised by NTP easily meet it). Tokens are not
+// consecutive. Re-adopting a lock you still hold (Obtain with WithToken) returns the same token. A protected resource that remembers the highest token it has seen and refuses
 // lower ones cannot be corrupted by a holder that lost its lock without noticing (a process paused
 // longer than the TTL, a network partition): that is the guarantee a lock with a TTL cannot give
 // on its own.
@@ -39,7 +53,9 @@
 // a higher token. This holds under Redlock's own assumptions: bounded clock drift between the
 // client and the nodes, no process pause longer than the validity, and nodes that do not lose
 // writes (or that restart later than one TTL after a crash, as the Redlock paper asks) — a node
-// that loses its data is covered by the clock term above. Where those assumptions fail, two
+// that loses its data is covered by the clock term above. A re-adoption needs a quorum of nodes that
+// still hold the token and keeps their fence; nodes that granted afresh (one that lost its data)
+// keep the lock and are raised to that fence. Where those assumptions fail, two
 // holders can overlap in time; the fencing token still orders them, so a resource that checks it
 // stays consistent.
 //
@@ -48,12 +64,19 @@
 // WithQueue makes waiters take turns: they join a queue in Redis (by score, then name), a free lock
 // goes only to the head, and a waiter that stops asking drops out after its liveness. On a single
 // deployment, releasing a queued lock hands it straight to the live head in the same script (its
-// token, metadata and the next fencing token, for its ttl but at most its liveness), so nobody can
-// take it in between; the head claims it with its next attempt, or at once when it waits inside
-// Obtain and the client has a release channel (WithReleaseNotifications). The lease of a lock
-// received by push is dated from the start of the attempt whose request the release granted, which
-// the server answered before the release, so its validity is never overstated. Redlock clients
-// queue but do not hand off.
+// token, metadata and the next fencing token, for its ttl but at most the rest of its liveness),
+// so nobody can take it in between; the head claims it with its next attempt, which comes at once
+// when it waits inside Obtain and the client has a release channel (WithReleaseNotifications). A
+// release message only wakes the waiter: anyone who can publish can forge one, so the lock is
+// confirmed by that attempt in Redis, which also dates the lease and returns the true fence.
+// Attempt ids are 96 random bits. Redlock clients queue but do not hand off.
+//
+// # What Redis must not do
+//
+// A lock lives only as long as its key: a Redis that evicts keys under memory pressure (any
+// maxmemory-policy but noeviction; see Client.CheckEvictionPolicy) or whose host clock steps
+// forward (Redis expires keys by wall clock) can end a lease early, while its holder still
+// trusts it, and let a second holder in. The fencing token still orders the two.
 //
 // # Renewal
 //

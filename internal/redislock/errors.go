@@ -61,3 +61,14 @@ func (e *QueuedError) Error() string {
 
 // Is makes a QueuedError match ErrNotObtained.
 func (e *QueuedError) Is(target error) bool { return target == ErrNotObtained }
+
+var (
+	// ErrEvictionPolicy means a Redis node may evict keys under memory pressure (its
+	// maxmemory-policy is not noeviction): it could drop a held lock, and a second holder would get
+	// it while the first still runs.
+	ErrEvictionPolicy = errors.New("redislock: redis may evict locks")
+
+	// ErrEvictionUnknown means a node's eviction policy could not be read: CONFIG GET was refused
+	// (an ACL without +config, or a renamed command). Check maxmemory-policy by other means.
+	ErrEvictionUnknown = errors.New("redislock: redis eviction policy unknown")
+)

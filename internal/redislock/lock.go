@@ -20,6 +20,10 @@ import (
 // tokenBytes is the entropy of a generated token: 128 bits cannot be guessed or collide.
 const tokenBytes = 16
 
+// attemptBytes is the entropy of an attempt id: 96 bits, so nobody can guess the id of a waiter's
+// attempt to forge its handoff, and two attempts never share a grant mark.
+const attemptBytes = 12
+
 // Lock states. A Lock starts held and ends released or lost; it never goes back.
 const (
 	stateHeld int32 = iota
@@ -38,6 +42,8 @@ type Lock struct {
 	fence    int64
 	// queued: obtained WithQueue on a single deployment, so releasing it hands it to the next waiter.
 	queued bool
+	// readopted: the Obtain found the lock already held with its token (see Readopted).
+	readopted bool
 
 	state atomic.Int32
 
@@ -58,7 +64,9 @@ type obtainOptions struct {
 	queueMember   string
 	queueScore    float64
 	queueLiveness time.Duration
-	attempt       string // this attempt's id, for the ticket a handoff grants (queued only)
+	// attempt is this attempt's random id: the grant mark that lets a failed attempt undo only what
+	// it created (undo.lua), and, queued, the id in the ticket a handoff grants.
+	attempt string
 }
 
 // WithToken obtains with the given token instead of a random one. Obtaining a lock that is held
@@ -81,10 +89,11 @@ func WithRetry(s RetryStrategy) ObtainOption { return func(o *obtainOptions) { o
 //
 // On a single deployment, releasing a lock that was obtained with a queue (and ReleaseToken) hands
 // it straight to the live waiter at the head, with the token, lease and metadata of that waiter's
-// last attempt, for the waiter's ttl but no longer than its liveness: the waiter finds it held with
-// its own token at its next attempt, or at once when the client was built WithReleaseNotifications
-// and Obtain is waiting with retries. Nobody can slip in between holders, and a handoff costs no
-// round trip beyond the release. Without WithToken, a queued waiter's token is derived from member
+// last attempt, for the waiter's ttl but no longer than what is left of its liveness: the waiter
+// finds it held with its own token at its next attempt (a re-adoption, see Lock.Readopted), which
+// comes at once when the client was built WithReleaseNotifications and Obtain is waiting with
+// retries: the release message wakes it up, and the attempt confirms the lock in Redis. Nobody can
+// slip in between holders. Without WithToken, a queued waiter's token is derived from member
 // and a secret of the Client, so the next Obtain of member through the same Client claims what was
 // handed to an earlier one; member therefore names one waiter, not a group.
 func WithQueue(member string, score float64, liveness time.Duration) ObtainOption {
@@ -99,6 +108,8 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	if err := validateKey(key); err != nil {
 		return nil, err
 	}
+	// Redis keeps leases in whole milliseconds: count the lease Redis keeps, never a longer one.
+	ttl = ttl.Truncate(time.Millisecond)
 	if err := validateTTL(ttl); err != nil {
 		return nil, err
 	}
@@ -134,9 +145,11 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 		watch *releaseWatch
 	)
 	for attempt := 1; ; attempt++ {
-		if o.queueMember != "" {
-			o.attempt = strconv.FormatUint(c.attempts.Add(1), 36)
+		id, err := newAttemptID()
+		if err != nil {
+			return nil, err
 		}
+		o.attempt = id
 		start := c.now()
 		l, err := c.attemptObtain(ctx, start, key, k, ttl, &o)
 		if err == nil {
@@ -159,18 +172,18 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 			watch = c.releases.watch(k.lock(), o.queueMember)
 			defer c.releases.unwatch(watch)
 		}
-		l, err = c.awaitTurn(ctx, err, timer, watch, key, k, ttl, &o, start)
-		if l != nil || err != nil {
-			return l, err
+		if err := c.awaitTurn(ctx, err, timer, watch, &o); err != nil {
+			return nil, err
 		}
 	}
 }
 
-// awaitTurn waits for the next attempt after notObtained: until the backoff timer fires, a release
-// frees the lock while we are next in line, or a release hands us the lock (then it returns it).
-// watch is nil when there is no release channel to listen to.
-func (c *Client) awaitTurn(ctx context.Context, notObtained error, timer *time.Timer, watch *releaseWatch,
-	key string, k keys, ttl time.Duration, o *obtainOptions, start time.Time) (*Lock, error) {
+// awaitTurn waits for the next attempt after notObtained: until the backoff timer fires, or a
+// release frees the lock while we are next in line or hands it to our latest attempt. A release
+// message is only a wake-up: anyone who can publish on the channel can send one, so the next attempt
+// asks Redis, which re-adopts a lock handed to us and returns its true fence. It returns an error
+// only when ctx ends. watch is nil when there is no release channel to listen to.
+func (c *Client) awaitTurn(ctx context.Context, notObtained error, timer *time.Timer, watch *releaseWatch, o *obtainOptions) error {
 	var releases <-chan release
 	if watch != nil {
 		releases = watch.ch
@@ -183,41 +196,19 @@ func (c *Client) awaitTurn(ctx context.Context, notObtained error, timer *time.T
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, errors.Join(notObtained, ctx.Err())
+			return errors.Join(notObtained, ctx.Err())
 		case <-timer.C:
-			return nil, nil
+			return nil
 		case r := <-releases:
 			switch {
 			case !r.handedOff && position == 1:
-				return nil, nil // freed by a holder that does not hand off: we are next
-			case !r.handedOff, r.attempt != o.attempt:
-				// Not ours, or a handoff of an earlier attempt that we cannot date: the next attempt
-				// will tell.
-				continue
+				return nil // freed by a holder that does not hand off: we are next
+			case r.handedOff && r.attempt == o.attempt:
+				return nil // handed to us, says the message: claim it
 			}
-			if l := c.handedOver(key, k, ttl, o, r, start); l != nil {
-				return l, nil
-			}
-			return nil, nil // a short lease: claim the lock with an attempt, which extends it
+			// Not ours, or a handoff to an earlier attempt: the next attempt will tell.
 		}
 	}
-}
-
-// handedOver builds the Lock that release r handed to the attempt that started at start, or returns
-// nil when the attempt should claim it itself: when the handoff granted less than ttl (the waiter's
-// liveness was shorter) or the lease would already be over. The release granted that attempt's
-// ticket, which the server wrote while answering it, so the lease began after start: counting it
-// from start can only make the validity shorter than the truth.
-func (c *Client) handedOver(key string, k keys, ttl time.Duration, o *obtainOptions, r release, start time.Time) *Lock {
-	if r.lease < ttl.Truncate(time.Millisecond) {
-		return nil
-	}
-	validUntil := c.validUntil(start, ttl)
-	if !c.now().Before(validUntil) {
-		return nil
-	}
-	return &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: r.fence,
-		queued: true, ttl: ttl, grantedAt: start, validUntil: validUntil}
 }
 
 // attemptObtain makes one acquisition attempt on every node; the lease is counted from start.
@@ -225,16 +216,17 @@ func (c *Client) attemptObtain(ctx context.Context, start time.Time, key string,
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.queueMember != "" {
-			return c.runAcquire(ctx, n, scriptObtainQueued, k.withQueue(),
-				o.token, ttlMs, o.metadata, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds(), o.attempt)
+			return c.runAcquire(ctx, n, scriptObtainQueued, k, k.withQueue(),
+				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds())
 		}
-		return c.runAcquire(ctx, n, scriptObtain, k.withFence(), o.token, ttlMs, o.metadata)
+		return c.runAcquire(ctx, n, scriptObtain, k, k.withFence(), o.token, ttlMs, o.metadata, o.attempt)
 	})
 
-	// unsure are the nodes that did not answer: they may still apply the acquisition late, so a
-	// failed attempt releases there too (a node that answered "busy" cannot hold our token).
-	var granted, unsure []int
-	var fence int64
+	// fresh are the nodes that granted the lock to this attempt, readopted those where it already
+	// held our token. unsure are the nodes that did not answer: they may still apply the acquisition
+	// late, so a failed attempt undoes there too (a node that answered "busy" cannot hold our token).
+	var fresh, readopted, unsure []int
+	var freshFence, readoptedFence int64
 	busy, position, holder := 0, 0, ""
 	var errs []error
 	for i, r := range replies {
@@ -245,42 +237,48 @@ func (c *Client) attemptObtain(ctx context.Context, start time.Time, key string,
 			}
 			continue
 		}
-		ok, n, pos, meta, err := obtainReply(r.val)
+		g, err := obtainReply(r.val)
 		if err != nil {
 			errs = append(errs, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err})
 			continue
 		}
-		if !ok {
+		switch {
+		case !g.ok:
 			busy++
-			position = max(position, pos)
-			if meta != "" {
-				holder = meta
+			position = max(position, g.position)
+			if g.holder != "" {
+				holder = g.holder
 			}
-			continue
+		case g.readopted:
+			readopted = append(readopted, i)
+			readoptedFence = max(readoptedFence, g.fence)
+		default:
+			fresh = append(fresh, i)
+			freshFence = max(freshFence, g.fence)
 		}
-		granted = append(granted, i)
-		fence = max(fence, n)
 	}
 
+	// Only what this attempt created is undone: a re-adopted lock was held before and stays held.
 	undo := func() {
-		c.releaseQuietly(ctx, k, o.token, granted)
-		c.releaseLate(k, o.token, unsure, ttl)
+		c.undoQuietly(ctx, k, o.token, o.attempt, fresh)
+		c.releaseLate(k, o.token, o.attempt, unsure, ttl)
 	}
-	if len(granted) < c.quorum {
+	granted := len(fresh) + len(readopted)
+	if granted < c.quorum {
 		undo()
-		if len(granted)+busy >= c.quorum || (busy > 0 && len(errs) == 0) {
+		if granted+busy >= c.quorum || (busy > 0 && len(errs) == 0) {
 			if o.queueMember != "" {
 				return nil, &QueuedError{Position: max(position, 1), Holder: holder}
 			}
 			return nil, ErrNotObtained
 		}
-		return nil, c.unavailable(len(granted)+busy, errs)
+		return nil, c.unavailable(granted+busy, errs)
 	}
-	if len(c.nodes) > 1 {
-		if err := c.raiseFence(ctx, k, o.token, fence, granted); err != nil {
-			undo()
-			return nil, err
-		}
+
+	fence, isReadoption, err := c.settleFence(ctx, k, o.token, fresh, readopted, freshFence, readoptedFence)
+	if err != nil {
+		undo()
+		return nil, err
 	}
 
 	validUntil := c.validUntil(start, ttl)
@@ -291,19 +289,46 @@ func (c *Client) attemptObtain(ctx context.Context, start time.Time, key string,
 		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotObtained, ttl, c.now().Sub(start))
 	}
 	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence,
-		queued: o.queueMember != "" && c.handsOff(), ttl: ttl, grantedAt: start, validUntil: validUntil}
+		queued: o.queueMember != "" && c.handsOff(), readopted: isReadoption,
+		ttl: ttl, grantedAt: start, validUntil: validUntil}
 	return l, nil
+}
+
+// settleFence decides the fencing token of a quorum grant and whether it is a re-adoption.
+// A re-adoption needs a quorum of nodes that still held our token: they all store the fence of the
+// acquisition being re-adopted, so it keeps that fence, and nodes that granted afresh (one that lost
+// its data) are raised to it and keep the lock. With fewer, it is a fresh acquisition: the highest
+// token among the granting nodes, written back to them so every later quorum hands out a higher one.
+func (c *Client) settleFence(ctx context.Context, k keys, token string, fresh, readopted []int, freshFence, readoptedFence int64) (fence int64, isReadoption bool, err error) {
+	if len(readopted) >= c.quorum {
+		if len(fresh) > 0 {
+			// Best effort: the re-adopting quorum already holds the fence, and the fresh nodes'
+			// counters (started from their clocks) are normally above it anyway.
+			_ = c.raiseFence(ctx, k, token, readoptedFence, fresh, len(fresh))
+		}
+		return readoptedFence, true, nil
+	}
+	fence = max(freshFence, readoptedFence)
+	if len(c.nodes) == 1 {
+		return fence, false, nil
+	}
+	granted := append(slices.Clone(fresh), readopted...)
+	if err := c.raiseFence(ctx, k, token, fence, granted, c.quorum); err != nil {
+		return 0, false, err
+	}
+	return fence, false, nil
 }
 
 // runAcquire runs an acquire script on one node and, with WithWaitReplicas, WAITs for replicas in
 // the same pipeline: WAIT counts the writes of its own connection only, so it must share one.
-func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script *redis.Script, keys []string, args ...any) (any, error) {
+// args are the script's: token, ttl, metadata, attempt id, then the queue's.
+func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script *redis.Script, k keys, scriptKeys []string, args ...any) (any, error) {
 	if c.waitReplicas <= 0 {
-		return script.Run(ctx, n, keys, args...).Result()
+		return script.Run(ctx, n, scriptKeys, args...).Result()
 	}
 	for attempt := 0; ; attempt++ {
 		cmds, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
-			script.EvalSha(ctx, p, keys, args...)
+			script.EvalSha(ctx, p, scriptKeys, args...)
 			p.Do(ctx, "WAIT", c.waitReplicas, c.waitTimeout.Milliseconds())
 			return nil
 		})
@@ -321,23 +346,30 @@ func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script
 		if err != nil {
 			return nil, fmt.Errorf("wait for replicas: %w", err)
 		}
-		if ok, _, _, _, _ := obtainReply(val); ok && acks < int64(c.waitReplicas) {
-			// Taken on the primary but not replicated in time: give it back, it would not survive a
-			// failover. keys starts with the lock and meta keys.
-			_ = scriptRelease.Run(context.WithoutCancel(ctx), n, keys[:2], args[0], "").Err()
-			return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)
+		g, _ := obtainReply(val)
+		if !g.ok || acks >= int64(c.waitReplicas) {
+			return val, nil
 		}
-		return val, nil
+		if g.readopted {
+			// The lock was ours before this attempt and still is: giving it back would take it
+			// from a holder that may be running, for nothing. Report the risk, keep the lock.
+			return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v (re-adopted: kept)", acks, c.waitReplicas, c.waitTimeout)
+		}
+		// Granted on the primary but not replicated in time: give it back, it would not survive a
+		// failover.
+		_ = scriptUndo.Run(context.WithoutCancel(ctx), n, k.withGrant(), args[0], args[3]).Err()
+		return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)
 	}
 }
 
-// raiseFence writes the quorum's fencing token back to the granting nodes; see fence.lua.
-func (c *Client) raiseFence(ctx context.Context, k keys, token string, fence int64, granted []int) error {
-	replies := c.onNodes(ctx, granted, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+// raiseFence writes fence back to the given nodes (see fence.lua); at least need of them must still
+// hold the lock.
+func (c *Client) raiseFence(ctx context.Context, k keys, token string, fence int64, nodes []int, need int) error {
+	replies := c.onNodes(ctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		return scriptFence.Run(ctx, n, k.withFence(), token, strconv.FormatInt(fence, 10)).Result()
 	})
 	t := tallyInts(replies)
-	if t.ok >= c.quorum {
+	if t.ok >= need {
 		return nil
 	}
 	if len(t.errs) == 0 {
@@ -353,16 +385,16 @@ func (c *Client) unavailable(reachable int, errs []error) error {
 	return fmt.Errorf("redislock: %d of %d nodes answered, quorum is %d: %w", reachable, len(c.nodes), c.quorum, errors.Join(errs...))
 }
 
-// releaseQuietly undoes a partial acquisition on the given nodes. It uses a context that survives
+// undoQuietly undoes this attempt's fresh grants on the given nodes. It uses a context that survives
 // the caller's cancellation, since leaving the keys behind would block others for a whole TTL.
-func (c *Client) releaseQuietly(ctx context.Context, k keys, token string, nodes []int) {
+func (c *Client) undoQuietly(ctx context.Context, k keys, token, attempt string, nodes []int) {
 	if len(nodes) == 0 {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.nodeTimeout, time.Second))
 	defer cancel()
 	c.onNodes(rctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptRelease.Run(ctx, n, k.lockMeta(), token, "").Result()
+		return scriptUndo.Run(ctx, n, k.withGrant(), token, attempt).Result()
 	})
 }
 
@@ -371,32 +403,6 @@ func (c *Client) releaseQuietly(ctx context.Context, k keys, token string, nodes
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
-
-// releaseLate releases a failed acquisition on nodes that did not answer in time. Such a node may
-// apply the acquisition whenever it gets to it (a stall, a pause); then our key would block every
-// other holder for a whole lease. A node that does not answer now cannot take a release now either,
-// so this keeps trying in the background until it gets an answer or the lease has run out anyway.
-func (c *Client) releaseLate(k keys, token string, nodes []int, ttl time.Duration) {
-	if len(nodes) == 0 {
-		return
-	}
-	deadline := c.now().Add(ttl)
-	for _, i := range nodes {
-		go func() {
-			wait := c.nodeTimeout
-			for c.now().Before(deadline) {
-				ctx, cancel := context.WithTimeout(context.Background(), max(c.nodeTimeout, 500*time.Millisecond))
-				err := scriptRelease.Run(ctx, c.nodes[i], k.lockMeta(), token, "").Err()
-				cancel()
-				if err == nil {
-					return // released, or it never applied the acquisition
-				}
-				time.Sleep(wait) // backoff between retries, bounded by the lease
-				wait = min(2*wait, time.Second)
-			}
-		}()
-	}
 }
 
 // Key returns the lock's name as given to Obtain.
@@ -421,6 +427,17 @@ func (l *Lock) Token() string {
 		return ""
 	}
 	return l.token
+}
+
+// Readopted reports whether Obtain found the lock already held with this token, instead of
+// granting it afresh: a restarted holder re-adopting its lock, a retry after an attempt that Redis
+// applied late, or a lock a release handed to this waiter. The fence is then the one handed out
+// when the lock was granted.
+func (l *Lock) Readopted() bool {
+	if l == nil {
+		return false
+	}
+	return l.readopted
 }
 
 // Fence returns the fencing token of this acquisition.
@@ -490,6 +507,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl == 0 {
 		ttl = l.LeaseTTL()
 	}
+	ttl = ttl.Truncate(time.Millisecond) // what Redis keeps (see Obtain)
 	if err := validateTTL(ttl); err != nil {
 		return err
 	}
@@ -547,7 +565,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	c := l.client
-	script, keys := scriptRelease, l.keys.lockMeta()
+	script, keys := scriptRelease, l.keys.withGrant()
 	if l.queued {
 		script, keys = scriptReleaseHandoff, l.keys.withQueue()
 	}
@@ -714,38 +732,63 @@ func (c *Client) SubscribeReleases(ctx context.Context) (<-chan string, error) {
 	return out, nil
 }
 
-func newToken() (string, error) {
-	b := make([]byte, tokenBytes)
+func newToken() (string, error) { return randomID("token", tokenBytes) }
+
+// newAttemptID runs once per attempt, so it builds the id in fixed buffers: one allocation.
+func newAttemptID() (string, error) {
+	var b [attemptBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("redislock: generate attempt id: %w", err)
+	}
+	var text [(attemptBytes*8 + 5) / 6]byte
+	base64.RawURLEncoding.Encode(text[:], b[:])
+	return string(text[:]), nil
+}
+
+func randomID(what string, n int) (string, error) {
+	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("redislock: generate token: %w", err)
+		return "", fmt.Errorf("redislock: generate %s: %w", what, err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// obtainReply parses obtain.lua's reply: {1, fence} when obtained, {0, position[, holder]} when not.
-func obtainReply(v any) (ok bool, fence int64, position int, holder string, err error) {
+// grant is one node's answer to an acquisition attempt (obtain.lua).
+type grant struct {
+	ok        bool
+	fence     int64
+	readopted bool   // ok, and the lock already held our token
+	position  int    // not ok: place in the queue (0 without one)
+	holder    string // not ok: the holder's metadata
+}
+
+// obtainReply parses obtain.lua's reply: {1, fence, readopted} when obtained, {0, position[, holder]}
+// when not.
+func obtainReply(v any) (grant, error) {
 	vals, isSlice := v.([]any)
 	if !isSlice || len(vals) < 2 || len(vals) > 3 {
-		return false, 0, 0, "", fmt.Errorf("unexpected obtain reply %v", v)
+		return grant{}, fmt.Errorf("unexpected obtain reply %v", v)
 	}
 	flag, ok1 := vals[0].(int64)
 	n, ok2 := vals[1].(int64)
 	if !ok1 || !ok2 {
-		return false, 0, 0, "", fmt.Errorf("unexpected obtain reply %v", v)
+		return grant{}, fmt.Errorf("unexpected obtain reply %v", v)
 	}
 	if flag == 1 {
-		return true, n, 0, "", nil
+		readopted, _ := vals[len(vals)-1].(int64)
+		return grant{ok: true, fence: n, readopted: len(vals) == 3 && readopted == 1}, nil
 	}
+	var holder string
 	if len(vals) == 3 {
 		holder, _ = vals[2].(string)
 	}
-	return false, 0, int(n), holder, nil
+	return grant{position: int(n), holder: holder}, nil
 }
 
 // Dequeue takes member out of the queue of the lock named key (see WithQueue): member no longer
 // wants the lock. If a release handed member the lock in the meantime, Dequeue gives it back and
-// hands it on, unless member already claimed it with another attempt; a lock that a waiting Obtain
-// received by push counts as unclaimed here, so do not Dequeue a member that holds its lock.
+// hands it on, unless member already claimed it with another attempt (as a waiting Obtain does when
+// a release wakes it up); do not Dequeue a member that holds its lock.
 // Removing a member that is not queued is not an error.
 func (c *Client) Dequeue(ctx context.Context, key, member string) error {
 	if err := validateKey(key); err != nil {

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -11,29 +10,26 @@ import (
 )
 
 // release is one message from the release channel: a lock was freed, or freed and handed to the
-// waiter at the head of its queue (see queue.lua, handoff).
+// waiter at the head of its queue (see queue.lua, handoff). Anyone who can publish on the channel
+// can send one, so it only ever wakes a waiter up; Redis says whether the lock is its.
 type release struct {
 	key       string // the lock's Redis key
 	handedOff bool
 	member    string // the waiter it went to
 	attempt   string // the attempt whose ticket the release granted
-	fence     int64
-	lease     time.Duration // the lease it was granted for
 }
 
 // parseRelease reads a release message: the lock key alone, or key, fence, lease in ms, attempt and
-// member separated by NUL bytes.
+// member separated by NUL bytes (fence and lease are for other readers).
 func parseRelease(payload string) release {
 	key, rest, handedOff := strings.Cut(payload, "\x00")
 	if !handedOff {
 		return release{key: payload}
 	}
-	fence, rest, _ := strings.Cut(rest, "\x00")
-	lease, rest, _ := strings.Cut(rest, "\x00")
+	_, rest, _ = strings.Cut(rest, "\x00") // fence
+	_, rest, _ = strings.Cut(rest, "\x00") // lease
 	attempt, member, _ := strings.Cut(rest, "\x00")
-	f, _ := strconv.ParseInt(fence, 10, 64)
-	ms, _ := strconv.ParseInt(lease, 10, 64)
-	return release{key: key, handedOff: true, member: member, attempt: attempt, fence: f, lease: time.Duration(ms) * time.Millisecond}
+	return release{key: key, handedOff: true, member: member, attempt: attempt}
 }
 
 // releaseWatch is one waiting Obtain's interest in the releases of one lock.

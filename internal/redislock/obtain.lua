@@ -3,15 +3,17 @@
 -- queue.lua too when queued.
 -- KEYS[1] lock key     (string: the holder's token, with a TTL)
 -- KEYS[2] meta key     (string: holder metadata, same TTL as the lock)
--- KEYS[3] fence key    (integer: the last fencing token handed out; no TTL)
--- KEYS[4..6] queue, waiters, tickets (optional; see queue.lua)
--- ARGV[1] token   ARGV[2] ttl in ms   ARGV[3] metadata ("" = none)
--- ARGV[4] waiter  ARGV[5] score       ARGV[6] waiter liveness in ms   ARGV[7] attempt id (with a queue)
--- Returns {1, fence} when obtained (fresh, re-adopted, or handed over by a release), and
--- {0, position, holder} when not: position is 0 without a queue; holder is the holder's metadata,
--- or false when the holder stored none or the lock is free but another waiter is ahead. Waiters
--- learn who blocks them without a second call.
-local queued = #KEYS == 6
+-- KEYS[3] grant key    (string: the attempt id of a fresh grant, with the first lease; see undo.lua)
+-- KEYS[4] fence key    (integer: the last fencing token handed out; no TTL)
+-- KEYS[5..7] queue, waiters, tickets (optional; see queue.lua)
+-- ARGV[1] token   ARGV[2] ttl in ms   ARGV[3] metadata ("" = none)   ARGV[4] attempt id
+-- ARGV[5] waiter  ARGV[6] score       ARGV[7] waiter liveness in ms (with a queue)
+-- Returns {1, fence, 0} for a fresh grant, {1, fence, 1} for a re-adoption (the lock already held
+-- our token: a restarted holder, an earlier attempt applied late, or a handoff), and
+-- {0, position, holder} when not obtained: position is 0 without a queue; holder is the holder's
+-- metadata, or false when the holder stored none or the lock is free but another waiter is ahead.
+-- Waiters learn who blocks them without a second call.
+local queued = #KEYS == 7
 
 local function setMeta()
   if ARGV[3] ~= '' then
@@ -21,30 +23,35 @@ end
 
 local function dequeue()
   if queued then
-    forget(ARGV[4])
+    forget(ARGV[5])
   end
 end
 
+-- take finishes a fresh grant. The attempt id marks the grant as this attempt's, so undoing a failed
+-- attempt removes only what it created (undo.lua).
 local function take()
+  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2])
   setMeta()
-  local fence = nextFence(KEYS[3])
+  local fence = nextFence(KEYS[4])
   dequeue()
-  return {1, fence}
+  return {1, fence, 0}
 end
 
--- The common case first: a free lock and no queue costs one SET and one INCR.
+-- The common case first: a free lock and no queue.
 if not queued and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return take()
 end
 
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
-  -- Re-adoption: the caller already holds the lock (an operator that restarted, or a waiter that a
-  -- release handed it to). Nobody else can have taken a token since, so the counter holds ours.
+  -- Re-adoption. Nobody else can have taken a token since, so the counter holds ours. Dropping the
+  -- grant mark makes the lock nobody's to undo: an earlier attempt that failed cannot take it away
+  -- from the caller that now holds it.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('DEL', KEYS[3])
   setMeta()
   dequeue()
-  return {1, tonumber(redis.call('GET', KEYS[3]) or '0')}
+  return {1, tonumber(redis.call('GET', KEYS[4]) or '0'), 1}
 end
 
 local position = 0
@@ -53,10 +60,10 @@ if queued then
     -- Only a free lock needs an exact head; a held one is pruned when it is released.
     prune()
   end
-  redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
-  redis.call('ZADD', KEYS[5], nowMs() + tonumber(ARGV[6]), ARGV[4])
-  writeTicket(ARGV[4], {ttl = ARGV[2], attempt = ARGV[7], token = ARGV[1], metadata = ARGV[3], liveness = ARGV[6]})
-  position = redis.call('ZRANK', KEYS[4], ARGV[4]) + 1
+  redis.call('ZADD', KEYS[5], ARGV[6], ARGV[5])
+  redis.call('ZADD', KEYS[6], nowMs() + tonumber(ARGV[7]), ARGV[5])
+  writeTicket(ARGV[5], {ttl = ARGV[2], attempt = ARGV[4], token = ARGV[1], metadata = ARGV[3], liveness = ARGV[7]})
+  position = redis.call('ZRANK', KEYS[5], ARGV[5]) + 1
 end
 if current then
   return {0, position, redis.call('GET', KEYS[2])}

@@ -23,6 +23,8 @@ var (
 	pttlSrc string
 	//go:embed dequeue.lua
 	dequeueSrc string
+	//go:embed undo.lua
+	undoSrc string
 	// Lua scripts cannot include one another, so shared helpers are put in front of the scripts that
 	// use them: clock.lua (server clock, fence counter) and queue.lua (the waiter queue and handoff).
 	// Each variant carries only the helpers its paths reach, since defining them costs every call.
@@ -40,4 +42,5 @@ var (
 	scriptFence          = redis.NewScript(fenceSrc)
 	scriptPTTL           = redis.NewScript(pttlSrc)
 	scriptDequeue        = redis.NewScript(clockSrc + queueSrc + dequeueSrc)
+	scriptUndo           = redis.NewScript(undoSrc)
 )

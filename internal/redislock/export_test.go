@@ -1,0 +1,22 @@
+package redislock
+
+// LateReleasesStarted reports how many late releases c has started so far.
+func LateReleasesStarted(c *Client) int64 { return c.late.started.Load() }
+
+// LateReleasesRunning reports how many late releases of c are still trying.
+func LateReleasesRunning(c *Client) int64 { return c.late.running.Load() }
+
+// HoldLateReleases makes c's late releases wait before each attempt until the returned func is
+// called, so a test can order them after other commands.
+func HoldLateReleases(c *Client) (letGo func()) {
+	g := make(chan struct{})
+	c.late.gate.Store(&g)
+	return func() { close(g) }
+}
+
+// SetLateReleaseLimit changes how many late releases c runs at once.
+func SetLateReleaseLimit(c *Client, n int) {
+	c.late.mu.Lock()
+	defer c.late.mu.Unlock()
+	c.late.limit = n
+}
