@@ -268,9 +268,10 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 	return ctrl.Result{}, true, nil
 }
 
-// readopted reports whether lock continues the acquisition that status records.
+// readopted reports whether lock continues the acquisition that status records: found held with
+// our token (not granted afresh) under the recorded fencing token.
 func readopted(lock *redislock.Lock, lj *batchv1alpha1.LockedJob) bool {
-	return lj.Status.FencingToken != nil && lock.Fence() == *lj.Status.FencingToken
+	return lock.Readopted() && lj.Status.FencingToken != nil && lock.Fence() == *lj.Status.FencingToken
 }
 
 // ---------------------------------------------------------------- running

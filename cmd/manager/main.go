@@ -97,6 +97,7 @@ type options struct {
 	maxConcurrentReconciles int
 	redisTimeout            time.Duration
 	legacyLockKeys          bool
+	allowEviction           bool
 }
 
 func parseFlags() (options, zap.Options) {
@@ -133,6 +134,7 @@ func parseFlags() (options, zap.Options) {
 	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After taking a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not with --redis-cluster).")
 	flag.DurationVar(&o.waitReplicasTimeout, "redis-wait-timeout", 500*time.Millisecond, "How long --redis-wait-replicas waits.")
 	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LockedJobs reconciled in parallel.")
+	flag.BoolVar(&o.allowEviction, "allow-redis-eviction", false, "Start even when a Redis node's maxmemory-policy may evict keys (an evicted lock can have two holders). Off: refuse to start.")
 	flag.BoolVar(&o.legacyLockKeys, "legacy-lock-keys", true, "Before taking a Namespace-scoped lock, wait while it is held under the key layout of versions before the cluster ID was part of it (docs/design.md, Migration). Turn off once no LockedJob acquired before the upgrade is left.")
 	flag.DurationVar(&o.redisTimeout, "redis-timeout", 2*time.Second, "Deadline of each Redis call a reconcile makes (renewals have their own budget, from the lease).")
 	zapOpts := zap.Options{Development: true}
@@ -164,6 +166,9 @@ func run(o options) error {
 
 	lockClient, err := newLockClient(o)
 	if err != nil {
+		return err
+	}
+	if err := checkEviction(ctx, lockClient, o.allowEviction); err != nil {
 		return err
 	}
 	cfg := ctrl.GetConfigOrDie()
@@ -249,6 +254,25 @@ func setupChecks(mgr ctrl.Manager, c *redislock.Client) error {
 		return fmt.Errorf("ready check: %w", err)
 	}
 	return nil
+}
+
+// checkEviction refuses a Redis that may evict lock keys under memory pressure: eviction deletes a
+// held lock, and the next waiter takes it beside a running Job. A policy that cannot be read (ACL)
+// or a Redis that does not answer yet is logged loudly, not fatal: the operator must start while
+// Redis is briefly away.
+func checkEviction(ctx context.Context, c *redislock.Client, allow bool) error {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := c.CheckEvictionPolicy(cctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, redislock.ErrEvictionPolicy) && !allow:
+		return fmt.Errorf("%w (set maxmemory-policy noeviction, or --allow-redis-eviction to run anyway)", err)
+	default:
+		setupLog.Error(err, "Could not confirm that Redis never evicts lock keys; an evicted lock can have two holders")
+		return nil
+	}
 }
 
 // newLockClient builds the lock client for the configured backend.
