@@ -368,4 +368,3 @@ func (r *run) logHistory(h history, v verdict) {
 		v.TerminalWithin.Round(time.Millisecond), v.DuplicateJobs, joinNonEmpty(v.Failures...))
 	fmt.Print(b.String())
 }
-
