@@ -4,13 +4,17 @@ package fault
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
 // scenarios are run in this order. Those that need operator a on a fast
@@ -30,6 +34,7 @@ func scenarios() []scenario {
 		{name: "operator-a-sigstop", overlapAllowed: true, run: operatorPause},
 		{name: "operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, run: operatorKill},
 		{name: "operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion},
+		{name: "sentinel-failover", overlapAllowed: true, run: sentinelFailover},
 	}
 }
 
@@ -178,15 +183,14 @@ func operatorKill(r *run) (time.Time, error) {
 	return time.Now(), nil
 }
 
-// restartDuringDeletion deletes a1 while its pod runs; the pod takes 5 s to
-// terminate, and operator a is restarted (SIGTERM, new process) meanwhile. The
-// new operator must keep the lock until the pod is gone, so b1 may not run
-// beside the terminating pod. The ttl is 6 s here so that a restart on a
-// loaded machine fits in one lease.
+// restartDuringDeletion deletes a1 while its pod runs; the pod takes 8 s to
+// terminate (well past the 3 s ttl), and operator a is restarted (SIGTERM,
+// new process) meanwhile. The new operator must keep the lock until the pod is
+// gone, so b1 may not run beside the terminating pod. A graceful restart is
+// not a crash: the lock must survive it, so overlaps fail here.
 func restartDuringDeletion(r *run) (time.Time, error) {
 	a := env.clusters["a"]
-	o := ljOpts{ttl: 2 * ttl, deleting: 5 * time.Second}
-	if err := r.holderAndWaiter(20*time.Second, o); err != nil {
+	if err := r.holderAndWaiter(20*time.Second, ljOpts{deleting: 8 * time.Second}); err != nil {
 		return time.Time{}, err
 	}
 	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "a1"}}
@@ -203,4 +207,46 @@ func restartDuringDeletion(r *run) (time.Time, error) {
 		return time.Time{}, err
 	}
 	return time.Now(), nil
+}
+
+// sentinelMaster is the name the Sentinel scenario's sentinel monitors.
+const sentinelMaster = "fault"
+
+// sentinelFailover moves both operators to a Redis behind Sentinel (a master,
+// a replica, one sentinel; real processes), SIGKILLs the master while a1 holds
+// and waits until the sentinel promoted the replica. Replication is
+// asynchronous, so the newest writes may be lost: overlaps are allowed, the
+// fences must still rise. The operators reach Redis through the addresses
+// Sentinel hands out, not through the fault proxies. It runs last: the
+// operators stay on this Redis, which goes away with the scenario.
+func sentinelFailover(r *run) (time.Time, error) {
+	master := redisserver.Start(r.t)
+	host, port, _ := strings.Cut(master.Addr(), ":")
+	replica := redisserver.Start(r.t, redisserver.WithArgs("--replicaof", host, port))
+	sentinel := redisserver.Start(r.t, redisserver.WithSentinel(sentinelMaster, master.Addr()))
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr(), ContextTimeoutEnabled: true})
+	defer func() { _ = sc.Close() }()
+	if err := poll(30*time.Second, func() (bool, string) {
+		replicas, err := sc.Replicas(r.ctx, sentinelMaster).Result()
+		return err == nil && len(replicas) == 1 && !strings.Contains(replicas[0]["flags"], "disconnected"),
+			fmt.Sprintf("sentinel does not see the replica online: %v %v", replicas, err)
+	}); err != nil {
+		return time.Time{}, err
+	}
+	for _, o := range env.operators {
+		o.redisArgs = []string{"--redis-addrs", sentinel.Addr(), "--redis-sentinel-master", sentinelMaster}
+		if err := o.restart(o.mode); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if err := r.holderAndWaiter(6*time.Second, ljOpts{}); err != nil {
+		return time.Time{}, err
+	}
+	master.Kill(r.t)
+	err := poll(30*time.Second, func() (bool, string) {
+		addr, err := sc.GetMasterAddrByName(r.ctx, sentinelMaster).Result()
+		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == replica.Addr(),
+			fmt.Sprintf("sentinel has not promoted %s: %v %v", replica.Addr(), addr, err)
+	})
+	return time.Now(), err
 }

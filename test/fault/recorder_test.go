@@ -4,6 +4,7 @@ package fault
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -46,56 +47,53 @@ type podRec struct {
 	Terminating                      time.Time // deletionTimestamp first seen
 }
 
-// newRecorder lists and then watches Jobs and pods in every namespace with
-// the suite's prefix; the watches end with ctx and resume across an API
-// server restart from the last resourceVersion seen.
+// newRecorder starts informers on the Jobs and pods of every namespace; they
+// end with ctx. Informers, not bare watches: after an API server restart a
+// watch may resume from a resourceVersion the new server no longer serves,
+// and an informer then lists again and reports what changed meanwhile.
 func newRecorder(ctx context.Context, c *cluster) (*recorder, error) {
 	r := &recorder{cluster: c.name, jobs: map[string]*jobRec{}, pods: map[string]*podRec{}}
-	jobs, err := c.cs.BatchV1().Jobs("").List(ctx, metav1.ListOptions{})
-	if err != nil {
+	factory := informers.NewSharedInformerFactory(c.cs, 0)
+	jobs := factory.Batch().V1().Jobs().Informer()
+	pods := factory.Core().V1().Pods().Informer()
+	if _, err := jobs.AddEventHandler(handler(func(t watch.EventType, job *batchv1.Job) { r.onJob(t, job, time.Now()) })); err != nil {
 		return nil, err
 	}
-	pods, err := c.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	if err != nil {
+	if _, err := pods.AddEventHandler(handler(func(t watch.EventType, pod *corev1.Pod) { r.onPod(t, pod, time.Now()) })); err != nil {
 		return nil, err
 	}
-	jw, err := watchtools.NewRetryWatcherWithContext(ctx, jobs.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.cs.BatchV1().Jobs("").Watch(ctx, o)
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	pw, err := watchtools.NewRetryWatcherWithContext(ctx, pods.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.cs.CoreV1().Pods("").Watch(ctx, o)
-		},
-	})
-	if err != nil {
-		jw.Stop()
-		return nil, err
-	}
-	go func() {
-		for ev := range jw.ResultChan() {
-			if job, ok := ev.Object.(*batchv1.Job); ok {
-				r.onJob(ev.Type, job, time.Now())
-			}
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("cluster %s: %v informer did not sync", c.name, typ)
 		}
-	}()
-	go func() {
-		for ev := range pw.ResultChan() {
-			if pod, ok := ev.Object.(*corev1.Pod); ok {
-				r.onPod(ev.Type, pod, time.Now())
-			}
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		jw.Stop()
-		pw.Stop()
-	}()
+	}
 	return r, nil
+}
+
+// handler turns informer callbacks into watch event types; a deletion the
+// informer only learnt from a relist arrives wrapped in a tombstone.
+func handler[T any](on func(watch.EventType, T)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(T); ok {
+				on(watch.Added, o)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if o, ok := obj.(T); ok {
+				on(watch.Modified, o)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if o, ok := obj.(T); ok {
+				on(watch.Deleted, o)
+			}
+		},
+	}
 }
 
 func ours(namespace string) bool { return strings.HasPrefix(namespace, namespacePrefix) }

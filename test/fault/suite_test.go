@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
@@ -61,6 +63,10 @@ var env struct {
 // others still run, so one run shows every failing scenario.
 func TestFault(t *testing.T) {
 	env.start = time.Now()
+	// client-go reports every failed watch while an API server is down; the
+	// scenario that takes it down says so once.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
 	setUp(t)
 	logf("environment ready after %s", since(env.start))
 
