@@ -70,15 +70,15 @@ func proxyFault(cluster string, inject func()) func(r *run) (time.Time, error) {
 	}
 }
 
-// latency: 150 ms each way (300 ms RTT) on both operators' paths while a1
-// holds with ttl 3s: Redis answers everyone, so no lock may be lost and
-// nothing may overlap.
+// latency: 150 ms each way (300 ms RTT) on both operators' paths, from
+// before a1 acquires until its pod has finished, with ttl 3 s: Redis answers
+// everyone, so no lock may be lost and nothing may overlap.
 func latency(r *run) (time.Time, error) {
-	if err := r.holderAndWaiter(5*time.Second, ljOpts{}); err != nil {
-		return time.Time{}, err
-	}
 	for _, p := range env.proxies {
 		p.Delay(150 * time.Millisecond)
+	}
+	if err := r.holderAndWaiter(5*time.Second, ljOpts{}); err != nil {
+		return time.Time{}, err
 	}
 	hold(6 * time.Second)
 	for _, p := range env.proxies {
