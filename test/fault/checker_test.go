@@ -36,6 +36,9 @@ type podSpan struct {
 	Fence     int64
 	Start     time.Time
 	End       time.Time
+	// Terminating is when the pod was first seen being deleted (zero if
+	// never): reported, not judged, since its containers may still run.
+	Terminating time.Time
 }
 
 // holder names the LockedJob a pod or Job works for, across both clusters.

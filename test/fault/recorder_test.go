@@ -186,7 +186,7 @@ func (r *recorder) history(namespace string, now time.Time) ([]jobEntry, []podSp
 			}
 		}
 		span := podSpan{Cluster: r.cluster, Namespace: p.Namespace, Name: p.Name, JobUID: p.JobUID, Fence: p.Fence,
-			Start: p.Running, End: end}
+			Start: p.Running, End: end, Terminating: p.Terminating}
 		if j, ok := r.jobs[p.JobUID]; ok {
 			span.Job, span.LockedJob = j.Name, j.LockedJob
 			if span.Fence == 0 {

@@ -150,7 +150,7 @@ func (r *run) create(c *cluster, name string, o ljOpts) error {
 	}
 	zero := int32(0)
 	// kwok removes a terminating pod no later than its grace period ends.
-	grace := int64(deleting/time.Second) + 2
+	grace := int64(deleting/time.Second) + 1
 	lj := &batchv1alpha1.LockedJob{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.ns},
 		Spec: batchv1alpha1.LockedJobSpec{
@@ -356,8 +356,8 @@ func (r *run) logHistory(h history, v verdict) {
 			j.UID, rel(j.Added, r.start), rel(j.Finished, r.start))
 	}
 	for _, p := range h.Pods {
-		fmt.Fprintf(&b, "pod  %s/%-22s job=%.8s fence=%d running %s .. %s\n", p.Cluster, p.Name, p.JobUID, p.Fence,
-			rel(p.Start, r.start), rel(p.End, r.start))
+		fmt.Fprintf(&b, "pod  %s/%-22s job=%.8s fence=%d running %s .. %s (terminating from %s)\n", p.Cluster, p.Name, p.JobUID,
+			p.Fence, rel(p.Start, r.start), rel(p.End, r.start), rel(p.Terminating, r.start))
 	}
 	for _, l := range h.LockedJobs {
 		fmt.Fprintf(&b, "lj   %s phase=%s terminal=%s events=%v message=%q\n", l.holder(), l.Phase, rel(l.TerminalAt, r.start),
