@@ -70,6 +70,7 @@ type lockedJobEntry struct {
 	Phase      string
 	Message    string
 	TerminalAt time.Time // first seen in a terminal phase (zero if never)
+	Conditions []string  // Type=Status/Reason, as last seen
 	Events     []string  // reasons, oldest first
 }
 

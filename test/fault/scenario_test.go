@@ -248,6 +248,10 @@ func (r *run) watchLockedJobs() {
 				e := r.terminal[key]
 				e.Cluster, e.Namespace, e.Name = c.name, r.ns, lj.Name
 				e.Phase, e.Message = string(lj.Status.Phase), lj.Status.Message
+				e.Conditions = nil
+				for _, c := range lj.Status.Conditions {
+					e.Conditions = append(e.Conditions, c.Type+"="+string(c.Status)+"/"+c.Reason)
+				}
 				if terminalPhase(lj.Status.Phase) && e.TerminalAt.IsZero() {
 					e.TerminalAt = now
 				}
@@ -360,8 +364,8 @@ func (r *run) logHistory(h history, v verdict) {
 			p.Fence, rel(p.Start, r.start), rel(p.End, r.start), rel(p.Terminating, r.start))
 	}
 	for _, l := range h.LockedJobs {
-		fmt.Fprintf(&b, "lj   %s phase=%s terminal=%s events=%v message=%q\n", l.holder(), l.Phase, rel(l.TerminalAt, r.start),
-			l.Events, l.Message)
+		fmt.Fprintf(&b, "lj   %s phase=%s terminal=%s events=%v message=%q\n     conditions=%v\n", l.holder(), l.Phase,
+			rel(l.TerminalAt, r.start), l.Events, l.Message, l.Conditions)
 	}
 	fmt.Fprintf(&b, "verdict: overlaps=%d longest=%s staleAccepted=%d staleRejected=%d monotonic=%v %s terminalWithin=%s dup=%d %s\n",
 		v.Overlaps, v.LongestOverlap.Round(time.Millisecond), v.StaleAccepted, v.StaleRejected, v.Monotonic, v.MonotonicNote,
