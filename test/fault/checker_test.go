@@ -95,9 +95,13 @@ type verdict struct {
 	Scenario       string
 	Overlaps       int           // pairs of pods of different holders Running at once
 	LongestOverlap time.Duration // the longest such pair
-	StaleAccepted  int           // writes the fenced store accepted from a holder that was not the newest
-	StaleRejected  int           // writes the fenced store refused (a fenced resource protected itself)
-	Monotonic      bool          // fences strictly increase in the order the Jobs appeared
+	// RanPast counts pods that still ran when another holder's Job appeared,
+	// i.e. after their own lease had ended; LongestPast is the longest run past it.
+	RanPast        int
+	LongestPast    time.Duration
+	StaleAccepted  int  // writes the fenced store accepted from a holder that was not the newest
+	StaleRejected  int  // writes the fenced store refused (a fenced resource protected itself)
+	Monotonic      bool // fences strictly increase in the order the Jobs appeared
 	MonotonicNote  string
 	AllTerminal    bool
 	TerminalWithin time.Duration // latest terminal time after HealedAt (0 if all were terminal before)
@@ -119,6 +123,7 @@ func (v verdict) Failed() bool { return len(v.Failures) > 0 }
 func check(name string, h history, overlapAllowed bool) verdict {
 	v := verdict{Scenario: name, OverlapAllowed: overlapAllowed, Crashes: h.Crashes}
 	v.Overlaps, v.LongestOverlap = overlaps(h.Pods)
+	v.RanPast, v.LongestPast = ranPastAcquisition(h.Pods, h.Jobs)
 	v.StaleAccepted, v.StaleRejected = fencedStore(h.Pods)
 	v.Monotonic, v.MonotonicNote = fencesMonotonic(h.Jobs)
 	v.DuplicateJobs = duplicateJobs(h.Jobs)
@@ -145,6 +150,10 @@ func check(name string, h history, overlapAllowed bool) verdict {
 		fail("%d overlap(s) of different holders (longest %s) although the operator stayed alive and Redis kept its data",
 			v.Overlaps, v.LongestOverlap.Round(time.Millisecond))
 	}
+	if v.RanPast > 0 && !overlapAllowed {
+		fail("%d pod(s) still ran when another holder had acquired (longest %s after) although the operator stayed alive and Redis kept its data",
+			v.RanPast, v.LongestPast.Round(time.Millisecond))
+	}
 	if !v.AllTerminal {
 		fail("not terminal within %s after the fault healed: %s", h.TerminalBound, strings.Join(v.NotTerminal, ", "))
 	}
@@ -167,6 +176,29 @@ func overlaps(pods []podSpan) (int, time.Duration) {
 			}
 			n++
 			longest = max(longest, d)
+		}
+	}
+	return n, longest
+}
+
+// ranPastAcquisition counts the pods that were still running when another
+// holder's Job appeared. That Job exists only after its holder acquired, so
+// after the previous lease had ended: a pod running then was not stopped
+// before its lease ended, even if the next holder's own pod had not started
+// yet (which decides whether it also counts as an overlap).
+func ranPastAcquisition(pods []podSpan, jobs []jobEntry) (int, time.Duration) {
+	n, longest := 0, time.Duration(0)
+	for _, p := range pods {
+		worst := time.Duration(0)
+		for _, j := range jobs {
+			if j.holder() == p.holder() || !j.Added.After(p.Start) {
+				continue
+			}
+			worst = max(worst, p.End.Sub(j.Added))
+		}
+		if worst > 0 {
+			n++
+			longest = max(longest, worst)
 		}
 	}
 	return n, longest
@@ -307,8 +339,8 @@ func maxTime(a, b time.Time) time.Time {
 // keeps.
 func table(vs []verdict) string {
 	var b strings.Builder
-	b.WriteString("| scenario | overlaps | longest overlap | stale writes accepted | stale writes rejected | fences monotonic | all terminal within | duplicate Jobs | result |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |\n")
+	b.WriteString("| scenario | overlaps | longest overlap | ran past next acquisition | stale writes accepted | stale writes rejected | fences monotonic | all terminal within | duplicate Jobs | result |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |\n")
 	for _, v := range vs {
 		mono := "yes"
 		if !v.Monotonic {
@@ -326,8 +358,12 @@ func table(vs []verdict) string {
 		if v.Failed() {
 			result = "FAIL: " + strings.Join(v.Failures, "; ")
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s | %s | %d | %s |\n", v.Scenario, overl,
-			v.LongestOverlap.Round(time.Millisecond), v.StaleAccepted, v.StaleRejected, mono, term, v.DuplicateJobs, result)
+		past := "0"
+		if v.RanPast > 0 {
+			past = fmt.Sprintf("%d (%s)", v.RanPast, v.LongestPast.Round(time.Millisecond))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %d | %s | %s | %d | %s |\n", v.Scenario, overl,
+			v.LongestOverlap.Round(time.Millisecond), past, v.StaleAccepted, v.StaleRejected, mono, term, v.DuplicateJobs, result)
 	}
 	return b.String()
 }

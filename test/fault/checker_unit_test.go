@@ -139,3 +139,22 @@ func TestCheckerNotTerminalAndCrash(t *testing.T) {
 		t.Error("the table does not show the failure")
 	}
 }
+
+func TestCheckerPodRunningPastNextAcquisition(t *testing.T) {
+	h := clean()
+	// x's pod stops 100 ms after y's Job appeared, before y's pod runs: no
+	// overlap yet, but x outlived its lease.
+	h.Jobs[1].Added = at(1900)
+	h.Pods[1].Start = at(2100)
+	h.LockedJobs[0].Phase = "LockLost"
+	v := check("partition", h, false)
+	if v.Overlaps != 0 {
+		t.Fatalf("overlaps = %d, want 0", v.Overlaps)
+	}
+	if v.RanPast != 1 || v.LongestPast != 100*time.Millisecond || !v.Failed() {
+		t.Fatalf("ran past = %d (%s), failures %v; want 1 (100ms) and a failure", v.RanPast, v.LongestPast, v.Failures)
+	}
+	if allowed := check("kill", h, true); allowed.Failed() {
+		t.Fatalf("where overlaps are allowed, running past the next acquisition is reported only: %v", allowed.Failures)
+	}
+}

@@ -71,7 +71,9 @@ func (o *operator) start() error {
 		"--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0",
 		"--leader-elect=true",
-		"--wait-backoff-max", "1s",
+		// Waiters retry often, so a lease that ends is taken at once: the
+		// contender a Jepsen test wants, and what makes a late stop visible.
+		"--wait-backoff-max", "250ms",
 		"--status-interval", "1s",
 		"--zap-log-level", "debug",
 	}
