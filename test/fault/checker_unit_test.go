@@ -140,21 +140,32 @@ func TestCheckerNotTerminalAndCrash(t *testing.T) {
 	}
 }
 
-func TestCheckerPodRunningPastNextAcquisition(t *testing.T) {
+func TestCheckerPodRunningPastItsLease(t *testing.T) {
 	h := clean()
-	// x's pod stops 100 ms after y's Job appeared, before y's pod runs: no
-	// overlap yet, but x outlived its lease.
-	h.Jobs[1].Added = at(1900)
-	h.Pods[1].Start = at(2100)
+	// Redis dropped x's lease at 1800 while its pod ran until 2000; y's Job
+	// and pod come later: no overlap, but x outlived its lease.
+	h.Leases = []lease{{Holder: holder("a", "ns", "x"), Start: at(0), End: at(1800)}}
 	h.LockedJobs[0].Phase = "LockLost"
 	v := check("partition", h, false)
 	if v.Overlaps != 0 {
 		t.Fatalf("overlaps = %d, want 0", v.Overlaps)
 	}
-	if v.RanPast != 1 || v.LongestPast != 100*time.Millisecond || !v.Failed() {
-		t.Fatalf("ran past = %d (%s), failures %v; want 1 (100ms) and a failure", v.RanPast, v.LongestPast, v.Failures)
+	if v.RanPast != 1 || v.LongestPast != 200*time.Millisecond || !v.Failed() {
+		t.Fatalf("ran past = %d (%s), failures %v; want 1 (200ms) and a failure", v.RanPast, v.LongestPast, v.Failures)
 	}
 	if allowed := check("kill", h, true); allowed.Failed() {
-		t.Fatalf("where overlaps are allowed, running past the next acquisition is reported only: %v", allowed.Failures)
+		t.Fatalf("where overlaps are allowed, running past the lease is reported only: %v", allowed.Failures)
+	}
+}
+
+func TestCheckerNextAcquisitionEndsALease(t *testing.T) {
+	h := clean()
+	// No lease seen in Redis, but y's Job appeared at 1900, before x's pod
+	// stopped at 2000: x's lease was over by then.
+	h.Jobs[1].Added = at(1900)
+	h.Pods[1].Start = at(2100)
+	v := check("partition", h, false)
+	if v.RanPast != 1 || v.LongestPast != 100*time.Millisecond {
+		t.Fatalf("ran past = %d (%s), want 1 (100ms)", v.RanPast, v.LongestPast)
 	}
 }

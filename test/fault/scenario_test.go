@@ -56,6 +56,8 @@ type run struct {
 	ctx   context.Context
 	start time.Time
 
+	leases *leaseWatcher
+
 	mu       sync.Mutex
 	terminal map[string]lockedJobEntry // holder -> last seen, with the first terminal time
 	// allowOverlap is set by a scenario that learns during the run that a
@@ -93,6 +95,9 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 			}
 		}
 		go r.watchLockedJobs()
+		// The Sentinel scenario's lock lives on another Redis: no leases seen
+		// there, and the checker falls back to the next holder's Job.
+		r.leases = watchLease(ctx, env.redis.Addr(), r.lock)
 
 		healedAt, err := sc.run(r)
 		if err != nil {
@@ -299,7 +304,7 @@ func (r *run) settled() bool {
 // history collects the scenario's record from both clusters.
 func (r *run) history(healedAt time.Time) history {
 	now := time.Now()
-	h := history{HealedAt: healedAt, TerminalBound: terminalBound}
+	h := history{HealedAt: healedAt, TerminalBound: terminalBound, Leases: r.leases.all()}
 	for _, c := range env.clusters {
 		jobs, pods := c.rec.history(r.ns, now)
 		h.Jobs = append(h.Jobs, jobs...)
@@ -355,6 +360,9 @@ func eventTime(e corev1.Event) time.Time {
 func (r *run) logHistory(h history, v verdict) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "----- %s (start %s, healed %s) -----\n", r.sc.name, r.start.Format("15:04:05.000"), rel(h.HealedAt, r.start))
+	for _, l := range h.Leases {
+		fmt.Fprintf(&b, "lease %s from %s until %s\n", l.Holder, rel(l.Start, r.start), rel(l.End, r.start))
+	}
 	for _, j := range h.Jobs {
 		fmt.Fprintf(&b, "job  %s/%-14s lj=%-3s fence=%d uid=%.8s added=%s finished=%s\n", j.Cluster, j.Name, j.LockedJob, j.Fence,
 			j.UID, rel(j.Added, r.start), rel(j.Finished, r.start))
@@ -367,7 +375,8 @@ func (r *run) logHistory(h history, v verdict) {
 		fmt.Fprintf(&b, "lj   %s phase=%s terminal=%s events=%v message=%q\n     conditions=%v\n", l.holder(), l.Phase,
 			rel(l.TerminalAt, r.start), l.Events, l.Message, l.Conditions)
 	}
-	fmt.Fprintf(&b, "verdict: overlaps=%d longest=%s staleAccepted=%d staleRejected=%d monotonic=%v %s terminalWithin=%s dup=%d %s\n",
+	fmt.Fprintf(&b, "verdict: ranPastLease=%d (%s) ", v.RanPast, v.LongestPast.Round(time.Millisecond))
+	fmt.Fprintf(&b, "overlaps=%d longest=%s staleAccepted=%d staleRejected=%d monotonic=%v %s terminalWithin=%s dup=%d %s\n",
 		v.Overlaps, v.LongestOverlap.Round(time.Millisecond), v.StaleAccepted, v.StaleRejected, v.Monotonic, v.MonotonicNote,
 		v.TerminalWithin.Round(time.Millisecond), v.DuplicateJobs, joinNonEmpty(v.Failures...))
 	fmt.Print(b.String())
