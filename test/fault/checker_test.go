@@ -298,8 +298,10 @@ func duplicateJobs(jobs []jobEntry) int {
 }
 
 // succeededThoughTaken lists the LockedJobs that report Succeeded although
-// another holder's Job appeared while their own Job ran (from its creation to
-// the end of its last pod): the lock was taken from them mid-run.
+// another holder's Job appeared while their own Job ran: from its creation to
+// the end of its last pod (the Job's own Complete condition when it had no
+// pod; the condition can trail the pods by many seconds after an API server
+// outage, and the workload is what must not share the lock).
 func succeededThoughTaken(h history) []string {
 	end := map[string]time.Time{} // Job UID -> end of its last pod
 	for _, p := range h.Pods {
@@ -314,7 +316,10 @@ func succeededThoughTaken(h history) []string {
 			if own.holder() != lj.holder() {
 				continue
 			}
-			until := maxTime(end[own.UID], own.Finished)
+			until, ok := end[own.UID]
+			if !ok {
+				until = own.Finished
+			}
 			for _, other := range h.Jobs {
 				if other.holder() != lj.holder() && other.Added.After(own.Added) && other.Added.Before(until) {
 					out = append(out, fmt.Sprintf("%s (%s acquired %s into its run)", lj.holder(), other.holder(),

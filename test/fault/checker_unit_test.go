@@ -169,3 +169,13 @@ func TestCheckerNextAcquisitionEndsALease(t *testing.T) {
 		t.Fatalf("ran past = %d (%s), want 1 (100ms)", v.RanPast, v.LongestPast)
 	}
 }
+
+func TestCheckerSucceededJudgedByThePodsNotTheJobCondition(t *testing.T) {
+	h := clean()
+	// x's pod ended at 2000, but its Job's Complete condition was seen only
+	// at 9000 (the API server was down); y acquired at 2300, after the pod.
+	h.Jobs[0].Finished = at(9000)
+	if v := check("apiserver", h, false); v.Failed() {
+		t.Fatalf("a late Job condition made a clean handoff fail: %v", v.Failures)
+	}
+}
