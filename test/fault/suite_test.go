@@ -101,13 +101,14 @@ func setUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
-			// Keep the logs for inspection, drop the bulk.
+		// Every scenario prints its timeline, which is usually enough; the
+		// operators' and clusters' logs are kept only on request.
+		if t.Failed() && os.Getenv("FAULT_KEEP_LOGS") != "" {
 			_ = os.Remove(env.managerBin)
 			for _, c := range env.clusters {
 				_ = os.RemoveAll(filepath.Join(c.dir, "etcd"))
 			}
-			logf("kept operator and cluster logs in %s", env.work)
+			logf("kept operator and cluster logs in %s (FAULT_KEEP_LOGS)", env.work)
 			return
 		}
 		_ = os.RemoveAll(env.work)
