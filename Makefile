@@ -54,7 +54,7 @@ redis: ## Make sure redis-server is installed (installs the Debian package when 
 	@bash hack/ensure-redis.sh
 
 .PHONY: test
-test: test-unit test-e2e ## Run every test: lock library on real Redis, envtest, local cluster, end to end.
+test: test-unit test-e2e test-fault ## Run every test: lock library on real Redis, envtest, local cluster, end to end, faults.
 
 .PHONY: test-unit
 test-unit: manifests generate lint redis k8s-bin ## Run unit and envtest tests (real Redis, real kube-apiserver) and the local-cluster smoke test.
@@ -65,6 +65,10 @@ E2E_KUBECONFIG ?=
 .PHONY: test-e2e
 test-e2e: redis k8s-bin ## Run the end-to-end suite (local control plane with kwok nodes, or E2E_KUBECONFIG).
 	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
+
+.PHONY: test-fault
+test-fault: redis k8s-bin ## Run the fault suite: two local clusters sharing one Redis, one fault at a time, judged from the recorded history (docs/fault.md).
+	go test -tags=fault -timeout 30m -count=1 ./test/fault/ -v
 
 .PHONY: bench
 bench: redis ## Run the lock library's benchmarks (side by side with redsync and bsm/redislock in test/bench).

@@ -3,9 +3,10 @@
 # kube-controller-manager, kube-scheduler and kwok (which plays kubelet for
 # fake nodes), all bound to 127.0.0.1.
 #
-# Usage: hack/cluster.sh up|down|env|status
+# Usage: hack/cluster.sh up|down|env|status|restart-apiserver
 #   up      start the cluster (idempotent; builds missing binaries first)
 #   down    stop the processes this script started (etcd last)
+#   restart-apiserver  stop kube-apiserver if it runs, start it again, wait until ready
 #   env     print the admin kubeconfig path:
 #             kubectl --kubeconfig "$(hack/cluster.sh env)" get nodes
 #   status  show each component; exit 0 only if all are running
@@ -234,6 +235,35 @@ nodes_ready_untainted() {
 
 # ---------------------------------------------------------------- commands
 
+# start_apiserver: start kube-apiserver with the flags of this cluster (used by up and
+# restart-apiserver, so a restarted API server is the same server).
+start_apiserver() {
+	start kube-apiserver \
+		--etcd-servers="http://127.0.0.1:${ETCD_PORT}" \
+		--bind-address=127.0.0.1 \
+		--advertise-address=127.0.0.1 \
+		--secure-port="${APISERVER_PORT}" \
+		--cert-dir="${CLUSTER_DIR}/run/apiserver" \
+		--tls-cert-file="${PKI}/apiserver.crt" \
+		--tls-private-key-file="${PKI}/apiserver.key" \
+		--client-ca-file="${PKI}/ca.crt" \
+		--requestheader-client-ca-file="${PKI}/ca.crt" \
+		--requestheader-allowed-names=front-proxy-client \
+		--requestheader-username-headers=X-Remote-User \
+		--requestheader-group-headers=X-Remote-Group \
+		--requestheader-extra-headers-prefix=X-Remote-Extra- \
+		--token-auth-file="${PKI}/tokens.csv" \
+		--service-account-issuer="https://kubernetes.default.svc.cluster.local" \
+		--service-account-key-file="${PKI}/sa.pub" \
+		--service-account-signing-key-file="${PKI}/sa.key" \
+		--service-cluster-ip-range="${SERVICE_CIDR}" \
+		--authorization-mode=Node,RBAC \
+		--allow-privileged=true \
+		--endpoint-reconciler-type=none \
+		--shutdown-send-retry-after=true \
+		--profiling=false
+}
+
 all_running() {
 	local c
 	for c in "${COMPONENTS[@]}"; do
@@ -296,30 +326,7 @@ cmd_up() {
 		--log-level=warn
 	wait_for etcd 30 curl -fsS "http://127.0.0.1:${ETCD_PORT}/health"
 
-	start kube-apiserver \
-		--etcd-servers="http://127.0.0.1:${ETCD_PORT}" \
-		--bind-address=127.0.0.1 \
-		--advertise-address=127.0.0.1 \
-		--secure-port="${APISERVER_PORT}" \
-		--cert-dir="${CLUSTER_DIR}/run/apiserver" \
-		--tls-cert-file="${PKI}/apiserver.crt" \
-		--tls-private-key-file="${PKI}/apiserver.key" \
-		--client-ca-file="${PKI}/ca.crt" \
-		--requestheader-client-ca-file="${PKI}/ca.crt" \
-		--requestheader-allowed-names=front-proxy-client \
-		--requestheader-username-headers=X-Remote-User \
-		--requestheader-group-headers=X-Remote-Group \
-		--requestheader-extra-headers-prefix=X-Remote-Extra- \
-		--token-auth-file="${PKI}/tokens.csv" \
-		--service-account-issuer="https://kubernetes.default.svc.cluster.local" \
-		--service-account-key-file="${PKI}/sa.pub" \
-		--service-account-signing-key-file="${PKI}/sa.key" \
-		--service-cluster-ip-range="${SERVICE_CIDR}" \
-		--authorization-mode=Node,RBAC \
-		--allow-privileged=true \
-		--endpoint-reconciler-type=none \
-		--shutdown-send-retry-after=true \
-		--profiling=false
+	start_apiserver
 	wait_for kube-apiserver 90 kubectl_ get --raw /readyz
 	log "API ready after $((SECONDS - t0))s"
 
@@ -369,6 +376,16 @@ cmd_up() {
 	log "kubeconfig: ${KUBECONFIG_ADMIN}   (kubectl --kubeconfig \"\$(hack/cluster.sh env)\" get nodes)"
 }
 
+# cmd_restart_apiserver: stop kube-apiserver if it runs and start it again on the same etcd, for
+# fault tests that take one cluster's API server away (test/fault).
+cmd_restart_apiserver() {
+	[[ -n "$(pid_of etcd)" ]] || die "etcd of ${CLUSTER_DIR} is not running; use up"
+	stop kube-apiserver
+	start_apiserver
+	wait_for kube-apiserver 90 kubectl_ get --raw /readyz
+	log "kube-apiserver restarted"
+}
+
 cmd_down() {
 	if ! any_running; then
 		log "cluster in ${CLUSTER_DIR} is not running"
@@ -409,10 +426,11 @@ with_lock() {
 case "${1:-}" in
 up) with_lock cmd_up ;;
 down) with_lock cmd_down ;;
+restart-apiserver) with_lock cmd_restart_apiserver ;;
 env) echo "${KUBECONFIG_ADMIN}" ;;
 status) cmd_status ;;
 *)
-	sed -n '2,21p' "$0" >&2
+	sed -n '2,22p' "$0" >&2
 	exit 2
 	;;
 esac

@@ -1,0 +1,398 @@
+// Package fault is lockedjob's fault suite: two local clusters share one
+// redis-server, one operator per cluster talks to it through its own TCP fault
+// proxy, and each scenario injects one fault while LockedJobs of both clusters
+// contend for one lock. A recorder keeps the history the clusters themselves
+// report (pods' Running intervals, Jobs and their fences, LockedJobs' final
+// phases and Events) and the checker in this file judges it.
+//
+// The checker has no build tag and is tested on hand-made histories by the
+// ordinary unit tests, so a checker that cannot fail is caught without a
+// cluster. The suite that produces real histories needs -tags=fault (make
+// test-fault). See docs/fault.md.
+package fault
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// writeEvery is how often a simulated pod writes to the fenced store while it
+// runs, after a first write at the start of its Running interval.
+const writeEvery = 100 * time.Millisecond
+
+// podSpan is one pod's Running interval as the recorder saw it, on the test
+// process's clock. A pod that never finished while recorded has End at the
+// end of the recording (it is assumed to run until then).
+type podSpan struct {
+	Cluster   string
+	Namespace string
+	Name      string
+	Job       string // Job name
+	JobUID    string // the writer identity in the fenced store: one acquisition, one Job
+	LockedJob string
+	Fence     int64
+	Start     time.Time
+	End       time.Time
+	// Terminating is when the pod was first seen being deleted (zero if
+	// never): reported, not judged, since its containers may still run.
+	Terminating time.Time
+}
+
+// holder names the LockedJob a pod or Job works for, across both clusters.
+func holder(cluster, namespace, lockedJob string) string {
+	return cluster + "/" + namespace + "/" + lockedJob
+}
+
+func (p podSpan) holder() string { return holder(p.Cluster, p.Namespace, p.LockedJob) }
+
+// jobEntry is one Job as the recorder saw it.
+type jobEntry struct {
+	Cluster   string
+	Namespace string
+	Name      string
+	UID       string
+	LockedJob string
+	Fence     int64
+	Added     time.Time // first seen: the acquisition order across clusters
+	Finished  time.Time // first seen Complete or Failed, or suspended (zero if never)
+}
+
+func (j jobEntry) holder() string { return holder(j.Cluster, j.Namespace, j.LockedJob) }
+
+// lockedJobEntry is a LockedJob's end state.
+type lockedJobEntry struct {
+	Cluster    string
+	Namespace  string
+	Name       string
+	Phase      string
+	Message    string
+	TerminalAt time.Time // first seen in a terminal phase (zero if never)
+	Conditions []string  // Type=Status/Reason, as last seen
+	Events     []string  // reasons, oldest first
+}
+
+func (l lockedJobEntry) holder() string { return holder(l.Cluster, l.Namespace, l.Name) }
+
+// lease is one holder's uninterrupted hold of the lock as seen in Redis. End
+// is when Redis dropped it: the expiry the last observation promised, or the
+// first observation without it, whichever came first; it is zero while the
+// lease still runs when the recording ends.
+type lease struct {
+	Holder     string
+	Start, End time.Time
+}
+
+// history is what one scenario recorded.
+type history struct {
+	Pods       []podSpan
+	Jobs       []jobEntry
+	LockedJobs []lockedJobEntry
+	Leases     []lease
+	// Crashes are operator processes that exited without being asked to, or
+	// logged a panic, while the scenario ran.
+	Crashes []string
+	// HealedAt is when the fault was removed (the scenario start for baseline).
+	HealedAt time.Time
+	// TerminalBound is how long after HealedAt every LockedJob must be terminal.
+	TerminalBound time.Duration
+}
+
+// verdict is the checker's finding for one scenario: one row of the table.
+type verdict struct {
+	Scenario       string
+	Overlaps       int           // pairs of pods of different holders Running at once
+	LongestOverlap time.Duration // the longest such pair
+	// RanPast counts pods that still ran after their holder's lease had ended
+	// (see leaseEnd); LongestPast is the longest run past it.
+	RanPast        int
+	LongestPast    time.Duration
+	StaleAccepted  int  // writes the fenced store accepted from a holder that was not the newest
+	StaleRejected  int  // writes the fenced store refused (a fenced resource protected itself)
+	Monotonic      bool // fences strictly increase in the order the Jobs appeared
+	MonotonicNote  string
+	AllTerminal    bool
+	TerminalWithin time.Duration // latest terminal time after HealedAt (0 if all were terminal before)
+	NotTerminal    []string
+	DuplicateJobs  int      // LockedJobs that had more than one Job
+	SucceededTaken []string // LockedJobs Succeeded although another holder acquired during their run
+	Crashes        []string
+	// OverlapAllowed: the fault paused or killed a process, or Redis lost
+	// data: overlaps are reported, the fences must protect.
+	OverlapAllowed bool
+	Failures       []string
+	Notes          []string
+}
+
+// Failed reports whether the scenario broke a rule the suite enforces.
+func (v verdict) Failed() bool { return len(v.Failures) > 0 }
+
+// check judges one history.
+func check(name string, h history, overlapAllowed bool) verdict {
+	v := verdict{Scenario: name, OverlapAllowed: overlapAllowed, Crashes: h.Crashes}
+	v.Overlaps, v.LongestOverlap = overlaps(h.Pods)
+	v.RanPast, v.LongestPast = ranPastLease(h)
+	v.StaleAccepted, v.StaleRejected = fencedStore(h.Pods)
+	v.Monotonic, v.MonotonicNote = fencesMonotonic(h.Jobs)
+	v.DuplicateJobs = duplicateJobs(h.Jobs)
+	v.SucceededTaken = succeededThoughTaken(h)
+	v.AllTerminal, v.TerminalWithin, v.NotTerminal = terminal(h)
+
+	fail := func(format string, args ...any) { v.Failures = append(v.Failures, fmt.Sprintf(format, args...)) }
+	if v.StaleAccepted > 0 {
+		fail("%d stale writes accepted by the fenced store", v.StaleAccepted)
+	}
+	if !v.Monotonic {
+		fail("fences not strictly increasing: %s", v.MonotonicNote)
+	}
+	if v.DuplicateJobs > 0 {
+		fail("%d LockedJob(s) with more than one Job", v.DuplicateJobs)
+	}
+	if len(v.Crashes) > 0 {
+		fail("operator crash: %s", strings.Join(v.Crashes, "; "))
+	}
+	if len(v.SucceededTaken) > 0 {
+		fail("Succeeded although the lock was taken during the run: %s", strings.Join(v.SucceededTaken, ", "))
+	}
+	if v.Overlaps > 0 && !overlapAllowed {
+		fail("%d overlap(s) of different holders (longest %s) although the operator stayed alive and Redis kept its data",
+			v.Overlaps, v.LongestOverlap.Round(time.Millisecond))
+	}
+	if v.RanPast > 0 && !overlapAllowed {
+		fail("%d pod(s) still ran after their lease had ended (longest %s) although the operator stayed alive and Redis kept its data",
+			v.RanPast, v.LongestPast.Round(time.Millisecond))
+	}
+	if !v.AllTerminal {
+		fail("not terminal within %s after the fault healed: %s", h.TerminalBound, strings.Join(v.NotTerminal, ", "))
+	}
+	return v
+}
+
+// overlaps counts the pairs of pods of different holders whose Running
+// intervals intersect, and the longest intersection.
+func overlaps(pods []podSpan) (int, time.Duration) {
+	n, longest := 0, time.Duration(0)
+	for i := range pods {
+		for j := i + 1; j < len(pods); j++ {
+			a, b := pods[i], pods[j]
+			if a.holder() == b.holder() {
+				continue
+			}
+			d := minTime(a.End, b.End).Sub(maxTime(a.Start, b.Start))
+			if d <= 0 {
+				continue
+			}
+			n++
+			longest = max(longest, d)
+		}
+	}
+	return n, longest
+}
+
+// ranPastLease counts the pods that were still running after their holder's
+// lease had ended, and the longest such run.
+func ranPastLease(h history) (int, time.Duration) {
+	n, longest := 0, time.Duration(0)
+	for _, p := range h.Pods {
+		end, ok := leaseEnd(h, p)
+		if !ok {
+			continue
+		}
+		if past := p.End.Sub(end); past > 0 {
+			n++
+			longest = max(longest, past)
+		}
+	}
+	return n, longest
+}
+
+// leaseEnd is the earliest known end of the lease under which pod p started:
+// the end of its holder's lease as seen in Redis (the first one that ends
+// after the pod started), or, if earlier, the moment another holder's Job
+// appeared (that holder had acquired, so p's lease was over). ok is false when
+// neither is known (the lease outlived the recording).
+func leaseEnd(h history, p podSpan) (time.Time, bool) {
+	var end time.Time
+	for _, l := range h.Leases {
+		if l.Holder == p.holder() && l.End.After(p.Start) && (end.IsZero() || l.End.Before(end)) {
+			end = l.End
+		}
+	}
+	for _, j := range h.Jobs {
+		if j.holder() != p.holder() && j.Added.After(p.Start) && (end.IsZero() || j.Added.Before(end)) {
+			end = j.Added
+		}
+	}
+	return end, !end.IsZero()
+}
+
+// write is one simulated write of a pod to the fenced store.
+type write struct {
+	at     time.Time
+	fence  int64
+	writer string // Job UID
+}
+
+// fencedStore replays every pod's writes (one at the start of its Running
+// interval, then one every writeEvery until it stops) in time order against a
+// store that accepts a write only if its token is >= the highest it has seen.
+// A rejected write is a stale holder the fence stopped. An accepted write is
+// stale when another writer (another Job) already wrote with the same token:
+// the store cannot tell them apart, so two runs share one token.
+func fencedStore(pods []podSpan) (accepted, rejected int) {
+	var writes []write
+	for _, p := range pods {
+		for t := p.Start; !t.After(p.End); t = t.Add(writeEvery) {
+			writes = append(writes, write{at: t, fence: p.Fence, writer: p.JobUID})
+		}
+	}
+	slices.SortStableFunc(writes, func(a, b write) int { return a.at.Compare(b.at) })
+	highest, owner := int64(-1), ""
+	for _, w := range writes {
+		switch {
+		case w.fence < highest:
+			rejected++
+		case w.fence > highest:
+			highest, owner = w.fence, w.writer
+		case w.writer != owner:
+			accepted++
+		}
+	}
+	return accepted, rejected
+}
+
+// fencesMonotonic checks that fences strictly increase in the order the Jobs
+// appeared, across both clusters: the order in which holders acquired.
+func fencesMonotonic(jobs []jobEntry) (bool, string) {
+	sorted := slices.Clone(jobs)
+	slices.SortStableFunc(sorted, func(a, b jobEntry) int { return a.Added.Compare(b.Added) })
+	for i := 1; i < len(sorted); i++ {
+		prev, cur := sorted[i-1], sorted[i]
+		if cur.Fence <= prev.Fence {
+			return false, fmt.Sprintf("%s/%s fence %d appeared %s after %s/%s fence %d",
+				cur.Cluster, cur.Name, cur.Fence, cur.Added.Sub(prev.Added).Round(time.Millisecond), prev.Cluster, prev.Name, prev.Fence)
+		}
+	}
+	return true, ""
+}
+
+// duplicateJobs counts the LockedJobs that owned more than one Job (by UID: a
+// Job recreated under the same name counts twice).
+func duplicateJobs(jobs []jobEntry) int {
+	uids := map[string]map[string]bool{}
+	for _, j := range jobs {
+		if uids[j.holder()] == nil {
+			uids[j.holder()] = map[string]bool{}
+		}
+		uids[j.holder()][j.UID] = true
+	}
+	n := 0
+	for _, set := range uids {
+		if len(set) > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// succeededThoughTaken lists the LockedJobs that report Succeeded although
+// another holder's Job appeared while their own Job ran: from its creation to
+// the end of its last pod (the Job's own Complete condition when it had no
+// pod; the condition can trail the pods by many seconds after an API server
+// outage, and the workload is what must not share the lock).
+func succeededThoughTaken(h history) []string {
+	end := map[string]time.Time{} // Job UID -> end of its last pod
+	for _, p := range h.Pods {
+		end[p.JobUID] = maxTime(end[p.JobUID], p.End)
+	}
+	var out []string
+	for _, lj := range h.LockedJobs {
+		if lj.Phase != "Succeeded" {
+			continue
+		}
+		for _, own := range h.Jobs {
+			if own.holder() != lj.holder() {
+				continue
+			}
+			until, ok := end[own.UID]
+			if !ok {
+				until = own.Finished
+			}
+			for _, other := range h.Jobs {
+				if other.holder() != lj.holder() && other.Added.After(own.Added) && other.Added.Before(until) {
+					out = append(out, fmt.Sprintf("%s (%s acquired %s into its run)", lj.holder(), other.holder(),
+						other.Added.Sub(own.Added).Round(time.Millisecond)))
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// terminal reports whether every LockedJob reached a terminal phase within
+// the bound after the fault healed, and the latest such time.
+func terminal(h history) (bool, time.Duration, []string) {
+	all, latest := true, time.Duration(0)
+	var missing []string
+	for _, lj := range h.LockedJobs {
+		if lj.TerminalAt.IsZero() || lj.TerminalAt.Sub(h.HealedAt) > h.TerminalBound {
+			all = false
+			missing = append(missing, lj.holder()+"("+cmp.Or(lj.Phase, "no phase")+")")
+			continue
+		}
+		latest = max(latest, lj.TerminalAt.Sub(h.HealedAt))
+	}
+	return all, latest, missing
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// ---------------------------------------------------------------- table
+
+// table renders the verdicts as one Markdown table, the form docs/fault.md
+// keeps.
+func table(vs []verdict) string {
+	var b strings.Builder
+	b.WriteString("| scenario | overlaps | longest overlap | ran past lease | stale writes accepted | stale writes rejected | fences monotonic | all terminal within | duplicate Jobs | result |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |\n")
+	for _, v := range vs {
+		mono := "yes"
+		if !v.Monotonic {
+			mono = "NO"
+		}
+		term := v.TerminalWithin.Round(100 * time.Millisecond).String()
+		if !v.AllTerminal {
+			term = "NO (" + strings.Join(v.NotTerminal, ", ") + ")"
+		}
+		overl := fmt.Sprint(v.Overlaps)
+		if v.OverlapAllowed {
+			overl += " (allowed)"
+		}
+		result := "pass"
+		if v.Failed() {
+			result = "FAIL: " + strings.Join(v.Failures, "; ")
+		}
+		past := "0"
+		if v.RanPast > 0 {
+			past = fmt.Sprintf("%d (%s)", v.RanPast, v.LongestPast.Round(time.Millisecond))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %d | %s | %s | %d | %s |\n", v.Scenario, overl,
+			v.LongestOverlap.Round(time.Millisecond), past, v.StaleAccepted, v.StaleRejected, mono, term, v.DuplicateJobs, result)
+	}
+	return b.String()
+}

@@ -1,0 +1,181 @@
+package fault
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The checker must be able to fail: each case below is a history with one
+// known flaw (or none), built by hand, and the checker must name exactly it.
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func pod(cluster, lj, uid string, fence int64, startMS, endMS int) podSpan {
+	return podSpan{Cluster: cluster, Namespace: "ns", Name: lj + "-pod", Job: lj + "-job", JobUID: uid, LockedJob: lj,
+		Fence: fence, Start: at(startMS), End: at(endMS)}
+}
+
+func job(cluster, lj, uid string, fence int64, addedMS, finishedMS int) jobEntry {
+	return jobEntry{Cluster: cluster, Namespace: "ns", Name: lj + "-job", UID: uid, LockedJob: lj, Fence: fence,
+		Added: at(addedMS), Finished: at(finishedMS)}
+}
+
+func lockedJob(cluster, name, phase string, terminalMS int) lockedJobEntry {
+	return lockedJobEntry{Cluster: cluster, Namespace: "ns", Name: name, Phase: phase, TerminalAt: at(terminalMS)}
+}
+
+// clean is two holders, one after the other, from two clusters.
+func clean() history {
+	return history{
+		Pods:          []podSpan{pod("a", "x", "u1", 10, 100, 2000), pod("b", "y", "u2", 11, 2500, 4000)},
+		Jobs:          []jobEntry{job("a", "x", "u1", 10, 0, 2000), job("b", "y", "u2", 11, 2300, 4000)},
+		LockedJobs:    []lockedJobEntry{lockedJob("a", "x", "Succeeded", 2100), lockedJob("b", "y", "Succeeded", 4100)},
+		HealedAt:      t0,
+		TerminalBound: 10 * time.Second,
+	}
+}
+
+func TestCheckerCleanHistoryPasses(t *testing.T) {
+	v := check("clean", clean(), false)
+	if v.Failed() || v.Overlaps != 0 || v.StaleAccepted != 0 || v.StaleRejected != 0 || !v.Monotonic || !v.AllTerminal {
+		t.Fatalf("clean history judged %+v", v)
+	}
+	if v.TerminalWithin != 4100*time.Millisecond {
+		t.Errorf("terminal within = %s, want 4.1s", v.TerminalWithin)
+	}
+}
+
+func TestCheckerOverlapFailsOnlyWhereNotAllowed(t *testing.T) {
+	h := clean()
+	h.Pods[1].Start = at(1500) // y runs 500 ms beside x, with a higher fence
+	h.Jobs[1].Added = at(1300)
+	h.LockedJobs[0].Phase = "LockLost"
+	strict := check("partition", h, false)
+	if strict.Overlaps != 1 || strict.LongestOverlap != 500*time.Millisecond {
+		t.Fatalf("overlap = %d longest %s, want 1 and 500ms", strict.Overlaps, strict.LongestOverlap)
+	}
+	if !strict.Failed() || !strings.Contains(strings.Join(strict.Failures, ";"), "overlap") {
+		t.Fatalf("an overlap with the operator alive must fail: %v", strict.Failures)
+	}
+	// x's writes from 1500 on come after y's fence 11: rejected, not accepted.
+	if strict.StaleAccepted != 0 || strict.StaleRejected == 0 {
+		t.Errorf("stale accepted %d rejected %d, want 0 and > 0", strict.StaleAccepted, strict.StaleRejected)
+	}
+	if allowed := check("kill", h, true); allowed.Failed() {
+		t.Fatalf("an overlap where a process was killed is reported, not failed: %v", allowed.Failures)
+	}
+}
+
+func TestCheckerStaleWriteAcceptedOnRepeatedToken(t *testing.T) {
+	h := clean()
+	// y got the same token as x (a failover that lost the INCR): the store
+	// cannot tell them apart.
+	h.Pods[1].Fence, h.Jobs[1].Fence = 10, 10
+	v := check("failover", h, true)
+	if v.StaleAccepted == 0 {
+		t.Fatal("a second writer with the same token was not counted as a stale write accepted")
+	}
+	if v.Monotonic {
+		t.Error("equal fences were judged strictly increasing")
+	}
+	if !v.Failed() {
+		t.Error("stale writes accepted must fail even where overlaps are allowed")
+	}
+}
+
+func TestCheckerDuplicateJobOfOneLockedJob(t *testing.T) {
+	h := clean()
+	// x's Job was deleted out of band and created again: same name, same
+	// fence, new UID.
+	h.Jobs = append(h.Jobs, job("a", "x", "u3", 10, 2100, 3000))
+	h.Pods = append(h.Pods, pod("a", "x", "u3", 10, 2200, 2400))
+	v := check("job-deleted", h, false)
+	if v.DuplicateJobs != 1 {
+		t.Fatalf("duplicate Jobs = %d, want 1", v.DuplicateJobs)
+	}
+	if v.StaleAccepted == 0 {
+		t.Error("the second run under one token was accepted by the store without being counted")
+	}
+	if !v.Failed() {
+		t.Error("a duplicate Job must fail")
+	}
+}
+
+func TestCheckerSucceededAlthoughTaken(t *testing.T) {
+	h := clean()
+	h.Jobs[1].Added = at(1000) // y acquired while x still ran; x still says Succeeded
+	h.Pods[1].Start = at(2100)
+	v := check("pause", h, true)
+	if len(v.SucceededTaken) != 1 || !v.Failed() {
+		t.Fatalf("Succeeded-though-taken = %v, failures %v", v.SucceededTaken, v.Failures)
+	}
+}
+
+func TestCheckerNonMonotonicFences(t *testing.T) {
+	h := clean()
+	h.Jobs[1].Fence, h.Pods[1].Fence = 9, 9
+	v := check("restart", h, true)
+	if v.Monotonic || !v.Failed() {
+		t.Fatalf("a lower fence after a higher one passed: %+v", v)
+	}
+}
+
+func TestCheckerNotTerminalAndCrash(t *testing.T) {
+	h := clean()
+	h.LockedJobs[1].TerminalAt = time.Time{}
+	h.LockedJobs[1].Phase = "Running"
+	h.Crashes = []string{"operator a exited: exit status 2"}
+	v := check("stuck", h, true)
+	if v.AllTerminal || len(v.NotTerminal) != 1 {
+		t.Fatalf("not-terminal LockedJob missed: %+v", v)
+	}
+	if len(v.Failures) != 2 {
+		t.Fatalf("want a crash and a liveness failure, got %v", v.Failures)
+	}
+	if !strings.Contains(table([]verdict{v}), "FAIL") {
+		t.Error("the table does not show the failure")
+	}
+}
+
+func TestCheckerPodRunningPastItsLease(t *testing.T) {
+	h := clean()
+	// Redis dropped x's lease at 1800 while its pod ran until 2000; y's Job
+	// and pod come later: no overlap, but x outlived its lease.
+	h.Leases = []lease{{Holder: holder("a", "ns", "x"), Start: at(0), End: at(1800)}}
+	h.LockedJobs[0].Phase = "LockLost"
+	v := check("partition", h, false)
+	if v.Overlaps != 0 {
+		t.Fatalf("overlaps = %d, want 0", v.Overlaps)
+	}
+	if v.RanPast != 1 || v.LongestPast != 200*time.Millisecond || !v.Failed() {
+		t.Fatalf("ran past = %d (%s), failures %v; want 1 (200ms) and a failure", v.RanPast, v.LongestPast, v.Failures)
+	}
+	if allowed := check("kill", h, true); allowed.Failed() {
+		t.Fatalf("where overlaps are allowed, running past the lease is reported only: %v", allowed.Failures)
+	}
+}
+
+func TestCheckerNextAcquisitionEndsALease(t *testing.T) {
+	h := clean()
+	// No lease seen in Redis, but y's Job appeared at 1900, before x's pod
+	// stopped at 2000: x's lease was over by then.
+	h.Jobs[1].Added = at(1900)
+	h.Pods[1].Start = at(2100)
+	v := check("partition", h, false)
+	if v.RanPast != 1 || v.LongestPast != 100*time.Millisecond {
+		t.Fatalf("ran past = %d (%s), want 1 (100ms)", v.RanPast, v.LongestPast)
+	}
+}
+
+func TestCheckerSucceededJudgedByThePodsNotTheJobCondition(t *testing.T) {
+	h := clean()
+	// x's pod ended at 2000, but its Job's Complete condition was seen only
+	// at 9000 (the API server was down); y acquired at 2300, after the pod.
+	h.Jobs[0].Finished = at(9000)
+	if v := check("apiserver", h, false); v.Failed() {
+		t.Fatalf("a late Job condition made a clean handoff fail: %v", v.Failures)
+	}
+}

@@ -1,0 +1,159 @@
+//go:build fault
+
+package fault
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/test/utils"
+)
+
+// portBases are the preferred port blocks of the two clusters, away from the
+// developer's cluster (26440) and the e2e suite's (27440).
+var portBases = map[string]int{"a": 28440, "b": 28460}
+
+const userPortBase = 26440
+
+// cluster is one local control plane started with hack/cluster.sh in its own
+// folder and port block.
+type cluster struct {
+	name       string // a or b: also the operator's --cluster-id
+	dir        string
+	portBase   int
+	kubeconfig string
+	k8s        client.Client
+	cs         kubernetes.Interface
+	rec        *recorder
+}
+
+// startCluster runs `hack/cluster.sh up` for a cluster named name under work.
+func startCluster(name, work string) (*cluster, error) {
+	base, err := utils.FreePortBlock(portBases[name], 6, userPortBase)
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{name: name, dir: filepath.Join(work, "cluster-"+name), portBase: base}
+	c.kubeconfig = filepath.Join(c.dir, "kubeconfig")
+	t0 := time.Now()
+	if out, err := c.script(5*time.Minute, "up"); err != nil {
+		return c, fmt.Errorf("cluster %s up: %w\n%s", name, err, out)
+	}
+	logf("cluster %s up in %s (ports %d..%d)", name, since(t0), base, base+5)
+	return c, nil
+}
+
+// connect builds the clients; separate from startCluster so both clusters
+// start in parallel and any failure still leaves a cluster to stop.
+func (c *cluster) connect() error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	if c.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	c.cs, err = kubernetes.NewForConfig(cfg)
+	return err
+}
+
+func (c *cluster) script(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(env.root, "hack", "cluster.sh")}, args...)...)
+	cmd.Dir = env.root
+	cmd.Env = append(os.Environ(),
+		"LOCKEDJOB_CLUSTER_DIR="+c.dir,
+		"LOCKEDJOB_CLUSTER_PORT_BASE="+strconv.Itoa(c.portBase),
+		"K8S_BIN_DIR="+env.binDir,
+	)
+	return utils.Run(cmd)
+}
+
+// stop runs `hack/cluster.sh down` and checks that every process it recorded
+// is gone.
+func (c *cluster) stop() error {
+	pids := map[string]int{}
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+		if pid, err := c.pid(name); err == nil {
+			pids[name] = pid
+		}
+	}
+	if out, err := c.script(2*time.Minute, "down"); err != nil {
+		return fmt.Errorf("cluster %s down: %w\n%s", c.name, err, out)
+	}
+	for name, pid := range pids {
+		if processAlive(pid) {
+			return fmt.Errorf("cluster %s: %s (pid %d) still runs after down", c.name, name, pid)
+		}
+	}
+	return nil
+}
+
+// pid reads a component's PID from the cluster folder's pids/.
+func (c *cluster) pid(component string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.dir, "pids", component+".pid"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// killAPIServer SIGKILLs the cluster's kube-apiserver, like a crashed control
+// plane node, and waits until it is gone.
+func (c *cluster) killAPIServer() error {
+	pid, err := c.pid("kube-apiserver")
+	if err != nil {
+		return fmt.Errorf("kube-apiserver pid of cluster %s: %w", c.name, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill kube-apiserver %d: %w", pid, err)
+	}
+	return poll(30*time.Second, func() (bool, string) {
+		return !processAlive(pid), fmt.Sprintf("kube-apiserver %d still alive", pid)
+	})
+}
+
+// restartAPIServer starts the cluster's kube-apiserver again and waits until
+// it is ready.
+func (c *cluster) restartAPIServer() error {
+	if out, err := c.script(2*time.Minute, "restart-apiserver"); err != nil {
+		return fmt.Errorf("cluster %s restart-apiserver: %w\n%s", c.name, err, out)
+	}
+	return nil
+}
+
+// installCRD creates the LockedJob CRD and waits until it serves.
+func (c *cluster) installCRD(ctx context.Context) error {
+	b, err := os.ReadFile(filepath.Join(env.root, "config", "crd", "bases", "batch.lockedjob.dev_lockedjobs.yaml"))
+	if err != nil {
+		return err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(b, crd); err != nil {
+		return err
+	}
+	if err := c.k8s.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create CRD in cluster %s: %w", c.name, err)
+	}
+	return poll(60*time.Second, func() (bool, string) {
+		err := c.k8s.List(ctx, &batchv1alpha1.LockedJobList{})
+		return err == nil, fmt.Sprintf("LockedJobs not served in cluster %s: %v", c.name, err)
+	})
+}

@@ -1,0 +1,106 @@
+//go:build fault
+
+package fault
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// leaseEvery is how often the lease watcher reads the lock from Redis.
+const leaseEvery = 10 * time.Millisecond
+
+// leaseWatcher reads one lock straight from the shared redis-server (not
+// through the fault proxies) every 10 ms and keeps each holder's lease: when
+// it started, and when Redis dropped it. The lock library stores the holder's
+// metadata (the operator's holder name, cluster/namespace/name/uid) beside the
+// lock with the same TTL, which tells whose lease it is.
+type leaseWatcher struct {
+	rdb       *redis.Client
+	key, meta string
+
+	mu     sync.Mutex
+	leases []lease
+	cur    *lease    // the lease seen at the last observation
+	expiry time.Time // when the last observation said cur expires
+}
+
+// watchLease starts watching the Cluster-scoped lock named lock until ctx ends.
+func watchLease(ctx context.Context, addr, lock string) *leaseWatcher {
+	key := keyPrefix + "{cluster/" + lock + "}"
+	w := &leaseWatcher{key: key, meta: key + ":meta",
+		rdb: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 500 * time.Millisecond,
+			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})}
+	go func() {
+		defer func() { _ = w.rdb.Close() }()
+		for ctx.Err() == nil {
+			w.observe(ctx)
+			select {
+			case <-ctx.Done():
+			case <-time.After(leaseEvery):
+			}
+		}
+	}()
+	return w
+}
+
+// observe reads the lock's holder and remaining time in one transaction. A
+// read that fails (Redis paused or restarting) says nothing: the lease is
+// judged by the expiry the last answer promised.
+func (w *leaseWatcher) observe(ctx context.Context) {
+	var meta *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		meta = p.Get(ctx, w.meta)
+		pttl = p.PTTL(ctx, w.key)
+		return nil
+	})
+	now := time.Now()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return
+	}
+	holderName, ttl := "", pttl.Val()
+	if ttl > 0 && meta.Err() == nil {
+		holderName = holderOf(meta.Val())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cur != nil && w.cur.Holder != holderName {
+		w.cur.End = minTime(w.expiry, now)
+		w.leases = append(w.leases, *w.cur)
+		w.cur = nil
+	}
+	if holderName == "" {
+		return
+	}
+	if w.cur == nil {
+		w.cur = &lease{Holder: holderName, Start: now}
+	}
+	w.expiry = now.Add(ttl)
+}
+
+// holderOf turns the operator's holder name cluster/namespace/name/uid into
+// the checker's cluster/namespace/name.
+func holderOf(meta string) string {
+	i := strings.LastIndexByte(meta, '/')
+	if i < 0 {
+		return meta
+	}
+	return meta[:i]
+}
+
+// all returns the leases seen; one still held keeps a zero End.
+func (w *leaseWatcher) all() []lease {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := append([]lease(nil), w.leases...)
+	if w.cur != nil {
+		out = append(out, lease{Holder: w.cur.Holder, Start: w.cur.Start})
+	}
+	return out
+}

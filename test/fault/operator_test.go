@@ -1,0 +1,300 @@
+//go:build fault
+
+package fault
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lockedjob/lockedjob/test/utils"
+)
+
+// operatorNamespace holds each operator's leader-election Lease and token-key Secret.
+const operatorNamespace = "lockedjob-system"
+
+// leaseMode is the operator's leader-election setting.
+type leaseMode int
+
+const (
+	// steadyLease survives a SIGSTOP and an API server outage of ~15 s: a
+	// leader that cannot renew steps down and exits, which these scenarios
+	// must not turn into a crash.
+	steadyLease leaseMode = iota
+	// fastLease lets a successor of a SIGKILLed operator lead within ~4 s.
+	fastLease
+)
+
+// operator is the manager process of one cluster. Exits the suite did not ask
+// for are kept as crashes.
+type operator struct {
+	c         *cluster
+	redisArgs []string // --redis-addr <proxy> or the Sentinel flags
+	mode      leaseMode
+
+	mu       sync.Mutex
+	seq      int
+	logPath  string
+	logs     []string // every log of this operator, oldest first
+	cmd      *exec.Cmd
+	done     chan struct{}
+	waitErr  error
+	stopping bool     // the suite asked this process to go
+	crashes  []string // unexpected exits, with the log tail
+}
+
+func newOperator(c *cluster, redisArgs []string) *operator {
+	return &operator{c: c, redisArgs: redisArgs}
+}
+
+// start starts a new process and waits until it leads and its workers run.
+func (o *operator) start() error {
+	o.mu.Lock()
+	o.seq++
+	o.logPath = filepath.Join(env.work, fmt.Sprintf("operator-%s-%02d.log", o.c.name, o.seq))
+	o.logs = append(o.logs, o.logPath)
+	o.stopping = false
+	args := []string{
+		"--kubeconfig", o.c.kubeconfig,
+		"--namespace", operatorNamespace,
+		"--cluster-id", o.c.name,
+		"--cluster-scope-namespaces", "*",
+		"--key-prefix", keyPrefix,
+		"--release-channel", keyPrefix + "released",
+		"--metrics-bind-address", "0",
+		"--health-probe-bind-address", "0",
+		"--leader-elect=true",
+		// Waiters retry often, so a lease that ends is taken at once: the
+		// contender a Jepsen test wants, and what makes a late stop visible.
+		"--wait-backoff-max", "250ms",
+		"--status-interval", "1s",
+		"--zap-log-level", "debug",
+	}
+	args = append(args, o.redisArgs...)
+	if o.mode == fastLease {
+		args = append(args, "--leader-election-lease-duration", "4s",
+			"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms")
+	} else {
+		args = append(args, "--leader-election-lease-duration", "30s",
+			"--leader-election-renew-deadline", "20s", "--leader-election-retry-period", "2s")
+	}
+	logFile, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		o.mu.Unlock()
+		return err
+	}
+	defer func() { _ = logFile.Close() }()
+	_, _ = fmt.Fprintf(logFile, "# %s %s\n", env.managerBin, strings.Join(args, " "))
+	cmd := exec.Command(env.managerBin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		o.mu.Unlock()
+		return fmt.Errorf("start operator %s: %w", o.c.name, err)
+	}
+	done := make(chan struct{})
+	o.cmd, o.done = cmd, done
+	logPath := o.logPath
+	o.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		o.mu.Lock()
+		o.waitErr = err
+		if !o.stopping {
+			o.crashes = append(o.crashes, fmt.Sprintf("operator %s (pid %d) exited unasked: %v; log %s:\n%s",
+				o.c.name, cmd.Process.Pid, err, logPath, utils.TailFile(logPath, 15)))
+		}
+		o.mu.Unlock()
+		close(done)
+	}()
+	t0 := time.Now()
+	err = poll(90*time.Second, func() (bool, string) {
+		select {
+		case <-done:
+			return true, ""
+		default:
+		}
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b), "Starting workers"), "operator " + o.c.name + " has not started its workers"
+	})
+	if err == nil && o.exited() {
+		err = errors.New("operator " + o.c.name + " exited while starting:\n" + utils.TailFile(logPath, 30))
+	}
+	if err != nil {
+		return err
+	}
+	logf("operator %s (pid %d) leads after %s; log %s", o.c.name, cmd.Process.Pid, since(t0), logPath)
+	return nil
+}
+
+func (o *operator) exited() bool {
+	o.mu.Lock()
+	done := o.done
+	o.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (o *operator) pid() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.cmd.Process.Pid
+}
+
+// stop sends SIGTERM (and SIGCONT, should it be paused) and waits; after 15 s
+// it kills. A graceful stop gives up the leader lease, so a successor leads
+// at once.
+func (o *operator) stop() {
+	if o.exited() {
+		return
+	}
+	o.mu.Lock()
+	o.stopping = true
+	cmd, done := o.cmd, o.done
+	o.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	select {
+	case <-done:
+		return
+	case <-time.After(15 * time.Second):
+	}
+	logf("operator %s ignored SIGTERM for 15s; killing it", o.c.name)
+	o.kill()
+}
+
+// kill SIGKILLs the process, like a crashed node, and waits until it is gone.
+func (o *operator) kill() {
+	if o.exited() {
+		return
+	}
+	o.mu.Lock()
+	o.stopping = true
+	cmd, done := o.cmd, o.done
+	o.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// pause SIGSTOPs the process and returns once all its threads are stopped.
+func (o *operator) pause() error {
+	pid := o.pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return poll(10*time.Second, func() (bool, string) { return processStopped(pid), "operator not stopped" })
+}
+
+func (o *operator) resume() error {
+	if o.exited() {
+		return nil
+	}
+	return syscall.Kill(o.pid(), syscall.SIGCONT)
+}
+
+// restart stops the process gracefully and starts a new one in mode.
+func (o *operator) restart(mode leaseMode) error {
+	o.stop()
+	o.mode = mode
+	return o.start()
+}
+
+// ensure starts the operator again if it is not running (after a crash the
+// scenario reported), in mode.
+func (o *operator) ensure(mode leaseMode) error {
+	if !o.exited() && o.mode == mode {
+		return nil
+	}
+	return o.restart(mode)
+}
+
+// logMark is a place in an operator's logs: the index of a log and an offset in it.
+type logMark struct {
+	log    int
+	offset int64
+}
+
+// mark returns where the operator's logs end now.
+func (o *operator) mark() logMark {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m := logMark{log: len(o.logs) - 1}
+	if st, err := os.Stat(o.logPath); err == nil {
+		m.offset = st.Size()
+	}
+	return m
+}
+
+// takeCrashes returns the unexpected exits since the last call, plus the
+// first panic logged since m (controller-runtime recovers a panicking
+// reconcile and logs it: the process survives, the operator is broken).
+func (o *operator) takeCrashes(m logMark) []string {
+	o.mu.Lock()
+	out := o.crashes
+	o.crashes = nil
+	logs := slices.Clone(o.logs)
+	o.mu.Unlock()
+	for i := max(m.log, 0); i < len(logs); i++ {
+		b, _ := os.ReadFile(logs[i])
+		if i == m.log && int64(len(b)) >= m.offset {
+			b = b[m.offset:]
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "panic: ") || strings.Contains(line, "Observed a panic") {
+				out = append(out, fmt.Sprintf("operator %s logged a panic (%s): %.300s", o.c.name, logs[i], line))
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// processAlive reports whether pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	state, err := procState(pid)
+	return err == nil && state != 'Z' && state != 'X'
+}
+
+// processStopped reports whether every thread of pid is stopped (SIGSTOP).
+func processStopped(pid int) bool {
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(entries) == 0 {
+		return false
+	}
+	for _, e := range entries {
+		state, err := statState(fmt.Sprintf("/proc/%d/task/%s/stat", pid, e.Name()))
+		if err != nil || (state != 'T' && state != 't') {
+			return false
+		}
+	}
+	return true
+}
+
+func procState(pid int) (byte, error) { return statState(fmt.Sprintf("/proc/%d/stat", pid)) }
+
+func statState(path string) (byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0, errors.New("unparsable " + path)
+	}
+	return s[i+2], nil
+}

@@ -1,0 +1,383 @@
+//go:build fault
+
+package fault
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+const (
+	// ttl is every LockedJob's lock ttl (renewed every ttl/3 by default).
+	ttl = 3 * time.Second
+	// pastTTL is how long a fault that must outlast a lease is held.
+	pastTTL = 3 * ttl / 2
+	// terminalBound is how long after the fault healed every LockedJob must
+	// be terminal: a waiter's backoff (1 s), its run, and the loser's policy,
+	// with room for a loaded 2-core machine.
+	terminalBound = 40 * time.Second
+	// settleTimeout bounds the wait for the last pods to stop once every
+	// LockedJob is terminal.
+	settleTimeout = 30 * time.Second
+)
+
+// scenario is one fault, injected while LockedJobs of both clusters contend
+// for one Cluster-scoped lock.
+type scenario struct {
+	name string
+	// overlapAllowed: the fault pauses or kills a process, or Redis loses
+	// data, so two holders may run at once (the fence must protect).
+	overlapAllowed bool
+	// leaseA is operator a's leader-election setting for this scenario.
+	leaseA leaseMode
+	// run injects the fault and returns when it healed.
+	run func(r *run) (healedAt time.Time, err error)
+}
+
+// run is one scenario's state while it runs.
+type run struct {
+	t     *testing.T
+	sc    scenario
+	ns    string
+	lock  string
+	ctx   context.Context
+	start time.Time
+
+	leases *leaseWatcher
+
+	mu       sync.Mutex
+	terminal map[string]lockedJobEntry // holder -> last seen, with the first terminal time
+	// allowOverlap is set by a scenario that learns during the run that a
+	// process went away (e.g. an operator that lost its leadership).
+	allowOverlap bool
+}
+
+// runScenario runs one scenario in its own subtest and returns its verdict;
+// ok is false when the harness itself failed (no verdict).
+func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
+	t.Run(sc.name, func(t *testing.T) {
+		for name, o := range env.operators {
+			mode := steadyLease
+			if name == "a" {
+				mode = sc.leaseA
+			}
+			if err := o.ensure(mode); err != nil {
+				t.Fatalf("operator %s: %v", name, err)
+			}
+		}
+		for _, p := range env.proxies {
+			p.Pass()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := &run{t: t, sc: sc, ns: namespacePrefix + sc.name, lock: "lock-" + sc.name, ctx: ctx, start: time.Now(),
+			terminal: map[string]lockedJobEntry{}}
+		marks := map[string]logMark{}
+		for name, o := range env.operators {
+			marks[name] = o.mark()
+		}
+		for _, c := range env.clusters {
+			if err := c.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}); err != nil {
+				t.Fatalf("create namespace %s in %s: %v", r.ns, c.name, err)
+			}
+		}
+		go r.watchLockedJobs()
+		// The Sentinel scenario's lock lives on another Redis: no leases seen
+		// there, and the checker falls back to the next holder's Job.
+		r.leases = watchLease(ctx, env.redis.Addr(), r.lock)
+
+		healedAt, err := sc.run(r)
+		if err != nil {
+			t.Fatalf("scenario %s: %v", sc.name, err) // a harness failure: no verdict
+		}
+		for _, p := range env.proxies {
+			p.Pass()
+		}
+		logf("%s: fault healed after %s", sc.name, healedAt.Sub(r.start).Round(time.Millisecond))
+		if err := poll(time.Until(healedAt.Add(terminalBound)), r.allTerminal); err != nil {
+			logf("%s: %v", sc.name, err) // reported by the checker
+		}
+		if err := poll(settleTimeout, func() (bool, string) {
+			return r.settled(), "pods still running in " + r.ns
+		}); err != nil {
+			logf("%s: %v", sc.name, err)
+		}
+
+		h := r.history(healedAt)
+		for name, o := range env.operators {
+			h.Crashes = append(h.Crashes, o.takeCrashes(marks[name])...)
+		}
+		v = check(sc.name, h, sc.overlapAllowed || r.allowOverlap)
+		ok = true
+		r.logHistory(h, v)
+		if v.Failed() {
+			t.Errorf("%s:\n  %s", sc.name, strings.Join(v.Failures, "\n  "))
+		}
+	})
+	return v, ok
+}
+
+// ---------------------------------------------------------------- LockedJobs
+
+// ljOpts shape one LockedJob.
+type ljOpts struct {
+	run      time.Duration // the pod's run before it succeeds
+	ttl      time.Duration // default: ttl
+	deleting time.Duration // how long a deleted pod keeps terminating (default 100 ms)
+}
+
+// create creates a LockedJob on the scenario's lock in cluster c. kwok's
+// stage annotations set the pod's timing exactly (delay == jitter-delay
+// turns the jitter off).
+func (r *run) create(c *cluster, name string, o ljOpts) error {
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
+	annotations := map[string]string{}
+	deleting := max(o.deleting, 100*time.Millisecond)
+	for stage, d := range map[string]time.Duration{
+		"pod-create": 100 * time.Millisecond, "pod-ready": 100 * time.Millisecond,
+		"pod-complete": o.run, "pod-delete": deleting,
+	} {
+		annotations[stage+".stage.kwok.x-k8s.io/delay"] = ms(d)
+		annotations[stage+".stage.kwok.x-k8s.io/jitter-delay"] = ms(d)
+	}
+	zero := int32(0)
+	// kwok removes a terminating pod no later than its grace period ends.
+	grace := int64(deleting/time.Second) + 1
+	lj := &batchv1alpha1.LockedJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.ns},
+		Spec: batchv1alpha1.LockedJobSpec{
+			Lock: batchv1alpha1.LockSpec{Name: r.lock, Scope: batchv1alpha1.LockScopeCluster,
+				TTL: &metav1.Duration{Duration: cmpOr(o.ttl, ttl)}},
+			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{
+				BackoffLimit: &zero,
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "fault"}, Annotations: annotations},
+					Spec: corev1.PodSpec{
+						RestartPolicy:                 corev1.RestartPolicyNever,
+						TerminationGracePeriodSeconds: &grace,
+						Containers: []corev1.Container{{Name: "work", Image: "busybox:1.36",
+							Command: []string{"sh", "-c", fmt.Sprintf("sleep %.1f", o.run.Seconds())}}},
+					},
+				},
+			}},
+		},
+	}
+	if err := c.k8s.Create(r.ctx, lj); err != nil {
+		return fmt.Errorf("create LockedJob %s in %s: %w", name, c.name, err)
+	}
+	return nil
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// waitRunning waits until a pod of the LockedJob runs.
+func (r *run) waitRunning(c *cluster, name string) error {
+	return poll(60*time.Second, func() (bool, string) {
+		return c.rec.runningPods(r.ns, name) > 0, fmt.Sprintf("no Running pod of %s/%s", c.name, name)
+	})
+}
+
+// waitPhase waits until the LockedJob reports phase.
+func (r *run) waitPhase(c *cluster, name string, phase batchv1alpha1.LockedJobPhase) error {
+	return poll(60*time.Second, func() (bool, string) {
+		lj := &batchv1alpha1.LockedJob{}
+		if err := c.k8s.Get(r.ctx, client.ObjectKey{Namespace: r.ns, Name: name}, lj); err != nil {
+			return false, err.Error()
+		}
+		return lj.Status.Phase == phase, fmt.Sprintf("%s/%s is %q (%s), not %s", c.name, name, lj.Status.Phase, lj.Status.Message, phase)
+	})
+}
+
+// holderAndWaiter is the set-up of most fault scenarios: a1 in cluster a holds
+// the lock and its pod runs for holderRun; b1 in cluster b waits for it.
+func (r *run) holderAndWaiter(holderRun time.Duration, o ljOpts) error {
+	a, b := env.clusters["a"], env.clusters["b"]
+	o.run = holderRun
+	if err := r.create(a, "a1", o); err != nil {
+		return err
+	}
+	if err := r.waitRunning(a, "a1"); err != nil {
+		return err
+	}
+	if err := r.create(b, "b1", ljOpts{run: 2 * time.Second, ttl: o.ttl}); err != nil {
+		return err
+	}
+	return r.waitPhase(b, "b1", batchv1alpha1.PhaseWaiting)
+}
+
+// hold keeps a fault for d: the experiment's own duration, not a wait for
+// something to happen.
+func hold(d time.Duration) { time.Sleep(d) }
+
+// ---------------------------------------------------------------- observing LockedJobs
+
+func terminalPhase(p batchv1alpha1.LockedJobPhase) bool {
+	return p == batchv1alpha1.PhaseSucceeded || p == batchv1alpha1.PhaseFailed || p == batchv1alpha1.PhaseLockLost
+}
+
+// watchLockedJobs polls both clusters' LockedJobs every 100 ms until the
+// scenario ends and stamps when each is first seen terminal (a LockedJob that
+// was deleted and is gone counts as terminal, phase "Deleted"). A cluster
+// whose API server is down is simply not seen meanwhile.
+func (r *run) watchLockedJobs() {
+	for r.ctx.Err() == nil {
+		now := time.Now()
+		for _, c := range env.clusters {
+			var list batchv1alpha1.LockedJobList
+			if err := c.k8s.List(r.ctx, &list, client.InNamespace(r.ns)); err != nil {
+				continue
+			}
+			r.mu.Lock()
+			seen := map[string]bool{}
+			for _, lj := range list.Items {
+				key := holder(c.name, r.ns, lj.Name)
+				seen[key] = true
+				e := r.terminal[key]
+				e.Cluster, e.Namespace, e.Name = c.name, r.ns, lj.Name
+				e.Phase, e.Message = string(lj.Status.Phase), lj.Status.Message
+				e.Conditions = nil
+				for _, c := range lj.Status.Conditions {
+					e.Conditions = append(e.Conditions, c.Type+"="+string(c.Status)+"/"+c.Reason)
+				}
+				if terminalPhase(lj.Status.Phase) && e.TerminalAt.IsZero() {
+					e.TerminalAt = now
+				}
+				r.terminal[key] = e
+			}
+			for key, e := range r.terminal {
+				if e.Cluster == c.name && !seen[key] && e.Phase != "Deleted" {
+					e.Phase = "Deleted"
+					if e.TerminalAt.IsZero() {
+						e.TerminalAt = now
+					}
+					r.terminal[key] = e
+				}
+			}
+			r.mu.Unlock()
+		}
+		select {
+		case <-r.ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (r *run) allTerminal() (bool, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var open []string
+	for key, e := range r.terminal {
+		if e.TerminalAt.IsZero() {
+			open = append(open, key+"="+e.Phase)
+		}
+	}
+	return len(r.terminal) > 0 && len(open) == 0, "not terminal: " + strings.Join(open, ", ")
+}
+
+func (r *run) settled() bool {
+	for _, c := range env.clusters {
+		if !c.rec.podsSettled(r.ns) {
+			return false
+		}
+	}
+	return true
+}
+
+// history collects the scenario's record from both clusters.
+func (r *run) history(healedAt time.Time) history {
+	now := time.Now()
+	h := history{HealedAt: healedAt, TerminalBound: terminalBound, Leases: r.leases.all()}
+	for _, c := range env.clusters {
+		jobs, pods := c.rec.history(r.ns, now)
+		h.Jobs = append(h.Jobs, jobs...)
+		h.Pods = append(h.Pods, pods...)
+	}
+	events := r.events()
+	r.mu.Lock()
+	for key, e := range r.terminal {
+		e.Events = events[key]
+		h.LockedJobs = append(h.LockedJobs, e)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(h.LockedJobs, func(a, b lockedJobEntry) int { return strings.Compare(a.holder(), b.holder()) })
+	slices.SortFunc(h.Jobs, func(a, b jobEntry) int { return a.Added.Compare(b.Added) })
+	slices.SortFunc(h.Pods, func(a, b podSpan) int { return a.Start.Compare(b.Start) })
+	return h
+}
+
+// events returns the reasons of each LockedJob's Events, oldest first.
+func (r *run) events() map[string][]string {
+	out := map[string][]string{}
+	for _, c := range env.clusters {
+		var list corev1.EventList
+		if err := c.k8s.List(r.ctx, &list, client.InNamespace(r.ns)); err != nil {
+			continue
+		}
+		slices.SortStableFunc(list.Items, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b)) })
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == "LockedJob" {
+				key := holder(c.name, r.ns, e.InvolvedObject.Name)
+				reason := e.Reason
+				if e.Count > 1 {
+					reason += fmt.Sprintf("x%d", e.Count)
+				}
+				out[key] = append(out[key], reason)
+			}
+		}
+	}
+	return out
+}
+
+func eventTime(e corev1.Event) time.Time {
+	for _, t := range []time.Time{e.EventTime.Time, e.FirstTimestamp.Time, e.LastTimestamp.Time} {
+		if !t.IsZero() {
+			return t
+		}
+	}
+	return e.CreationTimestamp.Time
+}
+
+// logHistory prints the scenario's timeline relative to its start, so a
+// failure can be read without the logs.
+func (r *run) logHistory(h history, v verdict) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "----- %s (start %s, healed %s) -----\n", r.sc.name, r.start.Format("15:04:05.000"), rel(h.HealedAt, r.start))
+	for _, l := range h.Leases {
+		fmt.Fprintf(&b, "lease %s from %s until %s\n", l.Holder, rel(l.Start, r.start), rel(l.End, r.start))
+	}
+	for _, j := range h.Jobs {
+		fmt.Fprintf(&b, "job  %s/%-14s lj=%-3s fence=%d uid=%.8s added=%s finished=%s\n", j.Cluster, j.Name, j.LockedJob, j.Fence,
+			j.UID, rel(j.Added, r.start), rel(j.Finished, r.start))
+	}
+	for _, p := range h.Pods {
+		fmt.Fprintf(&b, "pod  %s/%-22s job=%.8s fence=%d running %s .. %s (terminating from %s)\n", p.Cluster, p.Name, p.JobUID,
+			p.Fence, rel(p.Start, r.start), rel(p.End, r.start), rel(p.Terminating, r.start))
+	}
+	for _, l := range h.LockedJobs {
+		fmt.Fprintf(&b, "lj   %s phase=%s terminal=%s events=%v message=%q\n     conditions=%v\n", l.holder(), l.Phase,
+			rel(l.TerminalAt, r.start), l.Events, l.Message, l.Conditions)
+	}
+	fmt.Fprintf(&b, "verdict: ranPastLease=%d (%s) ", v.RanPast, v.LongestPast.Round(time.Millisecond))
+	fmt.Fprintf(&b, "overlaps=%d longest=%s staleAccepted=%d staleRejected=%d monotonic=%v %s terminalWithin=%s dup=%d %s\n",
+		v.Overlaps, v.LongestOverlap.Round(time.Millisecond), v.StaleAccepted, v.StaleRejected, v.Monotonic, v.MonotonicNote,
+		v.TerminalWithin.Round(time.Millisecond), v.DuplicateJobs, joinNonEmpty(v.Failures...))
+	fmt.Print(b.String())
+}
