@@ -1,7 +1,6 @@
 package redislock
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -113,6 +112,18 @@ type keeperEntry struct {
 	lastErr error // the last transport error of this run of failures
 }
 
+// lease reads the lock's lease length and validity under one lock of its mutex. The validity is
+// zero once the lock is no longer held, as with ValidUntil.
+func (l *Lock) lease() (time.Duration, time.Time) {
+	held := l.state.Load() == stateHeld
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !held {
+		return l.ttl, time.Time{}
+	}
+	return l.ttl, l.validUntil
+}
+
 // errUnanswered stands for the transport error of a renewal that has not come back yet.
 var errUnanswered = errors.New("renewal not answered yet")
 
@@ -127,8 +138,7 @@ func (e *keeperEntry) failure() error {
 // watchTime is when the entry's validity must be looked at next: the start of its at-risk margin
 // until OnAtRisk was called, then its end. A healthy lock is renewed before its margin starts, so
 // its watch never fires and a renewal moves it once.
-func (e *keeperEntry) watchTime() time.Time {
-	vu := e.lock.ValidUntil()
+func (e *keeperEntry) watchTime(vu time.Time) time.Time {
 	if e.warned {
 		return vu
 	}
@@ -148,8 +158,7 @@ func (c *Client) NewKeeper(opts KeeperOptions) *Keeper {
 		c:       c,
 		opts:    opts,
 		entries: make(map[*Lock]*keeperEntry),
-		due:     entryHeap{at: func(e *keeperEntry) time.Time { return e.due }, index: func(e *keeperEntry) *int { return &e.dueIndex }},
-		watch:   entryHeap{at: func(e *keeperEntry) time.Time { return e.watchAt }, index: func(e *keeperEntry) *int { return &e.watchIndex }},
+		watch:   entryHeap{byWatch: true},
 		wake:    make(chan struct{}, 1),
 		results: make(chan roundResult, 1),
 		stopped: make(chan struct{}),
@@ -208,7 +217,7 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 		e.due = due
 		k.due.set(e)
 	}
-	e.watchAt = e.watchTime()
+	e.watchAt = e.watchTime(l.ValidUntil())
 	k.watch.set(e)
 	k.poke()
 	return nil
@@ -355,7 +364,7 @@ func (k *Keeper) watchLocked(now time.Time, calls []callback) []callback {
 			e.warned = true
 			calls = append(calls, callback{k.opts.OnAtRisk, e.lock, e.failure()})
 		}
-		e.watchAt = e.watchTime()
+		e.watchAt = e.watchTime(vu)
 		k.watch.set(e)
 	}
 	return calls
@@ -388,14 +397,15 @@ func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
 		}
 		k.due.remove(e)
 		e.pending = true
-		if w := e.watchTime(); !w.Equal(e.watchAt) {
+		// Leases are read once: a lock's lease changes only through Refresh, and a renewal must be
+		// judged by the lease it asked for.
+		ttl, vu := e.lock.lease()
+		if w := e.watchTime(vu); !w.Equal(e.watchAt) {
 			e.watchAt = w
 			k.watch.set(e)
 		}
-		// Leases are read once: a lock's lease changes only through Refresh, and a renewal must be
-		// judged by the lease it asked for.
-		r.batch, r.locks, r.ttls = append(r.batch, e), append(r.locks, e.lock), append(r.ttls, e.lock.LeaseTTL())
-		if vu := e.lock.ValidUntil(); urgent.IsZero() || vu.Before(urgent) {
+		r.batch, r.locks, r.ttls = append(r.batch, e), append(r.locks, e.lock), append(r.ttls, ttl)
+		if urgent.IsZero() || vu.Before(urgent) {
 			urgent = vu
 		}
 	}
@@ -419,7 +429,7 @@ func (k *Keeper) renew(r round) roundResult {
 
 // settle reschedules or drops each lock of a finished round by its outcome.
 func (k *Keeper) settle(r roundResult) []callback {
-	var calls []callback
+	calls := make([]callback, 0, len(r.batch))
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i, e := range r.batch {
@@ -431,13 +441,14 @@ func (k *Keeper) settle(r roundResult) []callback {
 			continue
 		}
 		err := e.lock.settleRefresh(r.tallies[i], r.start, r.end, r.ttls[i])
+		_, vu := e.lock.lease()
 		switch {
 		case err == nil:
 			e.pending, e.warned, e.lastErr = false, false, nil
 			e.due = r.start.Add(e.interval)
 		case errors.Is(err, ErrLockLost):
 		default:
-			left := e.lock.ValidUntil().Sub(r.end)
+			left := vu.Sub(r.end)
 			if left <= 0 {
 				e.lock.markLost()
 				err = fmt.Errorf("%w: renewal failed until the lease ran out: %w", ErrLockLost, err)
@@ -453,7 +464,7 @@ func (k *Keeper) settle(r roundResult) []callback {
 			continue
 		}
 		k.due.set(e)
-		e.watchAt = e.watchTime()
+		e.watchAt = e.watchTime(vu)
 		k.watch.set(e)
 		calls = append(calls, callback{k.opts.OnRenew, e.lock, err})
 	}
@@ -527,44 +538,94 @@ func refreshPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock
 	}
 }
 
-// entryHeap is a min-heap of entries by one of their times; each entry keeps its position in
-// the heap in the field index points to (-1 when not in it).
+// entryHeap is a min-heap of entries by due time, or by watch time when byWatch; each entry keeps
+// its position in the heap (-1 when not in it). It is written out rather than built on
+// container/heap because a renewal moves an entry in both heaps, and the interface calls of
+// container/heap cost more than the renewal's share of the round trip.
 type entryHeap struct {
-	es    []*keeperEntry
-	at    func(*keeperEntry) time.Time
-	index func(*keeperEntry) *int
+	es      []*keeperEntry
+	byWatch bool
+}
+
+func (h *entryHeap) less(a, b *keeperEntry) bool {
+	if h.byWatch {
+		return a.watchAt.Before(b.watchAt)
+	}
+	return a.due.Before(b.due)
+}
+
+func (h *entryHeap) index(e *keeperEntry) *int {
+	if h.byWatch {
+		return &e.watchIndex
+	}
+	return &e.dueIndex
+}
+
+func (h *entryHeap) place(e *keeperEntry, i int) {
+	h.es[i] = e
+	*h.index(e) = i
 }
 
 // set puts e in the heap, or moves it to where its time now belongs.
 func (h *entryHeap) set(e *keeperEntry) {
-	if i := *h.index(e); i >= 0 {
-		heap.Fix(h, i)
-		return
+	i := *h.index(e)
+	if i < 0 {
+		h.es = append(h.es, e)
+		i = len(h.es) - 1
+		*h.index(e) = i
 	}
-	heap.Push(h, e)
+	if !h.down(i) {
+		h.up(i)
+	}
 }
 
 func (h *entryHeap) remove(e *keeperEntry) {
-	if i := *h.index(e); i >= 0 {
-		heap.Remove(h, i)
+	i := *h.index(e)
+	if i < 0 {
+		return
+	}
+	last := len(h.es) - 1
+	*h.index(e) = -1
+	if i != last {
+		h.place(h.es[last], i)
+	}
+	h.es[last] = nil
+	h.es = h.es[:last]
+	if i != last && !h.down(i) {
+		h.up(i)
 	}
 }
 
-func (h *entryHeap) Len() int           { return len(h.es) }
-func (h *entryHeap) Less(i, j int) bool { return h.at(h.es[i]).Before(h.at(h.es[j])) }
-func (h *entryHeap) Swap(i, j int) {
-	h.es[i], h.es[j] = h.es[j], h.es[i]
-	*h.index(h.es[i]), *h.index(h.es[j]) = i, j
+func (h *entryHeap) up(i int) {
+	e := h.es[i]
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !h.less(e, h.es[parent]) {
+			break
+		}
+		h.place(h.es[parent], i)
+		i = parent
+	}
+	h.place(e, i)
 }
-func (h *entryHeap) Push(x any) {
-	e := x.(*keeperEntry)
-	*h.index(e) = len(h.es)
-	h.es = append(h.es, e)
-}
-func (h *entryHeap) Pop() any {
-	e := h.es[len(h.es)-1]
-	h.es[len(h.es)-1] = nil
-	*h.index(e) = -1
-	h.es = h.es[:len(h.es)-1]
-	return e
+
+// down sifts the entry at i towards the leaves and reports whether it moved.
+func (h *entryHeap) down(i int) bool {
+	e, start, n := h.es[i], i, len(h.es)
+	for {
+		child := 2*i + 1
+		if child >= n {
+			break
+		}
+		if right := child + 1; right < n && h.less(h.es[right], h.es[child]) {
+			child = right
+		}
+		if !h.less(h.es[child], e) {
+			break
+		}
+		h.place(h.es[child], i)
+		i = child
+	}
+	h.place(e, i)
+	return i > start
 }
