@@ -40,16 +40,16 @@ type KeeperOptions struct {
 	// renewing the lock first.
 	OnLost func(l *Lock, err error)
 	// OnAtRisk is called once per run of failed renewals of a lock, when a renewal of its current
-	// lease has been sent and has not succeeded (it failed, or it is still unanswered) and less than
-	// AtRiskMargin of its validity is left. err is the last transport error, or one saying the
-	// renewal is unanswered. It is the time to stop the work the lock protects, before Redis may
+	// lease is overdue (it failed, it is still unanswered, or it waits behind a round that is) and
+	// less than AtRiskMargin of its validity is left. err is the last transport error, or one
+	// saying why there is none yet. It is the time to stop the work the lock protects, before Redis may
 	// expire the key; a later successful renewal (OnRenew with nil) ends the run, and OnLost follows
 	// at ValidUntil if none comes.
 	OnAtRisk func(l *Lock, err error)
 	// AtRiskMargin is how long before a lock's validity ends OnAtRisk is called. Default: a third of
 	// the lock's lease, but at most half of the time between its scheduled renewal and the end of
 	// its lease, so a healthy lock is always renewed before its margin starts. A margin longer than
-	// that makes OnAtRisk fire as soon as a renewal is sent and before it is answered.
+	// that makes OnAtRisk fire whenever a renewal falls due, before it is answered.
 	AtRiskMargin time.Duration
 	// OnRenew is called after each renewal attempt that did not lose the lock, with nil on success
 	// or the transport error that will be retried. For metrics.
@@ -124,15 +124,23 @@ func (l *Lock) lease() (time.Duration, time.Time) {
 	return l.ttl, l.validUntil
 }
 
-// errUnanswered stands for the transport error of a renewal that has not come back yet.
-var errUnanswered = errors.New("renewal not answered yet")
+var (
+	// errUnanswered stands for the transport error of a renewal that has not come back yet.
+	errUnanswered = errors.New("renewal not answered yet")
+	// errNotSent stands for it when the renewal is due but waits for an earlier round to end.
+	errNotSent = errors.New("renewal due but not sent yet: an earlier round is still waiting for Redis")
+)
 
 // failure is the error that explains a run of failures.
 func (e *keeperEntry) failure() error {
-	if e.lastErr != nil {
+	switch {
+	case e.lastErr != nil:
 		return e.lastErr
+	case e.pending:
+		return errUnanswered
+	default:
+		return errNotSent
 	}
-	return errUnanswered
 }
 
 // watchTime is when the entry's validity must be looked at next: the start of its at-risk margin
@@ -354,10 +362,10 @@ func (k *Keeper) watchLocked(now time.Time, calls []callback) []callback {
 			calls = append(calls, callback{k.opts.OnLost, e.lock, err})
 			continue
 		case !now.Before(vu.Add(-e.margin)) && !e.warned:
-			if !e.pending {
-				// Inside the margin, but no renewal was sent yet (an interval longer than the lease
-				// minus the margin): look again at the end, or when one is sent.
-				e.watchAt = vu
+			if !e.pending && now.Before(e.due) {
+				// Inside the margin, but the renewal is not even due (an interval longer than the
+				// lease minus the margin): look again when it is.
+				e.watchAt = minTime(e.due, vu)
 				k.watch.set(e)
 				continue
 			}
@@ -368,6 +376,13 @@ func (k *Keeper) watchLocked(now time.Time, calls []callback) []callback {
 		k.watch.set(e)
 	}
 	return calls
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // round is one batch of renewals on its way to Redis.

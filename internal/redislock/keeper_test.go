@@ -552,3 +552,51 @@ func TestKeeperAtRiskThenRecovers(t *testing.T) {
 		t.Fatalf("lock key pttl %v, %v: want it alive", pttl, err)
 	}
 }
+
+// TestKeeperAtRiskBehindHungRound: a lock that falls due while the keeper's one round waits on a
+// blackholed Redis is never sent; it is still reported at risk inside its margin, and lost at its
+// ValidUntil.
+func TestKeeperAtRiskBehindHungRound(t *testing.T) {
+	c, p, _ := proxied(t)
+	lost := newLostRecorder()
+	var mu sync.Mutex
+	risky := map[*Lock]time.Time{}
+	riskErr := map[*Lock]error{}
+	k := c.NewKeeper(KeeperOptions{OnLost: lost.onLost, OnAtRisk: func(l *Lock, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		risky[l], riskErr[l] = time.Now(), err
+	}})
+	defer k.Stop()
+
+	// long is renewed first and its round waits for most of its 6s lease; short (2s) falls due
+	// meanwhile and has to wait behind it.
+	long := mustObtain(t, c, uniqueKey(t), 6*time.Second)
+	short := mustObtain(t, c, uniqueKey(t), 2*time.Second)
+	p.Blackhole()
+	if err := k.Add(long, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Add(short, 0); err != nil {
+		t.Fatal(err)
+	}
+	validUntil := short.ValidUntil()
+
+	got, err, lostAt := lost.wait(t, 5*time.Second)
+	if got != short || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("reported %v lost with %v, want the short lock with ErrLockLost", got.Key(), err)
+	}
+	if late := lostAt.Sub(validUntil); late < 0 || late > lossBound {
+		t.Fatalf("short lock reported lost %v after ValidUntil, want within [0, %v]", late, lossBound)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	at, ok := risky[short]
+	if !ok {
+		t.Fatal("short lock lost without OnAtRisk")
+	}
+	t.Logf("short lock at risk %v before ValidUntil: %v", validUntil.Sub(at), riskErr[short])
+	if !at.Before(validUntil) {
+		t.Fatalf("OnAtRisk %v after ValidUntil", at.Sub(validUntil))
+	}
+}
