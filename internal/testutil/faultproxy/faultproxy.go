@@ -8,6 +8,10 @@
 //
 // A mode change applies at once to the connections already open and to those accepted later, so a
 // client's warm pool is hit just like a fresh dial.
+//
+// Blackhole loses what it drops. For a partition whose segments arrive once it heals, as TCP
+// retransmission delivers them (and a stale command runs late), use Delay with a duration longer
+// than the partition, then Pass: held bytes are delivered at once, in order.
 package faultproxy
 
 import (
@@ -84,6 +88,8 @@ func (p *Proxy) Pass() { p.set(modePass, 0) }
 // partition does to a client that is not told: it sees only its own timeouts. New connections are
 // accepted and blackholed too. Dropped bytes are lost for good (unlike TCP retransmission after a
 // healed partition), so a client that timed out must discard its connection, as go-redis does.
+// The proxy still dials the target for a new connection and closes it if that fails, and a target
+// that closes its side closes the client's too.
 func (p *Proxy) Blackhole() { p.set(modeBlackhole, 0) }
 
 // Reset resets every open connection (RST, not FIN), and resets new ones at once until Pass or
