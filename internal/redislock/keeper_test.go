@@ -600,3 +600,27 @@ func TestKeeperAtRiskBehindHungRound(t *testing.T) {
 		t.Fatalf("OnAtRisk %v after ValidUntil", at.Sub(validUntil))
 	}
 }
+
+// TestKeeperIntervalFloor (issue 9 item 5): a lease too short for the renew floor is refused, and
+// so is a negative interval; a short interval on a long enough lease is raised, not refused (see
+// TestKeeperTinyIntervalDoesNotStarveOthers for its effect).
+func TestKeeperIntervalFloor(t *testing.T) {
+	c, _, _ := single(t)
+	k := c.NewKeeper(KeeperOptions{})
+	defer k.Stop()
+	for name, add := range map[string]func() error{
+		"lease at the floor": func() error { return k.Add(mustObtain(t, c, uniqueKey(t), MinRenewInterval), 0) },
+		"negative interval":  func() error { return k.Add(mustObtain(t, c, uniqueKey(t), time.Second), -time.Millisecond) },
+		"interval above ttl": func() error { return k.Add(mustObtain(t, c, uniqueKey(t), time.Second), 2*time.Second) },
+	} {
+		if err := add(); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if err := k.Add(mustObtain(t, c, uniqueKey(t), time.Minute), time.Nanosecond); err != nil {
+		t.Errorf("a 1ns interval on a 1m lease: %v, want it raised to the floor", err)
+	}
+	if n := k.Len(); n != 1 {
+		t.Errorf("keeper renews %d locks, want 1", n)
+	}
+}
