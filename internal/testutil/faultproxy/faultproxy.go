@@ -57,6 +57,7 @@ type Proxy struct {
 
 	// waiting counts chunks held back by a delay right now; tests poll it to know a delay bites.
 	waiting atomic.Int64
+	dropped atomic.Int64
 
 	wg sync.WaitGroup
 }
@@ -110,6 +111,10 @@ func (p *Proxy) Reset() {
 // Delay forwards with oneWay added in each direction, so a round trip grows by 2*oneWay. Order is
 // kept: each direction delivers its bytes in the order they were read.
 func (p *Proxy) Delay(oneWay time.Duration) { p.set(modePass, max(oneWay, 0)) }
+
+// Dropped returns how many bytes Blackhole has dropped so far, both ways. A test polls it to know
+// that a request is lost in the partition before it heals the partition or asserts on the outcome.
+func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
 
 // Close stops listening and closes every connection.
 func (p *Proxy) Close() error {
@@ -214,7 +219,9 @@ func (p *Proxy) pipe(pr *pair, src, dst *net.TCPConn) {
 		buf := make([]byte, chunkSize)
 		n, err := src.Read(buf)
 		if n > 0 {
-			if m, _, _ := p.state(); m != modeBlackhole {
+			if m, _, _ := p.state(); m == modeBlackhole {
+				p.dropped.Add(int64(n))
+			} else {
 				queue <- chunk{data: buf[:n], readAt: time.Now()}
 			}
 		}
@@ -232,6 +239,9 @@ func (p *Proxy) pipe(pr *pair, src, dst *net.TCPConn) {
 func (p *Proxy) deliver(pr *pair, queue <-chan chunk, dst *net.TCPConn) {
 	for c := range queue {
 		if !p.waitOut(pr, c) {
+			if m, _, _ := p.state(); m == modeBlackhole {
+				p.dropped.Add(int64(len(c.data)))
+			}
 			continue
 		}
 		if _, err := dst.Write(c.data); err != nil {
