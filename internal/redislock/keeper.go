@@ -25,6 +25,11 @@ const (
 	// sent. The rest of the validity is left for one retry on a new connection, for a connection
 	// that died silently.
 	roundShare = 0.75
+
+	// maxRounds bounds the rounds in flight at once. Rounds run one at a time while Redis answers
+	// promptly; once the latest has waited MinRenewInterval, locks falling due go out in another,
+	// on another connection, so one dead or slow connection does not hold back everyone's renewals.
+	maxRounds = 4
 )
 
 // KeeperOptions configures a Keeper. The zero value is usable.
@@ -67,9 +72,12 @@ type KeeperOptions struct {
 // not grow a goroutine per lock. Create it with Client.NewKeeper and Stop it when done; it never
 // releases locks itself.
 //
-// One round of renewals is in flight at a time, on a goroutine of its own, and the keeper goroutine
-// keeps time meanwhile: a lock whose validity ends is reported lost at that instant, whatever the
-// round is waiting for, and one whose renewal is overdue is reported at risk some margin before.
+// Each round of renewals runs on a goroutine of its own: one at a time while Redis answers
+// promptly, up to four at once when the latest has waited longer than MinRenewInterval, so a round
+// stuck on a dead connection does not hold back the other locks. The keeper goroutine keeps time
+// meanwhile: a lock whose validity ends is reported lost at that instant, whatever its round is
+// waiting for, and one whose renewal is overdue is reported at risk some margin before.
+//
 // A round waits for its answer as long as the validity of its most urgent lock allows (see
 // KeeperOptions.Timeout) rather than abandoning a slow connection: under high latency a fresh
 // go-redis connection costs two extra round trips (HELLO, CLIENT SETINFO) before the renewal. Give
@@ -86,7 +94,7 @@ type Keeper struct {
 	watch   entryHeap // every entry, by the next instant its validity must be looked at
 
 	wake    chan struct{}
-	results chan roundResult // capacity 1: one round in flight, so a round never blocks sending
+	results chan roundResult // capacity maxRounds, so a round never blocks sending
 	stopped chan struct{}
 	done    chan struct{}
 	stop    sync.Once
@@ -128,7 +136,7 @@ var (
 	// errUnanswered stands for the transport error of a renewal that has not come back yet.
 	errUnanswered = errors.New("renewal not answered yet")
 	// errNotSent stands for it when the renewal is due but waits for an earlier round to end.
-	errNotSent = errors.New("renewal due but not sent yet: an earlier round is still waiting for Redis")
+	errNotSent = errors.New("renewal due but not sent yet: the keeper's rounds are all waiting for Redis")
 )
 
 // failure is the error that explains a run of failures.
@@ -168,7 +176,7 @@ func (c *Client) NewKeeper(opts KeeperOptions) *Keeper {
 		entries: make(map[*Lock]*keeperEntry),
 		watch:   entryHeap{byWatch: true},
 		wake:    make(chan struct{}, 1),
-		results: make(chan roundResult, 1),
+		results: make(chan roundResult, maxRounds),
 		stopped: make(chan struct{}),
 		done:    make(chan struct{}),
 		ctx:     ctx,
@@ -290,33 +298,34 @@ func (k *Keeper) call(calls []callback) {
 	}
 }
 
-// run is the keeper goroutine: it looks at validities when they are due, starts a round when
-// locks are due and none is in flight, and settles the round when it comes back.
+// run is the keeper goroutine: it looks at validities when they are due, starts rounds for locks
+// that are due, and settles each round when it comes back.
 func (k *Keeper) run() {
 	defer close(k.done)
 	defer k.rounds.Wait()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	inFlight := false
+	var f flight
 	for {
 		// A round that came back while the timer fired is settled first: its answer may save a
 		// lock whose validity the watch is about to end.
 		select {
 		case r := <-k.results:
-			inFlight = false
+			f.inFlight--
 			k.call(k.settle(r))
 		default:
 		}
 		now := k.c.now()
 		k.mu.Lock()
 		calls := k.watchLocked(now, nil)
-		if !inFlight {
+		if f.mayStart(now) {
 			if r, ok := k.startRoundLocked(now); ok {
-				inFlight = true
+				f.inFlight++
+				f.lastStart = now
 				k.rounds.Go(func() { k.results <- k.renew(r) })
 			}
 		}
-		wait := k.nextWakeLocked(now, inFlight)
+		wait := k.nextWakeLocked(now, f)
 		k.mu.Unlock()
 		k.call(calls)
 
@@ -327,19 +336,46 @@ func (k *Keeper) run() {
 		case <-k.wake:
 		case <-timer.C:
 		case r := <-k.results:
-			inFlight = false
+			f.inFlight--
 			k.call(k.settle(r))
 		}
 	}
 }
 
-func (k *Keeper) nextWakeLocked(now time.Time, inFlight bool) time.Duration {
+// flight is what the keeper goroutine knows of its rounds in flight.
+type flight struct {
+	inFlight  int
+	lastStart time.Time
+}
+
+// startsAt is the earliest instant another round may start: at once when none is in flight, once
+// the latest has waited MinRenewInterval when some are, never when maxRounds are.
+func (f flight) startsAt() (time.Time, bool) {
+	switch {
+	case f.inFlight == 0:
+		return time.Time{}, true
+	case f.inFlight < maxRounds:
+		return f.lastStart.Add(MinRenewInterval), true
+	default:
+		return time.Time{}, false
+	}
+}
+
+func (f flight) mayStart(now time.Time) bool {
+	at, ok := f.startsAt()
+	return ok && !now.Before(at)
+}
+
+func (k *Keeper) nextWakeLocked(now time.Time, f flight) time.Duration {
 	wait := time.Hour
 	if len(k.watch.es) > 0 {
 		wait = min(wait, k.watch.es[0].watchAt.Sub(now))
 	}
-	if !inFlight && len(k.due.es) > 0 {
-		wait = min(wait, k.due.es[0].due.Sub(now))
+	if at, ok := f.startsAt(); ok && len(k.due.es) > 0 {
+		if due := k.due.es[0].due; due.After(at) {
+			at = due
+		}
+		wait = min(wait, at.Sub(now))
 	}
 	return max(wait, 0)
 }

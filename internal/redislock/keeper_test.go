@@ -553,9 +553,9 @@ func TestKeeperAtRiskThenRecovers(t *testing.T) {
 	}
 }
 
-// TestKeeperAtRiskBehindHungRound: a lock that falls due while the keeper's one round waits on a
-// blackholed Redis is never sent; it is still reported at risk inside its margin, and lost at its
-// ValidUntil.
+// TestKeeperAtRiskBehindHungRound: a lock that falls due while another lock's round waits on a
+// blackholed Redis is reported at risk inside its margin, and lost at its ValidUntil, whether it
+// went out in a round of its own or had to wait.
 func TestKeeperAtRiskBehindHungRound(t *testing.T) {
 	c, p, _ := proxied(t)
 	lost := newLostRecorder()
@@ -570,7 +570,7 @@ func TestKeeperAtRiskBehindHungRound(t *testing.T) {
 	defer k.Stop()
 
 	// long is renewed first and its round waits for most of its 6s lease; short (2s) falls due
-	// meanwhile and has to wait behind it.
+	// meanwhile.
 	long := mustObtain(t, c, uniqueKey(t), 6*time.Second)
 	short := mustObtain(t, c, uniqueKey(t), 2*time.Second)
 	p.Blackhole()
@@ -622,5 +622,47 @@ func TestKeeperIntervalFloor(t *testing.T) {
 	}
 	if n := k.Len(); n != 1 {
 		t.Errorf("keeper renews %d locks, want 1", n)
+	}
+}
+
+// TestKeeperDeadConnectionDoesNotHoldOthers: a round whose request was lost on a connection that
+// never answers (a partition that dropped it, then healed) waits for most of its lock's lease.
+// Redis answers again meanwhile, so locks falling due must go out on another connection instead
+// of waiting behind it and being lost.
+func TestKeeperDeadConnectionDoesNotHoldOthers(t *testing.T) {
+	c, p, _ := proxied(t)
+	rec := newLostRecorder()
+	var renewed renewCounter
+	var mu sync.Mutex
+	risky := map[*Lock]bool{}
+	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnRenew: renewed.onRenew, OnAtRisk: func(l *Lock, _ error) {
+		mu.Lock()
+		defer mu.Unlock()
+		risky[l] = true
+	}})
+	defer k.Stop()
+
+	long := mustObtain(t, c, uniqueKey(t), 6*time.Second)
+	short := mustObtain(t, c, uniqueKey(t), 2*time.Second)
+	p.Blackhole()
+	if err := k.Add(long, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the long lock's renewal lost in the partition", func() bool { return p.Dropped() > 0 })
+	p.Pass()
+	if err := k.Add(short, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// The long lock's own round waits on the dead connection until its budget ends, then it is
+	// renewed on a new one: it may be reported at risk meanwhile, but not lost.
+	eventually(t, 15*time.Second, "three renewals of the short lock and one of the long, or a loss", func() bool {
+		return rec.count() > 0 || (renewed.each([]*Lock{short}, 3) && renewed.each([]*Lock{long}, 1))
+	})
+	rec.noLoss(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if risky[short] {
+		t.Error("the short lock was reported at risk although Redis renewed it on time")
 	}
 }
