@@ -170,11 +170,13 @@ func (c *Client) NewKeeper(opts KeeperOptions) *Keeper {
 		opts.Timeout = defaultKeeperTimeout
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	epoch := c.now()
 	k := &Keeper{
 		c:       c,
 		opts:    opts,
 		entries: make(map[*Lock]*keeperEntry),
-		watch:   entryHeap{byWatch: true},
+		due:     entryHeap{epoch: epoch},
+		watch:   entryHeap{byWatch: true, epoch: epoch},
 		wake:    make(chan struct{}, 1),
 		results: make(chan roundResult, maxRounds),
 		stopped: make(chan struct{}),
@@ -368,11 +370,11 @@ func (f flight) mayStart(now time.Time) bool {
 
 func (k *Keeper) nextWakeLocked(now time.Time, f flight) time.Duration {
 	wait := time.Hour
-	if len(k.watch.es) > 0 {
-		wait = min(wait, k.watch.es[0].watchAt.Sub(now))
+	if e := k.watch.top(); e != nil {
+		wait = min(wait, e.watchAt.Sub(now))
 	}
-	if at, ok := f.startsAt(); ok && len(k.due.es) > 0 {
-		if due := k.due.es[0].due; due.After(at) {
+	if at, ok := f.startsAt(); ok && k.due.top() != nil {
+		if due := k.due.top().due; due.After(at) {
 			at = due
 		}
 		wait = min(wait, at.Sub(now))
@@ -383,8 +385,7 @@ func (k *Keeper) nextWakeLocked(now time.Time, f flight) time.Duration {
 // watchLocked acts on every entry whose watch time has come: a lock past its validity is lost,
 // an overdue one inside its margin is at risk.
 func (k *Keeper) watchLocked(now time.Time, calls []callback) []callback {
-	for len(k.watch.es) > 0 && !k.watch.es[0].watchAt.After(now) {
-		e := k.watch.es[0]
+	for e := k.watch.top(); e != nil && !e.watchAt.After(now); e = k.watch.top() {
 		if e.lock.state.Load() != stateHeld {
 			k.dropLocked(e) // released or found lost elsewhere: nothing to report
 			continue
@@ -441,8 +442,7 @@ type roundResult struct {
 func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
 	var r round
 	urgent := time.Time{}
-	for len(k.due.es) > 0 && len(r.batch) < k.opts.BatchSize {
-		e := k.due.es[0]
+	for e := k.due.top(); e != nil && len(r.batch) < k.opts.BatchSize; e = k.due.top() {
 		if e.due.Sub(now) > e.interval/8 {
 			break
 		}
@@ -591,18 +591,25 @@ func refreshPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock
 
 // entryHeap is a min-heap of entries by due time, or by watch time when byWatch; each entry keeps
 // its position in the heap (-1 when not in it). It is written out rather than built on
-// container/heap because a renewal moves an entry in both heaps, and the interface calls of
-// container/heap cost more than the renewal's share of the round trip.
+// container/heap, and keeps each entry's time beside its pointer as an offset from epoch, because a
+// renewal moves its lock in both heaps: interface calls and a cache miss per comparison would cost
+// more than the renewal's share of the round trip.
 type entryHeap struct {
-	es      []*keeperEntry
+	es      []heapItem
 	byWatch bool
+	epoch   time.Time
 }
 
-func (h *entryHeap) less(a, b *keeperEntry) bool {
+type heapItem struct {
+	at time.Duration // since the heap's epoch
+	e  *keeperEntry
+}
+
+func (h *entryHeap) key(e *keeperEntry) time.Duration {
 	if h.byWatch {
-		return a.watchAt.Before(b.watchAt)
+		return e.watchAt.Sub(h.epoch)
 	}
-	return a.due.Before(b.due)
+	return e.due.Sub(h.epoch)
 }
 
 func (h *entryHeap) index(e *keeperEntry) *int {
@@ -612,19 +619,28 @@ func (h *entryHeap) index(e *keeperEntry) *int {
 	return &e.dueIndex
 }
 
-func (h *entryHeap) place(e *keeperEntry, i int) {
-	h.es[i] = e
-	*h.index(e) = i
+// top returns the earliest entry, or nil.
+func (h *entryHeap) top() *keeperEntry {
+	if len(h.es) == 0 {
+		return nil
+	}
+	return h.es[0].e
+}
+
+func (h *entryHeap) place(it heapItem, i int) {
+	h.es[i] = it
+	*h.index(it.e) = i
 }
 
 // set puts e in the heap, or moves it to where its time now belongs.
 func (h *entryHeap) set(e *keeperEntry) {
+	it := heapItem{at: h.key(e), e: e}
 	i := *h.index(e)
 	if i < 0 {
-		h.es = append(h.es, e)
+		h.es = append(h.es, it)
 		i = len(h.es) - 1
-		*h.index(e) = i
 	}
+	h.place(it, i)
 	if !h.down(i) {
 		h.up(i)
 	}
@@ -640,7 +656,7 @@ func (h *entryHeap) remove(e *keeperEntry) {
 	if i != last {
 		h.place(h.es[last], i)
 	}
-	h.es[last] = nil
+	h.es[last] = heapItem{}
 	h.es = h.es[:last]
 	if i != last && !h.down(i) {
 		h.up(i)
@@ -648,35 +664,35 @@ func (h *entryHeap) remove(e *keeperEntry) {
 }
 
 func (h *entryHeap) up(i int) {
-	e := h.es[i]
+	it := h.es[i]
 	for i > 0 {
 		parent := (i - 1) / 2
-		if !h.less(e, h.es[parent]) {
+		if it.at >= h.es[parent].at {
 			break
 		}
 		h.place(h.es[parent], i)
 		i = parent
 	}
-	h.place(e, i)
+	h.place(it, i)
 }
 
-// down sifts the entry at i towards the leaves and reports whether it moved.
+// down sifts the item at i towards the leaves and reports whether it moved.
 func (h *entryHeap) down(i int) bool {
-	e, start, n := h.es[i], i, len(h.es)
+	it, start, n := h.es[i], i, len(h.es)
 	for {
 		child := 2*i + 1
 		if child >= n {
 			break
 		}
-		if right := child + 1; right < n && h.less(h.es[right], h.es[child]) {
+		if right := child + 1; right < n && h.es[right].at < h.es[child].at {
 			child = right
 		}
-		if !h.less(h.es[child], e) {
+		if h.es[child].at >= it.at {
 			break
 		}
 		h.place(h.es[child], i)
 		i = child
 	}
-	h.place(e, i)
+	h.place(it, i)
 	return i > start
 }

@@ -12,7 +12,7 @@ func TestKeeperHeapOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	base := time.Now()
 	for _, byWatch := range []bool{false, true} {
-		h := &entryHeap{byWatch: byWatch}
+		h := &entryHeap{byWatch: byWatch, epoch: base}
 		in := map[*keeperEntry]bool{}
 		var all []*keeperEntry
 		for range 200 {
@@ -32,16 +32,16 @@ func TestKeeperHeapOrder(t *testing.T) {
 			if len(h.es) != len(in) {
 				t.Fatalf("step %d: heap holds %d entries, want %d", step, len(h.es), len(in))
 			}
-			for i, x := range h.es {
-				if *h.index(x) != i || !in[x] {
-					t.Fatalf("step %d: entry at %d records position %d", step, i, *h.index(x))
+			for i, it := range h.es {
+				if *h.index(it.e) != i || !in[it.e] || it.at != h.key(it.e) {
+					t.Fatalf("step %d: entry at %d records position %d", step, i, *h.index(it.e))
 				}
-				if i > 0 && h.less(x, h.es[(i-1)/2]) {
+				if i > 0 && it.at < h.es[(i-1)/2].at {
 					t.Fatalf("step %d: entry at %d is earlier than its parent", step, i)
 				}
 			}
 			for x := range in {
-				if len(h.es) > 0 && h.less(x, h.es[0]) {
+				if h.key(x) < h.key(h.top()) {
 					t.Fatalf("step %d: top is not the earliest entry", step)
 				}
 			}
