@@ -446,11 +446,15 @@ func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
 		if e.due.Sub(now) > e.interval/8 {
 			break
 		}
-		k.due.remove(e)
-		e.pending = true
 		// Leases are read once: a lock's lease changes only through Refresh, and a renewal must be
 		// judged by the lease it asked for.
 		ttl, vu := e.lock.lease()
+		if vu.IsZero() {
+			k.dropLocked(e) // released without Remove, or lost: nothing to renew or report
+			continue
+		}
+		k.due.remove(e)
+		e.pending = true
 		if w := e.watchTime(vu); !w.Equal(e.watchAt) {
 			e.watchAt = w
 			k.watch.set(e)
