@@ -83,5 +83,7 @@
 // Keeper renews many locks from one goroutine: locks that are due together go to Redis in one
 // pipeline per node, so 10,000 locks cost a few round trips, not 10,000. A renewal that finds the
 // lock gone or taken reports ErrLockLost at once; one that failed in transport is retried until the
-// lock's validity runs out, and only then counts as lost.
+// lock's validity runs out, and only then counts as lost. The loss is reported at the lock's
+// ValidUntil even while a renewal is still waiting for Redis, and KeeperOptions.OnAtRisk warns a
+// margin before it, so the holder can stop its work before Redis may expire the key.
 package redislock

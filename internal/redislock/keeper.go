@@ -1,7 +1,6 @@
 package redislock
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -14,50 +13,152 @@ import (
 const (
 	defaultKeeperBatch   = 1000
 	defaultKeeperTimeout = 5 * time.Second
+
+	// MinRenewInterval is the shortest renew interval a Keeper uses; Add raises shorter ones to it
+	// (and to a hundredth of the lease). A lock renewed more often buys no safety and, batched with
+	// other tenants' locks, would only load Redis and the keeper on their account.
+	MinRenewInterval = 100 * time.Millisecond
+
+	// roundShare is the share of the most urgent lock's remaining validity that one round may wait
+	// for its answer. Waiting long keeps a slow but live connection: go-redis discards a connection
+	// whose read timed out, and a fresh one costs two more round trips before the renewal is even
+	// sent. The rest of the validity is left for one retry on a new connection, for a connection
+	// that died silently.
+	roundShare = 0.75
+
+	// maxRounds bounds the rounds in flight at once. Rounds run one at a time while Redis answers
+	// promptly; once the latest has waited MinRenewInterval, locks falling due go out in another,
+	// on another connection, so one dead or slow connection does not hold back everyone's renewals.
+	maxRounds = 4
 )
 
 // KeeperOptions configures a Keeper. The zero value is usable.
+//
+// The callbacks run one at a time on the keeper's goroutine, which also renews every other lock
+// and times every loss: they must return at once (hand the work to another goroutine or a
+// buffered channel). They may call Add and Remove.
 type KeeperOptions struct {
 	// OnLost is called once for each lock the keeper finds lost: gone or taken in Redis
-	// (ErrLockLost), or not renewable in time because Redis did not answer (ErrLockLost wrapping
-	// the transport error). The keeper stops renewing the lock first. It runs on the keeper's
-	// goroutine: hand the work off, don't block.
+	// (ErrLockLost), or not renewed before its validity ended because Redis did not answer in time
+	// (ErrLockLost wrapping the last transport error). It is called at ValidUntil even while a
+	// renewal is still waiting for its answer, not when that renewal gives up. The keeper stops
+	// renewing the lock first.
 	OnLost func(l *Lock, err error)
+	// OnAtRisk is called once per run of failed renewals of a lock, when a renewal of its current
+	// lease is overdue (it failed, it is still unanswered, or it waits behind a round that is) and
+	// less than AtRiskMargin of its validity is left. err is the last transport error, or one
+	// saying why there is none yet. It is the time to stop the work the lock protects, before Redis may
+	// expire the key; a later successful renewal (OnRenew with nil) ends the run, and OnLost follows
+	// at ValidUntil if none comes.
+	OnAtRisk func(l *Lock, err error)
+	// AtRiskMargin is how long before a lock's validity ends OnAtRisk is called. Default: a third of
+	// the lock's lease, but at most half of the time between its scheduled renewal and the end of
+	// its lease, so a healthy lock is always renewed before its margin starts. A margin longer than
+	// that makes OnAtRisk fire whenever a renewal falls due, before it is answered.
+	AtRiskMargin time.Duration
 	// OnRenew is called after each renewal attempt that did not lose the lock, with nil on success
-	// or the transport error that will be retried. For metrics; same rules as OnLost.
+	// or the transport error that will be retried. For metrics.
 	OnRenew func(l *Lock, err error)
 	// BatchSize caps the renewals sent in one pipeline (default 1000).
 	BatchSize int
-	// Timeout bounds one round of renewals (default 5s, and never longer than the shortest renew
-	// interval in the round).
+	// Timeout caps how long one round of renewals waits for Redis (default 5s). Within the cap a
+	// round waits for three quarters of the remaining validity of its most urgent lock, and never
+	// less than MinRenewInterval.
 	Timeout time.Duration
 }
 
-// Keeper renews held locks on schedule from a single goroutine. Locks that fall due together go to
+// Keeper renews held locks on schedule from one goroutine. Locks that fall due together go to
 // each Redis node in one pipeline, so the cost per renewal is a fraction of a round trip and does
 // not grow a goroutine per lock. Create it with Client.NewKeeper and Stop it when done; it never
 // releases locks itself.
+//
+// Each round of renewals runs on a goroutine of its own: one at a time while Redis answers
+// promptly, up to four at once when the latest has waited longer than MinRenewInterval, so a round
+// stuck on a dead connection does not hold back the other locks. The keeper goroutine keeps time
+// meanwhile: a lock whose validity ends is reported lost at that instant, whatever its round is
+// waiting for, and one whose renewal is overdue is reported at risk some margin before.
+//
+// A round waits for its answer as long as the validity of its most urgent lock allows (see
+// KeeperOptions.Timeout) rather than abandoning a slow connection: under high latency a fresh
+// go-redis connection costs two extra round trips (HELLO, CLIENT SETINFO) before the renewal. Give
+// the keeper's Redis client ContextTimeoutEnabled (or a round can outlive its budget by the
+// client's ReadTimeout), and consider MinIdleConns of 2 or more, so a connection lost to a fault
+// is replaced in the background, and DisableIdentity, which saves one of those round trips.
 type Keeper struct {
 	c    *Client
 	opts KeeperOptions
 
 	mu      sync.Mutex
 	entries map[*Lock]*keeperEntry
-	queue   keeperQueue
+	due     entryHeap // entries waiting for their next renewal, by due time
+	watch   entryHeap // every entry, by the next instant its validity must be looked at
 
 	wake    chan struct{}
+	results chan roundResult // capacity maxRounds, so a round never blocks sending
 	stopped chan struct{}
 	done    chan struct{}
 	stop    sync.Once
 	ctx     context.Context
 	cancel  context.CancelFunc
+	rounds  sync.WaitGroup
 }
 
 type keeperEntry struct {
 	lock     *Lock
 	interval time.Duration
+	margin   time.Duration // at-risk margin
 	due      time.Time
-	index    int // position in the queue, -1 while a renewal is in flight
+	dueIndex int // position in Keeper.due, -1 while a renewal is in flight
+
+	watchAt    time.Time
+	watchIndex int // position in Keeper.watch
+
+	// pending: a renewal of the current lease was sent and has not succeeded yet.
+	pending bool
+	// warned: OnAtRisk was called for this run of failures.
+	warned  bool
+	lastErr error // the last transport error of this run of failures
+}
+
+// lease reads the lock's lease length and validity under one lock of its mutex. The validity is
+// zero once the lock is no longer held, as with ValidUntil.
+func (l *Lock) lease() (time.Duration, time.Time) {
+	held := l.state.Load() == stateHeld
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !held {
+		return l.ttl, time.Time{}
+	}
+	return l.ttl, l.validUntil
+}
+
+var (
+	// errUnanswered stands for the transport error of a renewal that has not come back yet.
+	errUnanswered = errors.New("renewal not answered yet")
+	// errNotSent stands for it when the renewal is due but waits for an earlier round to end.
+	errNotSent = errors.New("renewal due but not sent yet: the keeper's rounds are all waiting for Redis")
+)
+
+// failure is the error that explains a run of failures.
+func (e *keeperEntry) failure() error {
+	switch {
+	case e.lastErr != nil:
+		return e.lastErr
+	case e.pending:
+		return errUnanswered
+	default:
+		return errNotSent
+	}
+}
+
+// watchTime is when the entry's validity must be looked at next: the start of its at-risk margin
+// until OnAtRisk was called, then its end. A healthy lock is renewed before its margin starts, so
+// its watch never fires and a renewal moves it once.
+func (e *keeperEntry) watchTime(vu time.Time) time.Time {
+	if e.warned {
+		return vu
+	}
+	return vu.Add(-e.margin)
 }
 
 // NewKeeper starts a keeper for locks obtained from c.
@@ -69,11 +170,15 @@ func (c *Client) NewKeeper(opts KeeperOptions) *Keeper {
 		opts.Timeout = defaultKeeperTimeout
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	epoch := c.now()
 	k := &Keeper{
 		c:       c,
 		opts:    opts,
 		entries: make(map[*Lock]*keeperEntry),
+		due:     entryHeap{epoch: epoch},
+		watch:   entryHeap{byWatch: true, epoch: epoch},
 		wake:    make(chan struct{}, 1),
+		results: make(chan roundResult, maxRounds),
 		stopped: make(chan struct{}),
 		done:    make(chan struct{}),
 		ctx:     ctx,
@@ -83,7 +188,8 @@ func (c *Client) NewKeeper(opts KeeperOptions) *Keeper {
 	return k
 }
 
-// Add starts renewing l every interval (0 means a third of its lease). The interval must be
+// Add starts renewing l every interval (0 means a third of its lease). An interval below
+// MinRenewInterval or a hundredth of the lease is raised to that floor; the interval must then be
 // shorter than the lease. Adding a lock twice updates its interval.
 func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 	if l == nil || l.state.Load() != stateHeld {
@@ -93,11 +199,19 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 		return invalidf("lock %s belongs to another client", l.key)
 	}
 	ttl := l.LeaseTTL()
+	if interval < 0 {
+		return invalidf("renew interval %v for lock %s: must not be negative", interval, l.key)
+	}
 	if interval == 0 {
 		interval = ttl / 3
 	}
-	if interval <= 0 || interval >= ttl {
-		return invalidf("renew interval %v for lock %s: must be positive and shorter than the lease %v", interval, l.key, ttl)
+	interval = max(interval, MinRenewInterval, ttl/100)
+	if interval >= ttl {
+		return invalidf("renew interval %v for lock %s (at least %v): must be shorter than the lease %v", interval, l.key, MinRenewInterval, ttl)
+	}
+	margin := k.opts.AtRiskMargin
+	if margin <= 0 {
+		margin = min(ttl/3, (ttl-interval)/2)
 	}
 	// Schedule from the lock's last grant, not from now, so a lock that was obtained a while ago
 	// (or re-adopted) is renewed in time.
@@ -110,17 +224,19 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 		return errors.New("redislock: keeper stopped")
 	default:
 	}
-	if e, ok := k.entries[l]; ok {
-		e.interval = interval
-		if e.index >= 0 {
-			e.due = due
-			heap.Fix(&k.queue, e.index)
-		}
-	} else {
-		e := &keeperEntry{lock: l, interval: interval, due: due}
+	e, ok := k.entries[l]
+	if !ok {
+		e = &keeperEntry{lock: l, dueIndex: -1, watchIndex: -1}
 		k.entries[l] = e
-		heap.Push(&k.queue, e)
 	}
+	e.interval, e.margin = interval, margin
+	// A lock in flight (out of the due heap) is rescheduled by its round's outcome.
+	if !ok || e.dueIndex >= 0 {
+		e.due = due
+		k.due.set(e)
+	}
+	e.watchAt = e.watchTime(l.ValidUntil())
+	k.watch.set(e)
 	k.poke()
 	return nil
 }
@@ -131,14 +247,10 @@ func (k *Keeper) Remove(l *Lock) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	e, ok := k.entries[l]
-	if !ok {
-		return false
+	if ok {
+		k.dropLocked(e)
 	}
-	delete(k.entries, l)
-	if e.index >= 0 {
-		heap.Remove(&k.queue, e.index)
-	}
-	return true
+	return ok
 }
 
 // Len returns the number of locks being renewed.
@@ -167,124 +279,251 @@ func (k *Keeper) poke() {
 	}
 }
 
+func (k *Keeper) dropLocked(e *keeperEntry) {
+	delete(k.entries, e.lock)
+	k.due.remove(e)
+	k.watch.remove(e)
+}
+
+// callback is one call of an OnXxx option, made after the keeper's mutex is released.
+type callback struct {
+	fn  func(*Lock, error)
+	l   *Lock
+	err error
+}
+
+func (k *Keeper) call(calls []callback) {
+	for _, c := range calls {
+		if c.fn != nil {
+			c.fn(c.l, c.err)
+		}
+	}
+}
+
+// run is the keeper goroutine: it looks at validities when they are due, starts rounds for locks
+// that are due, and settles each round when it comes back.
 func (k *Keeper) run() {
 	defer close(k.done)
+	defer k.rounds.Wait()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var f flight
 	for {
-		wait := k.untilNextDue()
+		// A round that came back while the timer fired is settled first: its answer may save a
+		// lock whose validity the watch is about to end.
+		select {
+		case r := <-k.results:
+			f.inFlight--
+			k.call(k.settle(r))
+		default:
+		}
+		now := k.c.now()
+		k.mu.Lock()
+		calls := k.watchLocked(now, nil)
+		if f.mayStart(now) {
+			if r, ok := k.startRoundLocked(now); ok {
+				f.inFlight++
+				f.lastStart = now
+				k.rounds.Go(func() { k.results <- k.renew(r) })
+			}
+		}
+		wait := k.nextWakeLocked(now, f)
+		k.mu.Unlock()
+		k.call(calls)
+
 		timer.Reset(wait)
 		select {
 		case <-k.stopped:
 			return
 		case <-k.wake:
-			continue
 		case <-timer.C:
-		}
-		for batch := k.takeDue(); len(batch) > 0; batch = k.takeDue() {
-			k.renew(batch)
+		case r := <-k.results:
+			f.inFlight--
+			k.call(k.settle(r))
 		}
 	}
 }
 
-func (k *Keeper) untilNextDue() time.Duration {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if len(k.queue) == 0 {
-		return time.Hour
-	}
-	return max(k.queue[0].due.Sub(k.c.now()), 0)
+// flight is what the keeper goroutine knows of its rounds in flight.
+type flight struct {
+	inFlight  int
+	lastStart time.Time
 }
 
-// takeDue pops up to BatchSize locks that are due. A lock due within an eighth of its interval goes
-// along too: renewing a little early costs nothing and folds near-simultaneous locks into one
-// pipeline.
-func (k *Keeper) takeDue() []*keeperEntry {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	now := k.c.now()
-	var batch []*keeperEntry
-	for len(k.queue) > 0 && len(batch) < k.opts.BatchSize {
-		e := k.queue[0]
+// startsAt is the earliest instant another round may start: at once when none is in flight, once
+// the latest has waited MinRenewInterval when some are, never when maxRounds are.
+func (f flight) startsAt() (time.Time, bool) {
+	switch {
+	case f.inFlight == 0:
+		return time.Time{}, true
+	case f.inFlight < maxRounds:
+		return f.lastStart.Add(MinRenewInterval), true
+	default:
+		return time.Time{}, false
+	}
+}
+
+func (f flight) mayStart(now time.Time) bool {
+	at, ok := f.startsAt()
+	return ok && !now.Before(at)
+}
+
+func (k *Keeper) nextWakeLocked(now time.Time, f flight) time.Duration {
+	wait := time.Hour
+	if e := k.watch.top(); e != nil {
+		wait = min(wait, e.watchAt.Sub(now))
+	}
+	if at, ok := f.startsAt(); ok && k.due.top() != nil {
+		if due := k.due.top().due; due.After(at) {
+			at = due
+		}
+		wait = min(wait, at.Sub(now))
+	}
+	return max(wait, 0)
+}
+
+// watchLocked acts on every entry whose watch time has come: a lock past its validity is lost,
+// an overdue one inside its margin is at risk.
+func (k *Keeper) watchLocked(now time.Time, calls []callback) []callback {
+	for e := k.watch.top(); e != nil && !e.watchAt.After(now); e = k.watch.top() {
+		if e.lock.state.Load() != stateHeld {
+			k.dropLocked(e) // released or found lost elsewhere: nothing to report
+			continue
+		}
+		vu := e.lock.ValidUntil()
+		switch {
+		case !now.Before(vu):
+			e.lock.markLost()
+			k.dropLocked(e)
+			err := fmt.Errorf("%w: not renewed within its validity: %w", ErrLockLost, e.failure())
+			calls = append(calls, callback{k.opts.OnLost, e.lock, err})
+			continue
+		case !now.Before(vu.Add(-e.margin)) && !e.warned:
+			if !e.pending && now.Before(e.due) {
+				// Inside the margin, but the renewal is not even due (an interval longer than the
+				// lease minus the margin): look again when it is.
+				e.watchAt = minTime(e.due, vu)
+				k.watch.set(e)
+				continue
+			}
+			e.warned = true
+			calls = append(calls, callback{k.opts.OnAtRisk, e.lock, e.failure()})
+		}
+		e.watchAt = e.watchTime(vu)
+		k.watch.set(e)
+	}
+	return calls
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// round is one batch of renewals on its way to Redis.
+type round struct {
+	batch  []*keeperEntry
+	locks  []*Lock
+	ttls   []time.Duration
+	budget time.Duration
+}
+
+type roundResult struct {
+	round
+	start, end time.Time
+	tallies    []tally
+}
+
+// startRoundLocked takes up to BatchSize locks that are due and prepares their round. A lock due
+// within an eighth of its interval goes along too: renewing a little early costs nothing and
+// folds near-simultaneous locks into one pipeline.
+func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
+	var r round
+	urgent := time.Time{}
+	for e := k.due.top(); e != nil && len(r.batch) < k.opts.BatchSize; e = k.due.top() {
 		if e.due.Sub(now) > e.interval/8 {
 			break
 		}
-		heap.Pop(&k.queue)
-		batch = append(batch, e)
+		// Leases are read once: a lock's lease changes only through Refresh, and a renewal must be
+		// judged by the lease it asked for.
+		ttl, vu := e.lock.lease()
+		if vu.IsZero() {
+			k.dropLocked(e) // released without Remove, or lost: nothing to renew or report
+			continue
+		}
+		k.due.remove(e)
+		e.pending = true
+		if w := e.watchTime(vu); !w.Equal(e.watchAt) {
+			e.watchAt = w
+			k.watch.set(e)
+		}
+		r.batch, r.locks, r.ttls = append(r.batch, e), append(r.locks, e.lock), append(r.ttls, ttl)
+		if urgent.IsZero() || vu.Before(urgent) {
+			urgent = vu
+		}
 	}
-	return batch
+	if len(r.batch) == 0 {
+		return r, false
+	}
+	// Budget by the lease, not by anyone's interval: a lock with a tiny interval must not shrink
+	// the wait of the locks batched with it.
+	r.budget = max(min(time.Duration(float64(urgent.Sub(now))*roundShare), k.opts.Timeout), MinRenewInterval)
+	return r, true
 }
 
-// renew refreshes one batch and reschedules or drops each lock by its outcome.
-func (k *Keeper) renew(batch []*keeperEntry) {
-	timeout := k.opts.Timeout
-	locks := make([]*Lock, 0, len(batch))
-	for _, e := range batch {
-		timeout = min(timeout, e.interval)
-		locks = append(locks, e.lock)
-	}
-	ctx, cancel := context.WithTimeout(k.ctx, timeout)
+// renew sends one round; it runs on its own goroutine and touches no keeper state.
+func (k *Keeper) renew(r round) roundResult {
+	ctx, cancel := context.WithTimeout(k.ctx, r.budget)
 	defer cancel()
-
-	// Leases are read once: a lock's lease changes only through Refresh, and a renewal must be judged
-	// by the lease it asked for.
-	ttls := make([]time.Duration, len(locks))
-	for i, l := range locks {
-		ttls[i] = l.LeaseTTL()
-	}
 	start := k.c.now()
-	tallies := k.c.refreshPipelined(ctx, locks, ttls)
-	now := k.c.now()
+	tallies := k.c.refreshPipelined(ctx, r.locks, r.ttls)
+	return roundResult{round: r, start: start, end: k.c.now(), tallies: tallies}
+}
 
-	var lost, renewed []*keeperEntry
-	var lostErrs, renewErrs []error
+// settle reschedules or drops each lock of a finished round by its outcome.
+func (k *Keeper) settle(r roundResult) []callback {
+	calls := make([]callback, 0, len(r.batch))
 	k.mu.Lock()
-	for i, e := range batch {
+	defer k.mu.Unlock()
+	for i, e := range r.batch {
 		if k.entries[e.lock] != e {
-			continue // removed while in flight
+			continue // removed, or reported lost at ValidUntil, while in flight
 		}
 		if e.lock.state.Load() != stateHeld {
-			delete(k.entries, e.lock)
+			k.dropLocked(e)
 			continue
 		}
-		err := e.lock.settleRefresh(tallies[i], start, now, ttls[i])
+		err := e.lock.settleRefresh(r.tallies[i], r.start, r.end, r.ttls[i])
+		_, vu := e.lock.lease()
 		switch {
 		case err == nil:
-			e.due = start.Add(e.interval)
+			e.pending, e.warned, e.lastErr = false, false, nil
+			e.due = r.start.Add(e.interval)
 		case errors.Is(err, ErrLockLost):
 		default:
-			validUntil := e.lock.ValidUntil()
-			if left := validUntil.Sub(now); left > 0 {
-				// Transport trouble: try again soon, well before the lease runs out.
-				e.due = now.Add(max(min(e.interval/4, left/2), time.Millisecond))
+			left := vu.Sub(r.end)
+			if left <= 0 {
+				e.lock.markLost()
+				err = fmt.Errorf("%w: renewal failed until the lease ran out: %w", ErrLockLost, err)
 				break
 			}
-			e.lock.markLost()
-			err = fmt.Errorf("%w: renewal failed until the lease ran out: %w", ErrLockLost, err)
+			// Transport trouble: try again soon, well before the lease runs out.
+			e.lastErr = err
+			e.due = r.end.Add(max(min(e.interval/4, left/4), time.Millisecond))
 		}
 		if errors.Is(err, ErrLockLost) {
-			delete(k.entries, e.lock)
-			lost = append(lost, e)
-			lostErrs = append(lostErrs, err)
+			k.dropLocked(e)
+			calls = append(calls, callback{k.opts.OnLost, e.lock, err})
 			continue
 		}
-		heap.Push(&k.queue, e)
-		renewed = append(renewed, e)
-		renewErrs = append(renewErrs, err)
+		k.due.set(e)
+		e.watchAt = e.watchTime(vu)
+		k.watch.set(e)
+		calls = append(calls, callback{k.opts.OnRenew, e.lock, err})
 	}
-	k.mu.Unlock()
-
-	// Callbacks run outside the mutex, so they may call Add or Remove.
-	if k.opts.OnRenew != nil {
-		for i, e := range renewed {
-			k.opts.OnRenew(e.lock, renewErrs[i])
-		}
-	}
-	if k.opts.OnLost != nil {
-		for i, e := range lost {
-			k.opts.OnLost(e.lock, lostErrs[i])
-		}
-	}
+	return calls
 }
 
 // refreshPipelined sends a refresh for every lock to every node, one pipeline per node, and tallies
@@ -313,17 +552,27 @@ func (c *Client) refreshPipelined(ctx context.Context, locks []*Lock, ttls []tim
 }
 
 // refreshPipeline runs refresh.lua for each lock in one pipeline on one node. EVALSHA in a pipeline
-// cannot fall back to EVAL per command, so a server that lost its script cache (a restart) gets the
-// script loaded and the pipeline sent once more.
+// cannot fall back to EVAL per command, so on a plain client the pipeline starts with SCRIPT LOAD
+// (a hash lookup when the server knows the script): a server that lost its script cache (a
+// restart, a failover) costs no extra round trip, which matters when the round trip is slow. A
+// cluster client routes a keyless command to one node only, so there a NOSCRIPT reply gets the
+// script loaded everywhere and the pipeline sent once more.
 func refreshPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock, ttls []time.Duration) ([]nodeReply, error) {
+	_, plain := n.(*redis.Client)
 	for attempt := 0; ; attempt++ {
 		cmds, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if plain {
+				p.ScriptLoad(ctx, refreshSrc)
+			}
 			for i, l := range locks {
 				scriptRefresh.EvalSha(ctx, p, l.keys.lockMeta(), l.token, ttls[i].Milliseconds())
 			}
 			return nil
 		})
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+		if plain && len(cmds) > 0 {
+			cmds = cmds[1:]
+		}
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 && !plain {
 			if lerr := scriptRefresh.Load(ctx, n).Err(); lerr != nil {
 				return nil, fmt.Errorf("load refresh script: %w", lerr)
 			}
@@ -344,25 +593,110 @@ func refreshPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock
 	}
 }
 
-// keeperQueue is a min-heap of entries by due time.
-type keeperQueue []*keeperEntry
+// entryHeap is a min-heap of entries by due time, or by watch time when byWatch; each entry keeps
+// its position in the heap (-1 when not in it). It is written out rather than built on
+// container/heap, and keeps each entry's time beside its pointer as an offset from epoch, because a
+// renewal moves its lock in both heaps: interface calls and a cache miss per comparison would cost
+// more than the renewal's share of the round trip.
+type entryHeap struct {
+	es      []heapItem
+	byWatch bool
+	epoch   time.Time
+}
 
-func (q keeperQueue) Len() int           { return len(q) }
-func (q keeperQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
-func (q keeperQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
+type heapItem struct {
+	at time.Duration // since the heap's epoch
+	e  *keeperEntry
 }
-func (q *keeperQueue) Push(x any) {
-	e := x.(*keeperEntry)
-	e.index = len(*q)
-	*q = append(*q, e)
+
+func (h *entryHeap) key(e *keeperEntry) time.Duration {
+	if h.byWatch {
+		return e.watchAt.Sub(h.epoch)
+	}
+	return e.due.Sub(h.epoch)
 }
-func (q *keeperQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	e.index = -1
-	*q = old[:len(old)-1]
-	return e
+
+func (h *entryHeap) index(e *keeperEntry) *int {
+	if h.byWatch {
+		return &e.watchIndex
+	}
+	return &e.dueIndex
+}
+
+// top returns the earliest entry, or nil.
+func (h *entryHeap) top() *keeperEntry {
+	if len(h.es) == 0 {
+		return nil
+	}
+	return h.es[0].e
+}
+
+func (h *entryHeap) place(it heapItem, i int) {
+	h.es[i] = it
+	*h.index(it.e) = i
+}
+
+// set puts e in the heap, or moves it to where its time now belongs.
+func (h *entryHeap) set(e *keeperEntry) {
+	it := heapItem{at: h.key(e), e: e}
+	i := *h.index(e)
+	if i < 0 {
+		h.es = append(h.es, it)
+		i = len(h.es) - 1
+	}
+	h.place(it, i)
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h *entryHeap) remove(e *keeperEntry) {
+	i := *h.index(e)
+	if i < 0 {
+		return
+	}
+	last := len(h.es) - 1
+	*h.index(e) = -1
+	if i != last {
+		h.place(h.es[last], i)
+	}
+	h.es[last] = heapItem{}
+	h.es = h.es[:last]
+	if i != last && !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h *entryHeap) up(i int) {
+	it := h.es[i]
+	for i > 0 {
+		parent := (i - 1) / 2
+		if it.at >= h.es[parent].at {
+			break
+		}
+		h.place(h.es[parent], i)
+		i = parent
+	}
+	h.place(it, i)
+}
+
+// down sifts the item at i towards the leaves and reports whether it moved.
+func (h *entryHeap) down(i int) bool {
+	it, start, n := h.es[i], i, len(h.es)
+	for {
+		child := 2*i + 1
+		if child >= n {
+			break
+		}
+		if right := child + 1; right < n && h.es[right].at < h.es[child].at {
+			child = right
+		}
+		if h.es[child].at >= it.at {
+			break
+		}
+		h.place(h.es[child], i)
+		i = child
+	}
+	h.place(it, i)
+	return i > start
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	. "github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
 // lostRecorder collects OnLost calls with the time they happened.
@@ -244,5 +246,423 @@ func TestKeeperReloadsScriptsAfterRestart(t *testing.T) {
 	case lost := <-rec.ch:
 		t.Fatalf("%s reported lost: %v", lost.Key(), rec.lost[lost])
 	default:
+	}
+}
+
+// proxied starts a real redis-server behind a fault proxy and returns a lock client that talks
+// through the proxy, plus a direct client for looking at Redis without the fault.
+func proxied(t *testing.T, opts ...Option) (*Client, *faultproxy.Proxy, *redis.Client) {
+	t.Helper()
+	srv := redisserver.Start(t)
+	p, err := faultproxy.Start(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	rc := redis.NewClient(&redis.Options{
+		Addr:                  p.Addr(),
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		DialTimeout:           5 * time.Second,
+		ReadTimeout:           5 * time.Second,
+		WriteTimeout:          5 * time.Second,
+	})
+	t.Cleanup(func() { _ = rc.Close() })
+	c, err := New(rc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, p, srv.Client(t)
+}
+
+func (r *lostRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.lost)
+}
+
+// renewCounter counts successful renewals per lock.
+type renewCounter struct {
+	mu sync.Mutex
+	n  map[*Lock]int
+}
+
+func (r *renewCounter) onRenew(l *Lock, err error) {
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[*Lock]int{}
+	}
+	r.n[l]++
+}
+
+func (r *renewCounter) count(l *Lock) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[l]
+}
+
+// each reports whether every lock in locks was renewed at least n times.
+func (r *renewCounter) each(locks []*Lock, n int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range locks {
+		if r.n[l] < n {
+			return false
+		}
+	}
+	return true
+}
+
+// noLoss fails the test if any lock was reported lost.
+func (r *lostRecorder) noLoss(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for l, err := range r.lost {
+		t.Errorf("%s reported lost: %v", l.Key(), err)
+	}
+}
+
+// TestKeeperTinyIntervalDoesNotStarveOthers (issue 9 item 5): one tenant's lock with a 1ms renew
+// interval shares batches with everybody's locks; under moderate latency it must not make their
+// renewals time out.
+func TestKeeperTinyIntervalDoesNotStarveOthers(t *testing.T) {
+	c, p, _ := proxied(t)
+	const ttl = time.Second
+	rec := newLostRecorder()
+	var renewed renewCounter
+	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnRenew: renewed.onRenew})
+	defer k.Stop()
+
+	tiny := mustObtain(t, c, uniqueKey(t), ttl)
+	if err := k.Add(tiny, time.Millisecond); err != nil {
+		t.Fatalf("Add with a 1ms interval: %v", err)
+	}
+	healthy := make([]*Lock, 5)
+	for i := range healthy {
+		healthy[i] = mustObtain(t, c, uniqueKey(t), ttl)
+		if err := k.Add(healthy[i], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Delay(5 * time.Millisecond)
+	start := time.Now()
+
+	// Nine renewals of each healthy lock (every ttl/3) span three leases: a lock that is not renewed
+	// is lost long before.
+	eventually(t, 10*ttl, "nine renewals of every healthy lock, or a loss", func() bool {
+		return rec.count() > 0 || renewed.each(healthy, 9)
+	})
+	rec.noLoss(t)
+	for i, l := range append(healthy, tiny) {
+		if !l.Held() {
+			t.Errorf("lock %d not held", i)
+		}
+	}
+	// The tiny interval was raised to the floor: a renewal at most every 7/8 of it (a lock due
+	// within an eighth of its interval rides along with an earlier batch).
+	elapsed := time.Since(start)
+	if n, most := renewed.count(tiny), int(elapsed/(MinRenewInterval*7/8))+2; n > most {
+		t.Errorf("tiny lock renewed %d times in %v, want at most %d", n, elapsed, most)
+	}
+}
+
+// TestKeeperRenewsAt300msRTT (issue 9 item 27): Redis answers everyone, only slowly (300ms round
+// trips), and a blip has just reset every connection. Locks with a 3s lease must live on.
+func TestKeeperRenewsAt300msRTT(t *testing.T) {
+	c, p, _ := proxied(t)
+	const ttl = 3 * time.Second
+	rec := newLostRecorder()
+	var renewed renewCounter
+	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnRenew: renewed.onRenew})
+	defer k.Stop()
+
+	locks := make([]*Lock, 10)
+	for i := range locks {
+		locks[i] = mustObtain(t, c, uniqueKey(t), ttl)
+		if err := k.Add(locks[i], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Reset()
+	p.Delay(150 * time.Millisecond)
+
+	// Six renewals of each lock (every ttl/3) span two leases under latency.
+	eventually(t, 30*time.Second, "six renewals of every lock, or a loss", func() bool {
+		return rec.count() > 0 || renewed.each(locks, 6)
+	})
+	rec.noLoss(t)
+	for i, l := range locks {
+		if !l.Held() {
+			t.Errorf("lock %d not held", i)
+		}
+	}
+}
+
+// TestKeeperReportsLossAtValidUntil (issue 9 item 8): with Redis blackholed, the loss is reported
+// when the lock's validity ends, not a renewal round later, and never before.
+func TestKeeperReportsLossAtValidUntil(t *testing.T) {
+	c, p, _ := proxied(t)
+	const ttl, interval = 3 * time.Second, 1400 * time.Millisecond
+	rec := newLostRecorder()
+	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost})
+	defer k.Stop()
+	l := mustObtain(t, c, uniqueKey(t), ttl)
+	if err := k.Add(l, interval); err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole()
+	validUntil := l.ValidUntil()
+
+	got, err, at := rec.wait(t, 3*ttl)
+	if got != l || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("reported %v with %v, want our lock with ErrLockLost", got, err)
+	}
+	late := at.Sub(validUntil)
+	t.Logf("loss reported %v after ValidUntil", late)
+	if late < 0 {
+		t.Fatalf("loss reported %v before ValidUntil", -late)
+	}
+	if late > lossBound {
+		t.Fatalf("loss reported %v after ValidUntil, want within %v", late, lossBound)
+	}
+}
+
+// lossBound is how late after ValidUntil a loss may be reported: timer and scheduling latency on a
+// loaded machine, nothing that depends on Redis.
+const lossBound = 100 * time.Millisecond
+
+// riskRecorder collects OnAtRisk calls with the time they happened.
+type riskRecorder struct {
+	mu  sync.Mutex
+	n   int
+	at  time.Time
+	err error
+	ch  chan struct{}
+}
+
+func newRiskRecorder() *riskRecorder { return &riskRecorder{ch: make(chan struct{}, 16)} }
+
+func (r *riskRecorder) onAtRisk(_ *Lock, err error) {
+	r.mu.Lock()
+	r.n++
+	if r.n == 1 {
+		r.at, r.err = time.Now(), err
+	}
+	r.mu.Unlock()
+	r.ch <- struct{}{}
+}
+
+func (r *riskRecorder) wait(t *testing.T, timeout time.Duration) (time.Time, error) {
+	t.Helper()
+	select {
+	case <-r.ch:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.at, r.err
+	case <-time.After(timeout):
+		t.Fatalf("no OnAtRisk within %v", timeout)
+		return time.Time{}, nil
+	}
+}
+
+func (r *riskRecorder) calls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// TestKeeperAtRiskBeforeValidUntil (issue 9 item 8): with Redis blackholed, OnAtRisk comes once,
+// when the margin before ValidUntil starts, and OnLost follows at ValidUntil.
+func TestKeeperAtRiskBeforeValidUntil(t *testing.T) {
+	c, p, _ := proxied(t)
+	const ttl, margin = 3 * time.Second, 800 * time.Millisecond
+	rec, risk := newLostRecorder(), newRiskRecorder()
+	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnAtRisk: risk.onAtRisk, AtRiskMargin: margin})
+	defer k.Stop()
+	l := mustObtain(t, c, uniqueKey(t), ttl)
+	if err := k.Add(l, 0); err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole()
+	validUntil := l.ValidUntil()
+
+	riskAt, riskErr := risk.wait(t, 2*ttl)
+	early := validUntil.Sub(riskAt)
+	t.Logf("OnAtRisk %v before ValidUntil (margin %v): %v", early, margin, riskErr)
+	if early <= 0 {
+		t.Fatalf("OnAtRisk came %v after ValidUntil", -early)
+	}
+	if early > margin {
+		t.Fatalf("OnAtRisk came %v before ValidUntil, earlier than the margin %v", early, margin)
+	}
+	if riskErr == nil {
+		t.Fatal("OnAtRisk without a reason")
+	}
+	select {
+	case got := <-rec.ch:
+		t.Fatalf("%s reported lost before OnAtRisk returned to the test", got.Key())
+	default:
+	}
+
+	got, err, lostAt := rec.wait(t, 2*ttl)
+	if got != l || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("reported %v with %v, want our lock with ErrLockLost", got, err)
+	}
+	late := lostAt.Sub(validUntil)
+	t.Logf("OnLost %v after ValidUntil: %v", late, err)
+	if late < 0 || late > lossBound {
+		t.Fatalf("OnLost %v after ValidUntil, want within [0, %v]", late, lossBound)
+	}
+	if n := risk.calls(); n != 1 {
+		t.Fatalf("OnAtRisk called %d times, want once", n)
+	}
+}
+
+// TestKeeperAtRiskThenRecovers: a partition that heals inside the margin costs a warning, not the
+// lock; the keeper renews on a new connection and the lock lives on.
+func TestKeeperAtRiskThenRecovers(t *testing.T) {
+	c, p, rc := proxied(t)
+	const ttl = 3 * time.Second
+	rec, risk := newLostRecorder(), newRiskRecorder()
+	var renewed renewCounter
+	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnAtRisk: risk.onAtRisk, OnRenew: renewed.onRenew})
+	defer k.Stop()
+	l := mustObtain(t, c, uniqueKey(t), ttl)
+	if err := k.Add(l, 0); err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole()
+	validUntil := l.ValidUntil()
+	risk.wait(t, 2*ttl)
+	p.Pass()
+
+	eventually(t, 2*ttl, "a renewal after the partition healed, or a loss", func() bool {
+		return rec.count() > 0 || renewed.each([]*Lock{l}, 1)
+	})
+	rec.noLoss(t)
+	if !l.ValidUntil().After(validUntil) {
+		t.Fatalf("validity %v not extended past %v", l.ValidUntil(), validUntil)
+	}
+	if pttl, err := rc.PTTL(context.Background(), l.RedisKey()).Result(); err != nil || pttl <= 0 {
+		t.Fatalf("lock key pttl %v, %v: want it alive", pttl, err)
+	}
+}
+
+// TestKeeperAtRiskBehindHungRound: a lock that falls due while another lock's round waits on a
+// blackholed Redis is reported at risk inside its margin, and lost at its ValidUntil, whether it
+// went out in a round of its own or had to wait.
+func TestKeeperAtRiskBehindHungRound(t *testing.T) {
+	c, p, _ := proxied(t)
+	lost := newLostRecorder()
+	var mu sync.Mutex
+	risky := map[*Lock]time.Time{}
+	riskErr := map[*Lock]error{}
+	k := c.NewKeeper(KeeperOptions{OnLost: lost.onLost, OnAtRisk: func(l *Lock, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		risky[l], riskErr[l] = time.Now(), err
+	}})
+	defer k.Stop()
+
+	// long is renewed first and its round waits for most of its 6s lease; short (2s) falls due
+	// meanwhile.
+	long := mustObtain(t, c, uniqueKey(t), 6*time.Second)
+	short := mustObtain(t, c, uniqueKey(t), 2*time.Second)
+	p.Blackhole()
+	if err := k.Add(long, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Add(short, 0); err != nil {
+		t.Fatal(err)
+	}
+	validUntil := short.ValidUntil()
+
+	got, err, lostAt := lost.wait(t, 5*time.Second)
+	if got != short || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("reported %v lost with %v, want the short lock with ErrLockLost", got.Key(), err)
+	}
+	if late := lostAt.Sub(validUntil); late < 0 || late > lossBound {
+		t.Fatalf("short lock reported lost %v after ValidUntil, want within [0, %v]", late, lossBound)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	at, ok := risky[short]
+	if !ok {
+		t.Fatal("short lock lost without OnAtRisk")
+	}
+	t.Logf("short lock at risk %v before ValidUntil: %v", validUntil.Sub(at), riskErr[short])
+	if !at.Before(validUntil) {
+		t.Fatalf("OnAtRisk %v after ValidUntil", at.Sub(validUntil))
+	}
+}
+
+// TestKeeperIntervalFloor (issue 9 item 5): a lease too short for the renew floor is refused, and
+// so is a negative interval; a short interval on a long enough lease is raised, not refused (see
+// TestKeeperTinyIntervalDoesNotStarveOthers for its effect).
+func TestKeeperIntervalFloor(t *testing.T) {
+	c, _, _ := single(t)
+	k := c.NewKeeper(KeeperOptions{})
+	defer k.Stop()
+	for name, add := range map[string]func() error{
+		"lease at the floor": func() error { return k.Add(mustObtain(t, c, uniqueKey(t), MinRenewInterval), 0) },
+		"negative interval":  func() error { return k.Add(mustObtain(t, c, uniqueKey(t), time.Second), -time.Millisecond) },
+		"interval above ttl": func() error { return k.Add(mustObtain(t, c, uniqueKey(t), time.Second), 2*time.Second) },
+	} {
+		if err := add(); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if err := k.Add(mustObtain(t, c, uniqueKey(t), time.Minute), time.Nanosecond); err != nil {
+		t.Errorf("a 1ns interval on a 1m lease: %v, want it raised to the floor", err)
+	}
+	if n := k.Len(); n != 1 {
+		t.Errorf("keeper renews %d locks, want 1", n)
+	}
+}
+
+// TestKeeperDeadConnectionDoesNotHoldOthers: a round whose request was lost on a connection that
+// never answers (a partition that dropped it, then healed) waits for most of its lock's lease.
+// Redis answers again meanwhile, so locks falling due must go out on another connection instead
+// of waiting behind it and being lost.
+func TestKeeperDeadConnectionDoesNotHoldOthers(t *testing.T) {
+	c, p, _ := proxied(t)
+	rec := newLostRecorder()
+	var renewed renewCounter
+	var mu sync.Mutex
+	risky := map[*Lock]bool{}
+	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnRenew: renewed.onRenew, OnAtRisk: func(l *Lock, _ error) {
+		mu.Lock()
+		defer mu.Unlock()
+		risky[l] = true
+	}})
+	defer k.Stop()
+
+	long := mustObtain(t, c, uniqueKey(t), 6*time.Second)
+	short := mustObtain(t, c, uniqueKey(t), 2*time.Second)
+	p.Blackhole()
+	if err := k.Add(long, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the long lock's renewal lost in the partition", func() bool { return p.Dropped() > 0 })
+	p.Pass()
+	if err := k.Add(short, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// The long lock's own round waits on the dead connection until its budget ends, then it is
+	// renewed on a new one: it may be reported at risk meanwhile, but not lost.
+	eventually(t, 15*time.Second, "three renewals of the short lock and one of the long, or a loss", func() bool {
+		return rec.count() > 0 || (renewed.each([]*Lock{short}, 3) && renewed.each([]*Lock{long}, 1))
+	})
+	rec.noLoss(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if risky[short] {
+		t.Error("the short lock was reported at risk although Redis renewed it on time")
 	}
 }

@@ -8,6 +8,10 @@
 //
 // A mode change applies at once to the connections already open and to those accepted later, so a
 // client's warm pool is hit just like a fresh dial.
+//
+// Blackhole loses what it drops. For a partition whose segments arrive once it heals, as TCP
+// retransmission delivers them (and a stale command runs late), use Delay with a duration longer
+// than the partition, then Pass: held bytes are delivered at once, in order.
 package faultproxy
 
 import (
@@ -53,6 +57,7 @@ type Proxy struct {
 
 	// waiting counts chunks held back by a delay right now; tests poll it to know a delay bites.
 	waiting atomic.Int64
+	dropped atomic.Int64
 
 	wg sync.WaitGroup
 }
@@ -84,6 +89,8 @@ func (p *Proxy) Pass() { p.set(modePass, 0) }
 // partition does to a client that is not told: it sees only its own timeouts. New connections are
 // accepted and blackholed too. Dropped bytes are lost for good (unlike TCP retransmission after a
 // healed partition), so a client that timed out must discard its connection, as go-redis does.
+// The proxy still dials the target for a new connection and closes it if that fails, and a target
+// that closes its side closes the client's too.
 func (p *Proxy) Blackhole() { p.set(modeBlackhole, 0) }
 
 // Reset resets every open connection (RST, not FIN), and resets new ones at once until Pass or
@@ -104,6 +111,10 @@ func (p *Proxy) Reset() {
 // Delay forwards with oneWay added in each direction, so a round trip grows by 2*oneWay. Order is
 // kept: each direction delivers its bytes in the order they were read.
 func (p *Proxy) Delay(oneWay time.Duration) { p.set(modePass, max(oneWay, 0)) }
+
+// Dropped returns how many bytes Blackhole has dropped so far, both ways. A test polls it to know
+// that a request is lost in the partition before it heals the partition or asserts on the outcome.
+func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
 
 // Close stops listening and closes every connection.
 func (p *Proxy) Close() error {
@@ -208,7 +219,9 @@ func (p *Proxy) pipe(pr *pair, src, dst *net.TCPConn) {
 		buf := make([]byte, chunkSize)
 		n, err := src.Read(buf)
 		if n > 0 {
-			if m, _, _ := p.state(); m != modeBlackhole {
+			if m, _, _ := p.state(); m == modeBlackhole {
+				p.dropped.Add(int64(n))
+			} else {
 				queue <- chunk{data: buf[:n], readAt: time.Now()}
 			}
 		}
@@ -226,6 +239,9 @@ func (p *Proxy) pipe(pr *pair, src, dst *net.TCPConn) {
 func (p *Proxy) deliver(pr *pair, queue <-chan chunk, dst *net.TCPConn) {
 	for c := range queue {
 		if !p.waitOut(pr, c) {
+			if m, _, _ := p.state(); m == modeBlackhole {
+				p.dropped.Add(int64(len(c.data)))
+			}
 			continue
 		}
 		if _, err := dst.Write(c.data); err != nil {

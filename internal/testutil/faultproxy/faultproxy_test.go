@@ -101,6 +101,9 @@ func TestProxyBlackhole(t *testing.T) {
 	if err := ping(t, warm, stall); !isTimeout(err) {
 		t.Fatalf("PING on an open connection in Blackhole = %v, want a timeout", err)
 	}
+	if n := p.Dropped(); n < int64(len("*1\r\n$4\r\nPING\r\n")) {
+		t.Fatalf("Dropped() = %d after a blackholed PING, want at least the PING", n)
+	}
 	fresh := client(t, p)
 	if err := ping(t, fresh, stall); !isTimeout(err) {
 		t.Fatalf("PING on a new connection in Blackhole = %v, want a timeout", err)
