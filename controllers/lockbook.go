@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -74,7 +75,7 @@ func NewLockBook(c *redislock.Client) *LockBook {
 		events:  make(chan event.GenericEvent, 1024),
 		stops:   make(chan struct{}, maxConcurrentStops),
 	}
-	b.keeper = c.NewKeeper(redislock.KeeperOptions{OnLost: b.onLost, OnRenew: b.onRenew})
+	b.keeper = c.NewKeeper(redislock.KeeperOptions{OnLost: b.onLost, OnAtRisk: b.onAtRisk, OnRenew: b.onRenew})
 	return b
 }
 
@@ -325,7 +326,7 @@ func (b *LockBook) onAtRisk(l *redislock.Lock, err error) {
 	e, ok := b.byLk[l]
 	b.mu.Unlock()
 	if ok {
-		b.reportLoss(e, err)
+		b.reportLoss(e, fmt.Errorf("renewals failing and the lease ends in less than its at-risk margin, so the Job is stopped while the lock still covers it: %w", err))
 	}
 }
 
