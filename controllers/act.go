@@ -238,9 +238,7 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 	lj := p.lj
 	lock, err := r.obtainOwn(ctx, p)
 	if errors.Is(err, redislock.ErrNotObtained) {
-		cause := fmt.Errorf("lock taken by another holder while the operator was away: %w", redislock.ErrLockLost)
-		r.Locks.MarkLost(lj, cause)
-		p.obs.lost = cause
+		r.takenWhileAway(p)
 		return ctrl.Result{}, true, nil
 	}
 	if err != nil {
@@ -266,6 +264,14 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 	ctrl.LoggerFrom(ctx).Info("Re-adopted lock", "lock", p.key, "fencingToken", lock.Fence())
 	r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReadopted, "Readopt", "Re-adopted lock %s with fencing token %d", lj.Spec.Lock.Name, lock.Fence())
 	return ctrl.Result{}, true, nil
+}
+
+// takenWhileAway records that a lock this LockedJob held is now held by someone else.
+func (r *LockedJobReconciler) takenWhileAway(p *pass) error {
+	cause := fmt.Errorf("lock taken by another holder while the operator was away: %w", redislock.ErrLockLost)
+	r.Locks.MarkLost(p.lj, cause)
+	p.obs.lost = cause
+	return cause
 }
 
 // readopted reports whether lock continues the acquisition that status records: found held with
@@ -534,9 +540,7 @@ func (r *LockedJobReconciler) deleteReadopt(ctx context.Context, p *pass) (ctrl.
 	lj := p.lj
 	lock, err := r.obtainOwn(ctx, p)
 	if errors.Is(err, redislock.ErrNotObtained) {
-		cause := fmt.Errorf("lock taken by another holder while the operator was away: %w", redislock.ErrLockLost)
-		r.Locks.MarkLost(lj, cause)
-		p.obs.lost = cause
+		cause := r.takenWhileAway(p)
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonLockLost, "Readopt",
 			"Could not re-adopt lock %s while deleting (%v): the Job's pods may overlap the next holder", lj.Spec.Lock.Name, cause)
 		return ctrl.Result{}, true, nil

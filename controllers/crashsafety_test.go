@@ -10,7 +10,6 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -36,15 +35,7 @@ func TestFenceIsStoredBeforeTheJob(t *testing.T) {
 	book := NewLockBook(lockClient)
 	t.Cleanup(book.Stop)
 
-	lj := &batchv1alpha1.LockedJob{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "careful", UID: "uid-1", Generation: 1},
-		Spec: batchv1alpha1.LockedJobSpec{
-			Lock: batchv1alpha1.LockSpec{Name: "db"},
-			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
-			}}},
-		},
-	}
+	lj := unitLockedJob("careful", "uid-1")
 	var (
 		mu         sync.Mutex
 		failStatus bool
@@ -140,15 +131,7 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lj := &batchv1alpha1.LockedJob{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "crashy", UID: "uid-17", Generation: 1},
-		Spec: batchv1alpha1.LockedJobSpec{
-			Lock: batchv1alpha1.LockSpec{Name: "db"},
-			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
-			}}},
-		},
-	}
+	lj := unitLockedJob("crashy", "uid-17")
 	var failStatus atomic.Bool
 	fc := fake.NewClientBuilder().
 		WithScheme(testSchemeForUnit(t)).

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,6 +48,19 @@ func (r *reasonRecorder) count(reason string) int {
 	return n
 }
 
+// unitLockedJob is a LockedJob of lock "db" in namespace "ns" for the plain unit tests.
+func unitLockedJob(name string, uid types.UID) *batchv1alpha1.LockedJob {
+	return &batchv1alpha1.LockedJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: uid, Generation: 1},
+		Spec: batchv1alpha1.LockedJobSpec{
+			Lock: batchv1alpha1.LockSpec{Name: "db"},
+			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+			}}},
+		},
+	}
+}
+
 // unitRig is one reconciler over a fake API server (which answers for the cache too, unless a
 // test intercepts it) and a real redis-server.
 type unitRig struct {
@@ -67,15 +81,7 @@ func newUnitRig(t *testing.T, funcs interceptor.Funcs) *unitRig {
 	}
 	book := NewLockBook(lockClient)
 	t.Cleanup(book.Stop)
-	lj := &batchv1alpha1.LockedJob{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "unit", UID: "uid-unit", Generation: 1},
-		Spec: batchv1alpha1.LockedJobSpec{
-			Lock: batchv1alpha1.LockSpec{Name: "db"},
-			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
-			}}},
-		},
-	}
+	lj := unitLockedJob("unit", "uid-unit")
 	api := fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).
 		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(lj).Build()
 	events := &reasonRecorder{}

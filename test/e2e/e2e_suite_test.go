@@ -221,21 +221,13 @@ func stopCluster() {
 	out, err := clusterScript(2*time.Minute, "down")
 	Expect(err).NotTo(HaveOccurred(), out)
 	for name, pid := range pids {
-		Expect(processAlive(pid)).To(BeFalse(), "%s (pid %d) still runs after cluster down", name, pid)
+		Expect(utils.ProcessAlive(pid)).To(BeFalse(), "%s (pid %d) still runs after cluster down", name, pid)
 	}
 }
 
 func clusterScript(timeout time.Duration, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(suite.root, "hack", "cluster.sh")}, args...)...)
-	cmd.Dir = suite.root
-	cmd.Env = append(os.Environ(),
-		"LOCKEDJOB_CLUSTER_DIR="+suite.clusterDir,
-		"LOCKEDJOB_CLUSTER_PORT_BASE="+strconv.Itoa(suite.portBase),
-		"K8S_BIN_DIR="+suite.binDir,
-	)
-	return utils.Run(cmd)
+	c := utils.LocalCluster{Root: suite.root, Dir: suite.clusterDir, PortBase: suite.portBase, BinDir: suite.binDir}
+	return c.Script(timeout, args...)
 }
 
 // installCRD creates or updates the LockedJob CRD from config/crd/bases and

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -159,7 +158,7 @@ func (m *manager) Kill() {
 func (m *manager) Pause() {
 	GinkgoHelper()
 	Expect(m.cmd.Process.Signal(syscall.SIGSTOP)).To(Succeed())
-	Eventually(func() bool { return processStopped(m.pid()) }).WithTimeout(10*time.Second).
+	Eventually(func() bool { return utils.ProcessStopped(m.pid()) }).WithTimeout(10*time.Second).
 		WithPolling(5*time.Millisecond).Should(BeTrue(), "%s not stopped after SIGSTOP", m.name)
 }
 
@@ -190,45 +189,6 @@ func stopAllManagers() {
 	}
 	for _, m := range all {
 		Expect(m.exited()).To(BeTrue(), "%s (pid %d) still runs", m.name, m.pid())
-		Expect(processAlive(m.pid())).To(BeFalse(), "%s (pid %d) still runs", m.name, m.pid())
+		Expect(utils.ProcessAlive(m.pid())).To(BeFalse(), "%s (pid %d) still runs", m.name, m.pid())
 	}
-}
-
-// processAlive reports whether pid exists and is not a zombie.
-func processAlive(pid int) bool {
-	state, err := procState(pid)
-	return err == nil && state != 'Z' && state != 'X'
-}
-
-// processStopped reports whether every thread of pid is stopped (SIGSTOP).
-func processStopped(pid int) bool {
-	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil || len(entries) == 0 {
-		return false
-	}
-	for _, e := range entries {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, e.Name()))
-		if err != nil {
-			return false
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || i+2 >= len(s) || (s[i+2] != 'T' && s[i+2] != 't') {
-			return false
-		}
-	}
-	return true
-}
-
-func procState(pid int) (byte, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0, errors.New("unparsable /proc stat")
-	}
-	return s[i+2], nil
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,16 +73,8 @@ func (c *cluster) connect() error {
 }
 
 func (c *cluster) script(timeout time.Duration, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(env.root, "hack", "cluster.sh")}, args...)...)
-	cmd.Dir = env.root
-	cmd.Env = append(os.Environ(),
-		"LOCKEDJOB_CLUSTER_DIR="+c.dir,
-		"LOCKEDJOB_CLUSTER_PORT_BASE="+strconv.Itoa(c.portBase),
-		"K8S_BIN_DIR="+env.binDir,
-	)
-	return utils.Run(cmd)
+	lc := utils.LocalCluster{Root: env.root, Dir: c.dir, PortBase: c.portBase, BinDir: env.binDir}
+	return lc.Script(timeout, args...)
 }
 
 // stop runs `hack/cluster.sh down` and checks that every process it recorded
@@ -99,7 +90,7 @@ func (c *cluster) stop() error {
 		return fmt.Errorf("cluster %s down: %w\n%s", c.name, err, out)
 	}
 	for name, pid := range pids {
-		if processAlive(pid) {
+		if utils.ProcessAlive(pid) {
 			return fmt.Errorf("cluster %s: %s (pid %d) still runs after down", c.name, name, pid)
 		}
 	}
@@ -126,7 +117,7 @@ func (c *cluster) killAPIServer() error {
 		return fmt.Errorf("kill kube-apiserver %d: %w", pid, err)
 	}
 	return poll(30*time.Second, func() (bool, string) {
-		return !processAlive(pid), fmt.Sprintf("kube-apiserver %d still alive", pid)
+		return !utils.ProcessAlive(pid), fmt.Sprintf("kube-apiserver %d still alive", pid)
 	})
 }
 

@@ -196,7 +196,7 @@ func (o *operator) pause() error {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return err
 	}
-	return poll(10*time.Second, func() (bool, string) { return processStopped(pid), "operator not stopped" })
+	return poll(10*time.Second, func() (bool, string) { return utils.ProcessStopped(pid), "operator not stopped" })
 }
 
 func (o *operator) resume() error {
@@ -261,40 +261,4 @@ func (o *operator) takeCrashes(m logMark) []string {
 		}
 	}
 	return out
-}
-
-// processAlive reports whether pid exists and is not a zombie.
-func processAlive(pid int) bool {
-	state, err := procState(pid)
-	return err == nil && state != 'Z' && state != 'X'
-}
-
-// processStopped reports whether every thread of pid is stopped (SIGSTOP).
-func processStopped(pid int) bool {
-	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil || len(entries) == 0 {
-		return false
-	}
-	for _, e := range entries {
-		state, err := statState(fmt.Sprintf("/proc/%d/task/%s/stat", pid, e.Name()))
-		if err != nil || (state != 'T' && state != 't') {
-			return false
-		}
-	}
-	return true
-}
-
-func procState(pid int) (byte, error) { return statState(fmt.Sprintf("/proc/%d/stat", pid)) }
-
-func statState(path string) (byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0, errors.New("unparsable " + path)
-	}
-	return s[i+2], nil
 }
