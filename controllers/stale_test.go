@@ -253,3 +253,30 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 		t.Fatal("the old key handed to this LockedJob was not given back")
 	}
 }
+
+// TestStaleStatusWriteIsRefused (#19): the status a pass records is an optimistic patch: a pass
+// that read an older version of the LockedJob cannot overwrite what a newer pass recorded.
+func TestStaleStatusWriteIsRefused(t *testing.T) {
+	u := newUnitRig(t, interceptor.Funcs{})
+	running := u.runToRunning()
+
+	// A newer pass records the end of the run.
+	done := running.DeepCopy()
+	done.Status.Phase = batchv1alpha1.PhaseSucceeded
+	if err := u.api.Status().Update(context.Background(), done); err != nil {
+		t.Fatal(err)
+	}
+	// A pass that read the Running object decides something else.
+	stale := &pass{lj: running.DeepCopy(), before: running.DeepCopy(), obs: observation{hasFinalizer: true}}
+	stale.lj.Status.Phase = batchv1alpha1.PhaseLockLost
+	raced, err := u.r.record(context.Background(), stale, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !raced {
+		t.Error("the stale write was not reported as a lost race")
+	}
+	if got := u.get().Status.Phase; got != batchv1alpha1.PhaseSucceeded {
+		t.Fatalf("a stale pass overwrote Succeeded with %s", got)
+	}
+}
