@@ -444,7 +444,12 @@ func (r *LockedJobReconciler) releaseAfterEnd(ctx context.Context, p *pass) (ctr
 	if wait, err := r.waitForPods(ctx, p); err != nil || wait {
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
-	if err := r.release(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+	err := r.release(ctx, p)
+	switch {
+	case errors.Is(err, redislock.ErrNotHeld):
+		// Expired or taken meanwhile: nothing is ours to release, and status must stop saying so.
+		setCondition(p.lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonReleased, "Lock no longer held")
+	case err != nil:
 		return ctrl.Result{}, err
 	}
 	r.Locks.Forget(p.lj.UID)
