@@ -110,6 +110,19 @@ func finishJob(lj *batchv1alpha1.LockedJob, succeeded bool) {
 	Expect(k8sClient.Status().Update(ctx, job)).To(Succeed())
 }
 
+// standInPod creates a pod carrying the label of the LockedJob's Job: there is no kubelet here, so it
+// stands in for a pod of that Job that is still terminating, until the spec deletes it.
+func standInPod(lj *batchv1alpha1.LockedJob) *corev1.Pod {
+	GinkgoHelper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: lj.Namespace, Name: lj.Status.JobName + "-pod",
+			Labels: map[string]string{batchv1.JobNameLabel: lj.Status.JobName}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}
+	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+	return pod
+}
+
 func condition(lj *batchv1alpha1.LockedJob, t string) *metav1.Condition {
 	return meta.FindStatusCondition(lj.Status.Conditions, t)
 }
@@ -275,13 +288,7 @@ var _ = Describe("LockedJob controller", func() {
 		next := create(newLockedJob(ns, "next", "pods"))
 		waitPhase(next, batchv1alpha1.PhaseWaiting)
 
-		// No kubelet here: a pod carrying the Job's label stands in for one still terminating.
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: running.Status.JobName + "-pod",
-				Labels: map[string]string{batchv1.JobNameLabel: running.Status.JobName}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
-		}
-		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		pod := standInPod(running)
 		Expect(k8sClient.Delete(ctx, holder)).To(Succeed())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: running.Status.JobName}, &batchv1.Job{}))

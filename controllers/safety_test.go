@@ -5,8 +5,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,13 +48,7 @@ var _ = Describe("LockedJob safety", func() {
 		running := waitPhase(holder, batchv1alpha1.PhaseRunning)
 		next := create(newLockedJob(ns, "next", "del"))
 		waitPhase(next, batchv1alpha1.PhaseWaiting)
-		// No kubelet here: a pod carrying the Job's label stands in for one still terminating.
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: running.Status.JobName + "-pod",
-				Labels: map[string]string{batchv1.JobNameLabel: running.Status.JobName}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
-		}
-		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		pod := standInPod(running)
 
 		op.stop() // like a crash: no release, renewals stop
 		Expect(k8sClient.Delete(ctx, holder)).To(Succeed())
