@@ -83,7 +83,7 @@ func TestObtainReleaseCycle(t *testing.T) {
 	if len(l.Token()) < 22 {
 		t.Fatalf("token %q is shorter than 128 bits of base64", l.Token())
 	}
-	if got, err := rc.Get(ctx, l.RedisKey()).Result(); err != nil || got != l.Token() {
+	if got, err := rc.Get(ctx, l.RedisKey()).Result(); err != nil || HolderToken(got) != l.Token() {
 		t.Fatalf("redis holds %q (%v), want the lock's token", got, err)
 	}
 	if _, err := c.Obtain(ctx, key, time.Minute); !errors.Is(err, ErrNotObtained) {
@@ -424,6 +424,12 @@ func TestBadInput(t *testing.T) {
 			return k.Add(mustObtain(t, c, uniqueKey(t), time.Second), time.Second)
 		},
 		"inspect empty key": func() error { _, err := c.Inspect(ctx, ""); return err },
+		// A NUL would let a token pass for another token's grant mark (holder.lua).
+		"NUL in token": func() error {
+			_, err := c.Obtain(ctx, uniqueKey(t), time.Second, WithToken("tok\x00mark"))
+			return err
+		},
+		"NUL in released token": func() error { return c.ReleaseToken(ctx, uniqueKey(t), "tok\x00mark") },
 	}
 	for name, call := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -502,7 +508,7 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	key := uniqueKey(t)
 	l := mustObtain(t, one, key, time.Minute)
-	if got, err := replica.Client(t).Get(ctx, l.RedisKey()).Result(); err != nil || got != l.Token() {
+	if got, err := replica.Client(t).Get(ctx, l.RedisKey()).Result(); err != nil || HolderToken(got) != l.Token() {
 		t.Fatalf("replica holds %q (%v) after WAIT, want the token", got, err)
 	}
 
