@@ -425,3 +425,29 @@ func TestGrantMarkIsNoCredential(t *testing.T) {
 		t.Fatalf("released lock still holds %q", v)
 	}
 }
+
+// TestFenceCounterAheadOfTheClock: when the counter is ahead of the server clock (as after a
+// failover to a host whose clock is behind), tokens continue from the counter, one by one, and the
+// counter keeps the token handed out (nextFence writes the clock first and must correct it).
+func TestFenceCounterAheadOfTheClock(t *testing.T) {
+	c, _, rc := single(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	fenceKey := c.RedisKey(key) + ":fence"
+	far := time.Now().Add(24 * time.Hour).UnixMicro()
+	if err := rc.Set(ctx, fenceKey, far, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for want := far + 1; want <= far+2; want++ {
+		l := mustObtain(t, c, key, time.Minute)
+		if l.Fence() != want {
+			t.Fatalf("fence %d, want %d (the counter plus one)", l.Fence(), want)
+		}
+		if stored, err := rc.Get(ctx, fenceKey).Int64(); err != nil || stored != want {
+			t.Fatalf("counter holds %d (%v), want the token handed out, %d", stored, err, want)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
