@@ -174,12 +174,42 @@ func (c *Client) RedisKey(key string) string { return c.prefix + "{" + key + "}"
 // again.
 type keys []string
 
+// keySuffixes name a lock's keys after the lock key itself, in keys order.
+var (
+	keySuffixes       = []string{":meta", ":fence"}
+	queuedKeySuffixes = []string{":meta", ":fence", ":queue", ":waiters", ":tickets"}
+)
+
+// keysFor runs on every Obtain, so it builds all keys in one string: each key after the first is the
+// lock key and its suffix, and the lock key is the start of that string.
 func (c *Client) keysFor(key string, queued bool) keys {
-	base := c.RedisKey(key)
-	if !queued {
-		return keys{base, base + ":meta", base + ":fence"}
+	suffixes := keySuffixes
+	if queued {
+		suffixes = queuedKeySuffixes
 	}
-	return keys{base, base + ":meta", base + ":fence", base + ":queue", base + ":waiters", base + ":tickets"}
+	baseLen := len(c.prefix) + len(key) + len("{}")
+	size := 0
+	for _, s := range suffixes {
+		size += baseLen + len(s)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, s := range suffixes {
+		b.WriteString(c.prefix)
+		b.WriteByte('{')
+		b.WriteString(key)
+		b.WriteByte('}')
+		b.WriteString(s)
+	}
+	all := b.String()
+	k := make(keys, 1+len(suffixes))
+	k[0] = all[:baseLen]
+	at := 0
+	for i, s := range suffixes {
+		k[i+1] = all[at : at+baseLen+len(s)]
+		at += baseLen + len(s)
+	}
+	return k
 }
 
 func (k keys) lock() string { return k[0] }

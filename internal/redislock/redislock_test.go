@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -524,5 +525,26 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	if n := rc.Exists(ctx, two.RedisKey(other)).Val(); n != 0 {
 		t.Fatal("the unreplicated lock was left behind")
+	}
+}
+
+// TestKeysFor: the keys built in one allocation are the ones every script expects, in order.
+func TestKeysFor(t *testing.T) {
+	for _, prefix := range []string{"", "app:"} {
+		rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+		t.Cleanup(func() { _ = rc.Close() })
+		c, err := New(rc, WithKeyPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := prefix + "{job}"
+		want := []string{base, base + ":meta", base + ":fence"}
+		if got := KeysFor(c, "job", false); !slices.Equal(got, want) {
+			t.Errorf("prefix %q: keys %q, want %q", prefix, got, want)
+		}
+		want = append(want, base+":queue", base+":waiters", base+":tickets")
+		if got := KeysFor(c, "job", true); !slices.Equal(got, want) {
+			t.Errorf("prefix %q: queued keys %q, want %q", prefix, got, want)
+		}
 	}
 }
