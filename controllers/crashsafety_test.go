@@ -166,7 +166,7 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 	_, _ = r.Reconcile(ctx, req) // takes the lock; recording it fails
 	book.Stop()                  // the crash
 	key := lockClient.RedisKey(id.LockKey(lj))
-	if got := rdb.Get(ctx, key).Val(); got != id.Token(lj) {
+	if got := redislock.HolderToken(rdb.Get(ctx, key).Val()); got != id.Token(lj) {
 		t.Fatalf("setup: the lock should be held with the LockedJob's token, Redis has %q", got)
 	}
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // newNamespace creates a namespace for one spec, so specs never see each other's objects.
@@ -167,8 +168,9 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(job.Spec.Template.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationFencingToken, strconv.FormatInt(fence, 10)))
 
 		By("holding the lock in Redis under a token that the object does not reveal")
-		token, err := rdb.Get(ctx, got.Status.LockKey).Result()
+		value, err := rdb.Get(ctx, got.Status.LockKey).Result()
 		Expect(err).NotTo(HaveOccurred())
+		token := redislock.HolderToken(value)
 		Expect(token).To(Equal(testIdentity.Token(got)))
 		raw, err := json.Marshal(got)
 		Expect(err).NotTo(HaveOccurred())
@@ -295,7 +297,7 @@ var _ = Describe("LockedJob controller", func() {
 		}).Should(BeTrue(), "the Job object goes first")
 		Consistently(func(g Gomega) {
 			g.Expect(fetch(holder).DeletionTimestamp).NotTo(BeNil())
-			g.Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal(testIdentity.Token(running)))
+			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(running)))
 			g.Expect(fetch(next).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
 		}).WithTimeout(2 * time.Second).Should(Succeed())
 
@@ -369,7 +371,7 @@ var _ = Describe("LockedJob controller", func() {
 
 		// Past two leases: only a renewing, re-adopted holder still has the key.
 		Consistently(func(g Gomega) {
-			g.Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal(testIdentity.Token(running)))
+			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(running)))
 			g.Expect(jobsIn(ns)).To(HaveLen(1))
 			g.Expect(fetch(waiter).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
 		}).WithTimeout(7 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // Specs for the holes an outside review found (issue 9); each names its item. They run on the
@@ -56,7 +57,7 @@ var _ = Describe("LockedJob safety", func() {
 
 		// Past two leases: only a re-adopted, renewed lock still names the deleted holder.
 		Consistently(func(g Gomega) {
-			g.Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal(testIdentity.Token(running)))
+			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(running)))
 			g.Expect(fetch(next).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
 		}).WithTimeout(7 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 
@@ -79,7 +80,7 @@ var _ = Describe("LockedJob safety", func() {
 		op.stop()
 		op = startOperator() // trusts only "trusted" again
 		Consistently(func(g Gomega) {
-			g.Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal(testIdentity.Token(running)))
+			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(running)))
 			g.Expect(fetch(lj).Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
 		}).WithTimeout(7 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 

@@ -24,9 +24,22 @@ end
 -- failover took. Lua numbers are doubles, exact for integers below 2^53 (µs until the year 2255).
 local function nextFence(fenceKey)
   local t = now()
-  local clockUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local fence = math.max(tonumber(redis.call('GET', fenceKey) or '0') + 1, clockUs)
-  -- Lua 5.1 turns numbers into strings with %.14g, which would round a 16-digit token.
-  redis.call('SET', fenceKey, string.format('%.0f', fence))
+  -- The clock in µs as a decimal string: seconds, then the µs zero-padded to six digits. Joining
+  -- strings costs a fraction of string.format, and the number is exact (below 2^53).
+  local clockUs = t[1] .. string.sub('00000' .. t[2], -6)
+  -- Write the clock term and read the counter in one call, then correct the rare case where the
+  -- counter is ahead (more than one token per µs, or a clock that went back): the script is atomic,
+  -- so nobody sees the value in between. GETSET rather than SET ... GET, which a Redis before 6.2
+  -- would refuse after the lock was already written.
+  local previous = redis.call('GETSET', fenceKey, clockUs)
+  local fence = tonumber(clockUs)
+  if previous then
+    local counter = tonumber(previous) + 1
+    if counter > fence then
+      -- Lua 5.1 turns numbers into strings with %.14g, which would round a 16-digit token.
+      redis.call('SET', fenceKey, string.format('%.0f', counter))
+      return counter
+    end
+  end
   return fence
 end

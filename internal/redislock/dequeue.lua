@@ -1,12 +1,12 @@
 -- dequeue.lua: take a waiter out of a lock's queue (it gave up or was deleted). If a release had
--- handed it the lock already, give the lock back and hand it on: nobody will use it. clock.lua and
--- queue.lua come first.
--- KEYS[1] lock key   KEYS[2] meta key   KEYS[3..7] grant, fence, queue, waiters, tickets
+-- handed it the lock already, give the lock back and hand it on: nobody will use it. holder.lua,
+-- clock.lua and queue.lua come first.
+-- KEYS[1] lock key   KEYS[2] meta key   KEYS[3..6] fence, queue, waiters, tickets
 -- ARGV[1] waiter     ARGV[2] channel to publish on if the lock is released ("" = none)
 -- Returns 1 if the waiter held a handed-over lock and gave it back, else 0.
 local ticket = readTicket(ARGV[1])
 forget(ARGV[1])
-if not ticket or redis.call('GET', KEYS[1]) ~= ticket.token then
+if not ticket or not holds(redis.call('GET', KEYS[1]), ticket.token) then
   return 0
 end
 handOn()

@@ -4,8 +4,8 @@
 // # Model
 //
 // A lock is one Redis key holding the holder's token (SET key token NX PX ttl semantics, done in a
-// Lua script), a metadata key beside it with the same TTL, a grant key naming the acquisition
-// attempt that created it, and a fence counter that never expires. All share one hash tag
+// Lua script; a fresh grant appends a mark naming the acquisition attempt that created it), a
+// metadata key beside it with the same TTL, and a fence counter that never expires. All share one hash tag
 // ("{key}"), so they live in one Redis Cluster slot and every script runs on one node. Refresh and
 // Release compare the token before they act, so a stale holder can never extend or delete a lock
 // that someone else holds.
@@ -16,8 +16,8 @@
 // Lock.Readopted), which keeps the lock's fence. An attempt that fails after Redis granted it (no
 // quorum, a WAIT shortfall, a reply that came too late, a node that did not answer and may apply it
 // later) undoes its grant, but only a grant it made itself: each attempt has a random id that a
-// fresh grant stores in the grant key and a re-adoption or handoff removes, and the undo compares
-// token and id. A failed attempt can therefore never delete a lock that a retry with the same token
+// fresh grant stores after its token (token, NUL byte, id; tokens may not contain NUL) and a
+// re-adoption or handoff removes by writing the bare token, and the undo compares token and id. A failed attempt can therefore never delete a lock that a retry with the same token
 // re-adopted, and a re-adoption is never undone (a re-adopted lock stays held until its lease ends
 // if its caller gave up). Undos on nodes that did not answer run in the background until the lease
 // would have ended, one per lock, token and node, at most 256 per Client.

@@ -20,3 +20,6 @@ func SetLateReleaseLimit(c *Client, n int) {
 	defer c.late.mu.Unlock()
 	c.late.limit = n
 }
+
+// KeysFor returns the Redis keys of the lock named key, in the order the scripts take them.
+func KeysFor(c *Client, key string, queued bool) []string { return c.keysFor(key, queued) }

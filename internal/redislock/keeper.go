@@ -562,7 +562,7 @@ func refreshPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock
 	for attempt := 0; ; attempt++ {
 		cmds, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if plain {
-				p.ScriptLoad(ctx, refreshSrc)
+				p.ScriptLoad(ctx, refreshFullSrc)
 			}
 			for i, l := range locks {
 				scriptRefresh.EvalSha(ctx, p, l.keys.lockMeta(), l.token, ttls[i].Milliseconds())

@@ -72,6 +72,7 @@ type obtainOptions struct {
 // WithToken obtains with the given token instead of a random one. Obtaining a lock that is held
 // with this very token succeeds and extends it: that is how a restarted process re-adopts the locks
 // it held. The token is the lock's only credential: derive it from a secret, never from public data.
+// It must not contain a NUL byte (Obtain refuses it).
 func WithToken(token string) ObtainOption { return func(o *obtainOptions) { o.token = token } }
 
 // WithMetadata stores m beside the lock for the lock's lifetime, for others to read with Inspect
@@ -116,6 +117,9 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	o := obtainOptions{retry: NoRetry()}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := validateToken(o.token); err != nil {
+		return nil, err
 	}
 	if o.token == "" && o.queueMember != "" {
 		o.token = c.memberToken(o.queueMember)
@@ -357,7 +361,7 @@ func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script
 		}
 		// Granted on the primary but not replicated in time: give it back, it would not survive a
 		// failover.
-		_ = scriptUndo.Run(context.WithoutCancel(ctx), n, k.withGrant(), args[0], args[3]).Err()
+		_ = scriptUndo.Run(context.WithoutCancel(ctx), n, k.lockMeta(), args[0], args[3]).Err()
 		return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)
 	}
 }
@@ -394,7 +398,7 @@ func (c *Client) undoQuietly(ctx context.Context, k keys, token, attempt string,
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.nodeTimeout, time.Second))
 	defer cancel()
 	c.onNodes(rctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptUndo.Run(ctx, n, k.withGrant(), token, attempt).Result()
+		return scriptUndo.Run(ctx, n, k.lockMeta(), token, attempt).Result()
 	})
 }
 
@@ -427,6 +431,14 @@ func (l *Lock) Token() string {
 		return ""
 	}
 	return l.token
+}
+
+// HolderToken returns the holder's token from the value of a lock's Redis key (see RedisKey) as
+// read with GET, for tools and tests that look at Redis directly: a fresh grant stores the token, a
+// NUL byte and the id of the attempt that made it; a re-adoption or a handoff the bare token.
+func HolderToken(value string) string {
+	token, _, _ := strings.Cut(value, "\x00")
+	return token
 }
 
 // Readopted reports whether Obtain found the lock already held with this token, instead of
@@ -565,7 +577,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	c := l.client
-	script, keys := scriptRelease, l.keys.withGrant()
+	script, keys := scriptRelease, l.keys.lockMeta()
 	if l.queued {
 		script, keys = scriptReleaseHandoff, l.keys.withQueue()
 	}
@@ -814,6 +826,9 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	}
 	if token == "" {
 		return invalidf("empty token")
+	}
+	if err := validateToken(token); err != nil {
+		return err
 	}
 	l := &Lock{client: c, key: key, keys: c.keysFor(key, c.handsOff()), token: token, queued: c.handsOff()}
 	return l.Release(ctx)

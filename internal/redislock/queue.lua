@@ -4,40 +4,40 @@
 -- helpers on every call costs measurable Redis time.
 --
 -- Every script that includes this file takes the lock's keys in one order (keys in client.go):
---   KEYS[1] lock      KEYS[2] meta      KEYS[3] grant      KEYS[4] fence
---   KEYS[5] queue     sorted set: waiter -> score; the head is the lowest score, then the lowest name
---   KEYS[6] waiters   sorted set: waiter -> liveness deadline (ms, server clock); a waiter that stops
+--   KEYS[1] lock      KEYS[2] meta      KEYS[3] fence
+--   KEYS[4] queue     sorted set: waiter -> score; the head is the lowest score, then the lowest name
+--   KEYS[5] waiters   sorted set: waiter -> liveness deadline (ms, server clock); a waiter that stops
 --                     asking drops out when its deadline passes
---   KEYS[7] tickets   hash: waiter -> what its last attempt asked for (see writeTicket), so a release
+--   KEYS[6] tickets   hash: waiter -> what its last attempt asked for (see writeTicket), so a release
 --                     can hand the lock straight to the head (see handoff)
 
 -- forget takes one waiter out of the queue entirely.
 local function forget(member)
+  redis.call('ZREM', KEYS[4], member)
   redis.call('ZREM', KEYS[5], member)
-  redis.call('ZREM', KEYS[6], member)
-  redis.call('HDEL', KEYS[7], member)
+  redis.call('HDEL', KEYS[6], member)
 end
 
 -- prune drops the waiters that stopped asking (deleted, or their process died), so they cannot
 -- block the queue or be handed a lock nobody will use.
 local function prune()
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', nowMs())
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', nowMs())
   for _, m in ipairs(dead) do
-    redis.call('ZREM', KEYS[5], m)
-    redis.call('HDEL', KEYS[7], m)
+    redis.call('ZREM', KEYS[4], m)
+    redis.call('HDEL', KEYS[6], m)
   end
   if #dead > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', nowMs())
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', nowMs())
   end
 end
 
 -- writeTicket and readTicket are the only places that know a ticket's layout.
 local function writeTicket(member, t)
-  redis.call('HSET', KEYS[7], member, cmsgpack.pack(t.ttl, t.attempt, t.token, t.metadata, t.liveness))
+  redis.call('HSET', KEYS[6], member, cmsgpack.pack(t.ttl, t.attempt, t.token, t.metadata, t.liveness))
 end
 
 local function readTicket(member)
-  local packed = redis.call('HGET', KEYS[7], member)
+  local packed = redis.call('HGET', KEYS[6], member)
   if not packed then
     return nil
   end
@@ -49,15 +49,15 @@ end
 -- waiter's last attempt had found it free: its token, its metadata and the next fencing token. The
 -- lease is the waiter's ttl, but no longer than what is left of its liveness: a waiter that vanished
 -- after asking blocks the lock no longer than it would have blocked the queue. The grant carries no
--- attempt's mark (see undo.lua): the waiter claims it as a re-adoption, which nothing undoes. The
--- waiter stays in the liveness set (so its ticket is cleaned up if it never claims the lock) but
--- leaves the queue.
+-- attempt's mark (the bare token, see holder.lua): the waiter claims it as a re-adoption, which
+-- nothing undoes. The waiter stays in the liveness set (so its ticket is cleaned up if it never
+-- claims the lock) but leaves the queue.
 -- Returns the message that tells the waiter, or nil if nobody waits.
 -- Message: lock key, fence, lease ms, attempt id and waiter, separated by NUL bytes (keys and
 -- waiter names cannot contain NUL; see validateKey).
 local function handoff()
   prune()
-  local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
   if not head then
     return nil
   end
@@ -66,23 +66,22 @@ local function handoff()
     return nil
   end
   -- prune kept only waiters whose deadline is still ahead, so the lease is at least 1 ms.
-  local deadline = redis.call('ZSCORE', KEYS[6], head)
+  local deadline = redis.call('ZSCORE', KEYS[5], head)
   local alive = deadline and (tonumber(deadline) - nowMs()) or tonumber(t.liveness)
   local lease = math.max(1, math.min(tonumber(t.ttl), tonumber(t.liveness), alive))
   redis.call('SET', KEYS[1], t.token, 'PX', lease)
-  redis.call('DEL', KEYS[3])
   if t.metadata ~= '' then
     redis.call('SET', KEYS[2], t.metadata, 'PX', lease)
   end
-  local fence = nextFence(KEYS[4])
-  redis.call('ZREM', KEYS[5], head)
+  local fence = nextFence(KEYS[3])
+  redis.call('ZREM', KEYS[4], head)
   return table.concat({KEYS[1], string.format('%.0f', fence), lease, t.attempt, head}, '\0')
 end
 
 -- handOn frees the lock and hands it to the next waiter, then tells the release channel (ARGV[2]
 -- in both scripts that give a lock up).
 local function handOn()
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  redis.call('DEL', KEYS[1], KEYS[2])
   local message = handoff() or KEYS[1]
   if ARGV[2] ~= '' then
     redis.call('PUBLISH', ARGV[2], message)

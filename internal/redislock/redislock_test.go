@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,7 +84,7 @@ func TestObtainReleaseCycle(t *testing.T) {
 	if len(l.Token()) < 22 {
 		t.Fatalf("token %q is shorter than 128 bits of base64", l.Token())
 	}
-	if got, err := rc.Get(ctx, l.RedisKey()).Result(); err != nil || got != l.Token() {
+	if got, err := rc.Get(ctx, l.RedisKey()).Result(); err != nil || HolderToken(got) != l.Token() {
 		t.Fatalf("redis holds %q (%v), want the lock's token", got, err)
 	}
 	if _, err := c.Obtain(ctx, key, time.Minute); !errors.Is(err, ErrNotObtained) {
@@ -424,6 +425,12 @@ func TestBadInput(t *testing.T) {
 			return k.Add(mustObtain(t, c, uniqueKey(t), time.Second), time.Second)
 		},
 		"inspect empty key": func() error { _, err := c.Inspect(ctx, ""); return err },
+		// A NUL would let a token pass for another token's grant mark (holder.lua).
+		"NUL in token": func() error {
+			_, err := c.Obtain(ctx, uniqueKey(t), time.Second, WithToken("tok\x00mark"))
+			return err
+		},
+		"NUL in released token": func() error { return c.ReleaseToken(ctx, uniqueKey(t), "tok\x00mark") },
 	}
 	for name, call := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -502,7 +509,7 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	key := uniqueKey(t)
 	l := mustObtain(t, one, key, time.Minute)
-	if got, err := replica.Client(t).Get(ctx, l.RedisKey()).Result(); err != nil || got != l.Token() {
+	if got, err := replica.Client(t).Get(ctx, l.RedisKey()).Result(); err != nil || HolderToken(got) != l.Token() {
 		t.Fatalf("replica holds %q (%v) after WAIT, want the token", got, err)
 	}
 
@@ -518,5 +525,26 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	if n := rc.Exists(ctx, two.RedisKey(other)).Val(); n != 0 {
 		t.Fatal("the unreplicated lock was left behind")
+	}
+}
+
+// TestKeysFor: the keys built in one allocation are the ones every script expects, in order.
+func TestKeysFor(t *testing.T) {
+	for _, prefix := range []string{"", "app:"} {
+		rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+		t.Cleanup(func() { _ = rc.Close() })
+		c, err := New(rc, WithKeyPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := prefix + "{job}"
+		want := []string{base, base + ":meta", base + ":fence"}
+		if got := KeysFor(c, "job", false); !slices.Equal(got, want) {
+			t.Errorf("prefix %q: keys %q, want %q", prefix, got, want)
+		}
+		want = append(want, base+":queue", base+":waiters", base+":tickets")
+		if got := KeysFor(c, "job", true); !slices.Equal(got, want) {
+			t.Errorf("prefix %q: queued keys %q, want %q", prefix, got, want)
+		}
 	}
 }

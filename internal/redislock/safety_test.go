@@ -26,13 +26,14 @@ func warmUp(t *testing.T, c *Client) {
 	}
 }
 
-func lockValue(t *testing.T, rc *redis.Client, redisKey string) string {
+// lockHolder is the token that holds the lock in Redis ("" when free).
+func lockHolder(t *testing.T, rc *redis.Client, redisKey string) string {
 	t.Helper()
 	v, err := rc.Get(context.Background(), redisKey).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
 	}
-	return v
+	return HolderToken(v)
 }
 
 // TestLateReleaseKeepsARetrysLock (issue 9 item 1): Redis stalls past the caller's deadline during
@@ -58,7 +59,7 @@ func TestLateReleaseKeepsARetrysLock(t *testing.T) {
 	}
 	srv.Resume(t)
 	eventually(t, 5*time.Second, "the stalled acquisition to be applied", func() bool {
-		return lockValue(t, rc, c.RedisKey(key)) == token
+		return lockHolder(t, rc, c.RedisKey(key)) == token
 	})
 
 	l, err := c.Obtain(ctx, key, time.Minute, WithToken(token))
@@ -67,7 +68,7 @@ func TestLateReleaseKeepsARetrysLock(t *testing.T) {
 	}
 	letGo()
 	eventually(t, 10*time.Second, "the late release to finish", func() bool { return LateReleasesRunning(c) == 0 })
-	if v := lockValue(t, rc, c.RedisKey(key)); v != token {
+	if v := lockHolder(t, rc, c.RedisKey(key)); v != token {
 		t.Fatalf("after the late release the lock holds %q, want the retry's token: the retry lost its lock", v)
 	}
 	if err := l.Refresh(ctx, 0); err != nil {
@@ -96,7 +97,7 @@ func TestFreshGrantIsUndoneLate(t *testing.T) {
 	}
 	srv.Resume(t)
 	eventually(t, 10*time.Second, "the late release to finish", func() bool { return LateReleasesRunning(c) == 0 })
-	if v := lockValue(t, rc, c.RedisKey(key)); v != "" {
+	if v := lockHolder(t, rc, c.RedisKey(key)); v != "" {
 		t.Fatalf("the failed attempt's lock is left behind: %q", v)
 	}
 }
@@ -172,7 +173,7 @@ func TestWaitShortfallKeepsAReadoptedLock(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "replicas acknowledged") {
 		t.Fatalf("re-adoption without replicas: %v, want an error about replica acknowledgements", err)
 	}
-	if v := lockValue(t, rc, l.RedisKey()); v != "tok" {
+	if v := lockHolder(t, rc, l.RedisKey()); v != "tok" {
 		t.Fatalf("after the WAIT shortfall the lock holds %q, want it kept", v)
 	}
 	if err := l.Refresh(ctx, 0); err != nil {
@@ -209,7 +210,7 @@ func TestRedlockReadoptionKeepsTheFence(t *testing.T) {
 		t.Fatalf("re-adoption fence %d (re-adopted %v), want the stored %d, re-adopted", again.Fence(), again.Readopted(), l.Fence())
 	}
 	for i, rc := range clients {
-		if v, err := rc.Get(ctx, l.RedisKey()).Result(); err != nil || v != "tok" {
+		if v, err := rc.Get(ctx, l.RedisKey()).Result(); err != nil || HolderToken(v) != "tok" {
 			t.Fatalf("node %d holds %q (%v), want the token", i, v, err)
 		}
 	}
@@ -379,6 +380,74 @@ func TestKeyPrefixRefusesBraces(t *testing.T) {
 		}
 		if _, err := NewRedlock(clients, WithKeyPrefix(prefix)); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("NewRedlock with prefix %q: %v, want ErrInvalidArgument", prefix, err)
+		}
+	}
+}
+
+// TestGrantMarkIsNoCredential: a fresh grant stores its token followed by the attempt's mark. Only
+// that very token holds the lock: neither a token that is a prefix of it nor anything that reaches
+// into the mark can re-adopt, release or undo it, and the holder can still use every operation.
+func TestGrantMarkIsNoCredential(t *testing.T) {
+	c, _, rc := single(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	l := mustObtain(t, c, key, time.Minute, WithToken("tok-long"))
+	raw, err := rc.Get(ctx, l.RedisKey()).Result()
+	if err != nil || raw == "tok-long" || HolderToken(raw) != "tok-long" {
+		t.Fatalf("a fresh grant stored %q (%v), want the token with a grant mark", raw, err)
+	}
+
+	for _, other := range []string{"tok", "tok-lon", "tok-long-"} {
+		if _, err := c.Obtain(ctx, key, time.Minute, WithToken(other)); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("Obtain with %q: %v, want ErrNotObtained", other, err)
+		}
+		if err := c.ReleaseToken(ctx, key, other); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("ReleaseToken with %q: %v, want ErrNotHeld", other, err)
+		}
+	}
+	if err := c.ReleaseToken(ctx, key, raw); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("ReleaseToken with the stored value: %v, want ErrInvalidArgument", err)
+	}
+	if v := lockHolder(t, rc, l.RedisKey()); v != "tok-long" {
+		t.Fatalf("the lock holds %q after the others tried, want it kept", v)
+	}
+
+	if err := l.Refresh(ctx, 0); err != nil {
+		t.Fatalf("holder's Refresh: %v", err)
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+		t.Fatalf("holder's TTL: %v, %v", ttl, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	if v := lockHolder(t, rc, l.RedisKey()); v != "" {
+		t.Fatalf("released lock still holds %q", v)
+	}
+}
+
+// TestFenceCounterAheadOfTheClock: when the counter is ahead of the server clock (as after a
+// failover to a host whose clock is behind), tokens continue from the counter, one by one, and the
+// counter keeps the token handed out (nextFence writes the clock first and must correct it).
+func TestFenceCounterAheadOfTheClock(t *testing.T) {
+	c, _, rc := single(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	fenceKey := c.RedisKey(key) + ":fence"
+	far := time.Now().Add(24 * time.Hour).UnixMicro()
+	if err := rc.Set(ctx, fenceKey, far, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for want := far + 1; want <= far+2; want++ {
+		l := mustObtain(t, c, key, time.Minute)
+		if l.Fence() != want {
+			t.Fatalf("fence %d, want %d (the counter plus one)", l.Fence(), want)
+		}
+		if stored, err := rc.Get(ctx, fenceKey).Int64(); err != nil || stored != want {
+			t.Fatalf("counter holds %d (%v), want the token handed out, %d", stored, err, want)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -26,21 +26,25 @@ var (
 	//go:embed undo.lua
 	undoSrc string
 	// Lua scripts cannot include one another, so shared helpers are put in front of the scripts that
-	// use them: clock.lua (server clock, fence counter) and queue.lua (the waiter queue and handoff).
-	// Each variant carries only the helpers its paths reach, since defining them costs every call.
+	// use them: holder.lua (who holds a lock), clock.lua (server clock, fence counter) and queue.lua
+	// (the waiter queue and handoff). Each variant carries only the helpers its paths reach, since
+	// defining them costs every call.
+	//go:embed holder.lua
+	holderSrc string
 	//go:embed clock.lua
 	clockSrc string
 	//go:embed queue.lua
 	queueSrc string
 
-	scriptObtain         = redis.NewScript(clockSrc + obtainSrc)
-	scriptObtainQueued   = redis.NewScript(clockSrc + queueSrc + obtainSrc)
-	scriptRefresh        = redis.NewScript(refreshSrc)
-	scriptRelease        = redis.NewScript(releaseSrc)
-	scriptReleaseHandoff = redis.NewScript(clockSrc + queueSrc + releaseSrc)
+	scriptObtain         = redis.NewScript(holderSrc + clockSrc + obtainSrc)
+	scriptObtainQueued   = redis.NewScript(holderSrc + clockSrc + queueSrc + obtainSrc)
+	refreshFullSrc       = holderSrc + refreshSrc // the keeper loads it itself (refreshPipeline)
+	scriptRefresh        = redis.NewScript(refreshFullSrc)
+	scriptRelease        = redis.NewScript(holderSrc + releaseSrc)
+	scriptReleaseHandoff = redis.NewScript(holderSrc + clockSrc + queueSrc + releaseSrc)
 	scriptInspect        = redis.NewScript(inspectSrc)
-	scriptFence          = redis.NewScript(fenceSrc)
-	scriptPTTL           = redis.NewScript(pttlSrc)
-	scriptDequeue        = redis.NewScript(clockSrc + queueSrc + dequeueSrc)
+	scriptFence          = redis.NewScript(holderSrc + fenceSrc)
+	scriptPTTL           = redis.NewScript(holderSrc + pttlSrc)
+	scriptDequeue        = redis.NewScript(holderSrc + clockSrc + queueSrc + dequeueSrc)
 	scriptUndo           = redis.NewScript(undoSrc)
 )

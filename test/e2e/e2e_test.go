@@ -325,7 +325,10 @@ var _ = Describe("Operator paused for longer than the TTL", Ordered, func() {
 		s.eventuallyEvents("paused", batchv1alpha1.ReasonLockLost)
 
 		// The operator left the new holder's lock alone.
-		Consistently(func() (string, error) { return rdb.Get(ctx, key).Result() }).WithTimeout(2 * time.Second).Should(Equal(other.Token()))
+		Consistently(func() (string, error) {
+			v, err := rdb.Get(ctx, key).Result()
+			return redislock.HolderToken(v), err
+		}).WithTimeout(2 * time.Second).Should(Equal(other.Token()))
 		Expect(other.Release(ctx)).To(Succeed())
 	}, SpecTimeout(3*time.Minute))
 })
