@@ -91,7 +91,7 @@ func TestFenceIsStoredBeforeTheJob(t *testing.T) {
 	if _, err := r.Reconcile(ctx, req); err == nil {
 		t.Fatal("the pass whose status writes fail should return an error")
 	}
-	if book.Held(lj.UID) == nil {
+	if book.Holding(lj.UID) == nil {
 		t.Fatal("the lock should have been taken in the failing pass")
 	}
 	var jobs batchv1.JobList
@@ -228,7 +228,7 @@ func TestLostLockStopsTheJobOutsideTheQueue(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the reconciler was not woken after the stop")
 	}
-	if book.Lost("u") == nil || book.Held("u") != nil {
+	if book.Lost("u") == nil || book.Holding("u") != nil {
 		t.Fatal("the book must remember the loss until the status shows it")
 	}
 }

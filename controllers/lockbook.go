@@ -113,16 +113,6 @@ func workloadOf(lj *batchv1alpha1.LockedJob) Workload {
 	return Workload{LockedJob: client.ObjectKeyFromObject(lj), UID: lj.UID, Job: lj.Status.JobName, Policy: lossPolicy(lj)}
 }
 
-// Held returns the healthy lock the LockedJob holds, or nil (none, lost, at risk or released).
-func (b *LockBook) Held(uid types.UID) *redislock.Lock {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if e, ok := b.entries[uid]; ok && e.lost == nil {
-		return e.lock
-	}
-	return nil
-}
-
 // Holding returns the lock the LockedJob still holds in Redis as far as the book knows, healthy or
 // at risk, or nil.
 func (b *LockBook) Holding(uid types.UID) *redislock.Lock {
