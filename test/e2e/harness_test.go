@@ -309,12 +309,15 @@ func (s *scenario) eventuallyEvents(name string, reasons ...string) {
 		WithTimeout(20*time.Second).Should(ContainElements(reasons), "Events of LockedJob %s", name)
 }
 
-// jobsOf lists the Jobs in the namespace labelled for the LockedJob.
+// jobsOf lists the Jobs in the namespace that the LockedJob created. Its full name is in an
+// annotation; the label holds a shortened form for names too long for a label value.
 func (s *scenario) jobsOf(name string) []batchv1.Job {
 	GinkgoHelper()
 	var list batchv1.JobList
-	Expect(suite.k8s.List(s.ctx, &list, client.InNamespace(s.ns), client.MatchingLabels{batchv1alpha1.LabelLockedJob: name})).To(Succeed())
-	return list.Items
+	Expect(suite.k8s.List(s.ctx, &list, client.InNamespace(s.ns))).To(Succeed())
+	return slices.DeleteFunc(list.Items, func(j batchv1.Job) bool {
+		return j.Annotations[batchv1alpha1.AnnotationLockedJob] != name
+	})
 }
 
 // podsOfJob lists the pods of a Job from the API server.

@@ -112,7 +112,7 @@ func (r *recorder) onJob(t watch.EventType, job *batchv1.Job, now time.Time) {
 	defer r.mu.Unlock()
 	rec, ok := r.jobs[job.Name]
 	if !ok {
-		rec = &jobRec{Name: job.Name, LockedJob: job.Labels[batchv1alpha1.LabelLockedJob], Added: now}
+		rec = &jobRec{Name: job.Name, LockedJob: job.Annotations[batchv1alpha1.AnnotationLockedJob], Added: now}
 		rec.Fence, _ = strconv.ParseInt(job.Annotations[batchv1alpha1.AnnotationFencingToken], 10, 64)
 		r.jobs[job.Name] = rec
 		r.order = append(r.order, job.Name)

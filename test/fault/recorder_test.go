@@ -112,7 +112,7 @@ func (r *recorder) onJob(t watch.EventType, job *batchv1.Job, now time.Time) {
 	rec, ok := r.jobs[string(job.UID)]
 	if !ok {
 		rec = &jobRec{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID),
-			LockedJob: job.Labels[batchv1alpha1.LabelLockedJob], Fence: fenceOf(job.Annotations), Added: now}
+			LockedJob: job.Annotations[batchv1alpha1.AnnotationLockedJob], Fence: fenceOf(job.Annotations), Added: now}
 		r.jobs[rec.UID] = rec
 	}
 	finished := t == watch.Deleted || (job.Spec.Suspend != nil && *job.Spec.Suspend)
