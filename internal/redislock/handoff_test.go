@@ -133,14 +133,8 @@ func TestStaleHandoffMessageIsIgnored(t *testing.T) {
 	ctx := context.Background()
 	holder := mustObtain(t, c, key, time.Minute)
 
-	waitCtx, cancel := context.WithCancel(ctx)
+	got, cancel := startListeningWaiter(t, c, rc, key)
 	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		_, err := c.Obtain(waitCtx, key, time.Minute, WithQueue("waiter", 1, time.Minute), WithRetry(FixedBackoff(time.Hour)))
-		got <- err
-	}()
-	eventually(t, 5*time.Second, "the waiter to queue up and listen", func() bool { return subscribers(t, rc) == 1 })
 	before := evalCalls(t, rc)
 	// Two messages, handled in order: a handoff naming the waiter but not its latest attempt, which
 	// must be ignored, then a plain release, which sends the waiter (first in line) to ask again.
@@ -158,10 +152,7 @@ func TestStaleHandoffMessageIsIgnored(t *testing.T) {
 		t.Fatalf("Obtain returned on a stale handoff: %v", err)
 	default:
 	}
-	cancel()
-	if err := <-got; !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled wait: %v, want ErrNotObtained and context.Canceled", err)
-	}
+	expectCancelledWait(t, cancel, got)
 }
 
 // TestHandoffToAVanishedWaiterIsBounded: a waiter handed the lock right after it stopped asking
@@ -242,5 +233,29 @@ func TestRedlockDoesNotHandOff(t *testing.T) {
 	}
 	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("a", 1, time.Minute)); err != nil {
 		t.Fatalf("a takes the free lock: %v", err)
+	}
+}
+
+// startListeningWaiter starts a queued Obtain of key as member "waiter" that waits with an hour's
+// backoff, so only a release message can make it act, and returns once it listens for releases.
+func startListeningWaiter(t *testing.T, c *Client, rc *redis.Client, key string) (<-chan error, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Obtain(ctx, key, time.Minute, WithQueue("waiter", 1, time.Minute), WithRetry(FixedBackoff(time.Hour)))
+		got <- err
+	}()
+	eventually(t, 5*time.Second, "the waiter to queue up and listen", func() bool { return subscribers(t, rc) == 1 })
+	return got, cancel
+}
+
+// expectCancelledWait cancels a waiter from startListeningWaiter and checks that it ends as a
+// cancelled wait, not with a lock.
+func expectCancelledWait(t *testing.T, cancel context.CancelFunc, got <-chan error) {
+	t.Helper()
+	cancel()
+	if err := <-got; !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v, want ErrNotObtained and context.Canceled", err)
 	}
 }

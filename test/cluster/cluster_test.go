@@ -4,13 +4,9 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,16 +20,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
+	"github.com/lockedjob/lockedjob/test/utils"
 )
 
 var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
 
 type cluster struct {
-	t       *testing.T
-	root    string // repository root
-	binDir  string
-	dir     string // LOCKEDJOB_CLUSTER_DIR
-	base    int    // LOCKEDJOB_CLUSTER_PORT_BASE
+	t *testing.T
+	utils.LocalCluster
 	started map[string]int
 }
 
@@ -43,14 +37,14 @@ func TestLocalClusterRunsJobs(t *testing.T) {
 	t.Cleanup(c.downAndCheck) // safe even if up fails half-way
 	start := time.Now()
 	out := c.script(3*time.Minute, "up")
-	t.Logf("cluster up in %s (ports %d..%d, dir %s)", time.Since(start).Round(time.Millisecond), c.base, c.base+5, c.dir)
+	t.Logf("cluster up in %s (ports %d..%d, dir %s)", time.Since(start).Round(time.Millisecond), c.PortBase, c.PortBase+5, c.Dir)
 	c.recordPIDs()
 
 	if again := c.script(time.Minute, "up"); !strings.Contains(again, "already up") {
 		t.Errorf("second up did not report the cluster as already up:\n%s\n(first up said:\n%s)", again, out)
 	}
 	kubeconfig := strings.TrimSpace(c.script(10*time.Second, "env"))
-	if want := filepath.Join(c.dir, "kubeconfig"); kubeconfig != want {
+	if want := filepath.Join(c.Dir, "kubeconfig"); kubeconfig != want {
 		t.Fatalf("env printed %q, want %q", kubeconfig, want)
 	}
 	c.script(30*time.Second, "status")
@@ -124,67 +118,30 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatalf("local cluster binaries %v missing in %s: run `make k8s-bin` (or hack/k8s-bin.sh) first; "+
 			"the first build takes ~10 min", missing, binDir)
 	}
-	return &cluster{t: t, root: root, binDir: binDir, dir: t.TempDir(), base: freePortBase(t), started: map[string]int{}}
-}
-
-// freePortBase finds 6 consecutive free loopback ports below Linux's
-// ephemeral range and away from the script's default base (26440), so a
-// developer's own cluster is never disturbed.
-func freePortBase(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		base := 20000 + 10*rand.IntN(1270) // 20000..32690
-		if base > 26440-10 && base < 26440+10 {
-			continue
-		}
-		free := true
-		for p := base; p < base+6 && free; p++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-			if err != nil {
-				free = false
-				continue
-			}
-			_ = l.Close()
-		}
-		if free {
-			return base
-		}
+	// Away from the script's default base (26440), so a developer's own cluster is never disturbed.
+	base, err := utils.FreePortBlock(0, 6, 26440)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free block of 6 loopback ports found in 20000..32695")
-	return 0
+	lc := utils.LocalCluster{Root: root, Dir: t.TempDir(), PortBase: base, BinDir: binDir}
+	return &cluster{t: t, LocalCluster: lc, started: map[string]int{}}
 }
 
 // script runs hack/cluster.sh with this cluster's folder and ports; it fails
 // the test (with the script's output) if the script fails.
 func (c *cluster) script(timeout time.Duration, args ...string) string {
 	c.t.Helper()
-	out, err := c.run(timeout, args...)
+	out, err := c.Script(timeout, args...)
 	if err != nil {
-		c.t.Fatalf("hack/cluster.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+		c.t.Fatal(err) // names the command line and carries its output
 	}
 	return out
-}
-
-func (c *cluster) run(timeout time.Duration, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(c.root, "hack", "cluster.sh")}, args...)...)
-	cmd.Dir = c.root
-	cmd.Env = append(os.Environ(),
-		"LOCKEDJOB_CLUSTER_DIR="+c.dir,
-		"LOCKEDJOB_CLUSTER_PORT_BASE="+strconv.Itoa(c.base),
-		"K8S_BIN_DIR="+c.binDir,
-	)
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err := cmd.Run()
-	return buf.String(), err
 }
 
 func (c *cluster) recordPIDs() {
 	c.t.Helper()
 	for _, name := range components {
-		b, err := os.ReadFile(filepath.Join(c.dir, "pids", name+".pid"))
+		b, err := os.ReadFile(filepath.Join(c.Dir, "pids", name+".pid"))
 		if err != nil {
 			c.t.Fatalf("after up, no pid file for %s: %v", name, err)
 		}
@@ -206,34 +163,24 @@ func (c *cluster) alive(name string, pid int) bool {
 	if err != nil {
 		return false
 	}
-	want, err := filepath.EvalSymlinks(filepath.Join(c.binDir, name))
+	want, err := filepath.EvalSymlinks(filepath.Join(c.BinDir, name))
 	if err != nil || strings.TrimSuffix(exe, " (deleted)") != want {
 		return false
 	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if state, ok := strings.CutPrefix(line, "State:"); ok {
-			state = strings.TrimSpace(state)
-			return !strings.HasPrefix(state, "Z") && !strings.HasPrefix(state, "X")
-		}
-	}
-	return false
+	return utils.ProcessAlive(pid)
 }
 
 func (c *cluster) downAndCheck() {
-	out, err := c.run(2*time.Minute, "down")
+	_, err := c.Script(2*time.Minute, "down")
 	if err != nil {
-		c.t.Errorf("hack/cluster.sh down: %v\n%s", err, out)
+		c.t.Error(err) // names the command line and carries its output
 	}
 	for name, pid := range c.started {
 		if c.alive(name, pid) {
 			c.t.Errorf("after down, %s (pid %d) is still running", name, pid)
 		}
 	}
-	if out, err := c.run(30*time.Second, "status"); err == nil {
+	if out, err := c.Script(30*time.Second, "status"); err == nil {
 		c.t.Errorf("status after down exited 0:\n%s", out)
 	}
 }

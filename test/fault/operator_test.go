@@ -159,13 +159,10 @@ func (o *operator) pid() int {
 // it kills. A graceful stop gives up the leader lease, so a successor leads
 // at once.
 func (o *operator) stop() {
-	if o.exited() {
+	cmd, done, ok := o.beginStop()
+	if !ok {
 		return
 	}
-	o.mu.Lock()
-	o.stopping = true
-	cmd, done := o.cmd, o.done
-	o.mu.Unlock()
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Process.Signal(syscall.SIGCONT)
 	select {
@@ -177,15 +174,24 @@ func (o *operator) stop() {
 	o.kill()
 }
 
-// kill SIGKILLs the process, like a crashed node, and waits until it is gone.
-func (o *operator) kill() {
+// beginStop marks a stop the test asked for (so the exit is not judged a crash) and returns the
+// process and its done channel; ok is false when it has exited already.
+func (o *operator) beginStop() (cmd *exec.Cmd, done <-chan struct{}, ok bool) {
 	if o.exited() {
-		return
+		return nil, nil, false
 	}
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.stopping = true
-	cmd, done := o.cmd, o.done
-	o.mu.Unlock()
+	return o.cmd, o.done, true
+}
+
+// kill SIGKILLs the process, like a crashed node, and waits until it is gone.
+func (o *operator) kill() {
+	cmd, done, ok := o.beginStop()
+	if !ok {
+		return
+	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	<-done
 }

@@ -72,22 +72,7 @@ func TestProxyPass(t *testing.T) {
 		t.Fatalf("PING through the proxy: %v", err)
 	}
 	// A pipeline of many commands comes back whole and in order.
-	ctx, cancel := context.WithTimeout(t.Context(), answer)
-	defer cancel()
-	cmds, err := c.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for range 5000 {
-			pl.Incr(ctx, "n")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, cmd := range cmds {
-		if got := cmd.(*redis.IntCmd).Val(); got != int64(i+1) {
-			t.Fatalf("reply %d = %d, want %d", i, got, i+1)
-		}
-	}
+	checkPipelineOrder(t, c, 5000)
 }
 
 func TestProxyBlackhole(t *testing.T) {
@@ -176,22 +161,7 @@ func TestProxyDelay(t *testing.T) {
 	}
 
 	// Order holds under delay: a pipeline's replies still match its commands.
-	ctx, cancel := context.WithTimeout(t.Context(), answer)
-	defer cancel()
-	cmds, err := c.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for range 1000 {
-			pl.Incr(ctx, "n")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, cmd := range cmds {
-		if got := cmd.(*redis.IntCmd).Val(); got != int64(i+1) {
-			t.Fatalf("reply %d = %d, want %d", i, got, i+1)
-		}
-	}
+	checkPipelineOrder(t, c, 1000)
 }
 
 // TestProxyPassClearsDelay: bytes waiting out a long delay are sent as soon as Pass is called.
@@ -219,5 +189,27 @@ func TestProxyPassClearsDelay(t *testing.T) {
 		}
 	case <-time.After(answer):
 		t.Fatal("PING still waits out the delay after Pass")
+	}
+}
+
+// checkPipelineOrder sends n INCRs of a fresh counter in one pipeline and checks that the replies
+// come back whole and in order.
+func checkPipelineOrder(t *testing.T, c *redis.Client, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), answer)
+	defer cancel()
+	cmds, err := c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for range n {
+			pl.Incr(ctx, "n")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, cmd := range cmds {
+		if got := cmd.(*redis.IntCmd).Val(); got != int64(i+1) {
+			t.Fatalf("reply %d = %d, want %d", i, got, i+1)
+		}
 	}
 }
