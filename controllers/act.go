@@ -579,23 +579,32 @@ func (r *LockedJobReconciler) deleteJob(ctx context.Context, p *pass) (ctrl.Resu
 }
 
 // deleteRelease waits until the Job's pods are gone, then releases the lock and leaves the queue
-// (both always: a crash between acquiring and recording leaves a lock that only the token names),
-// and lets the LockedJob go.
+// (both whenever the LockedJob had not finished: a crash between acquiring and recording leaves a
+// lock that only the token names), and lets the LockedJob go.
 func (r *LockedJobReconciler) deleteRelease(ctx context.Context, p *pass) (ctrl.Result, error) {
 	if wait, err := r.waitForPods(ctx, p); err != nil || wait {
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
-	if err := r.release(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
-		return ctrl.Result{}, err
-	}
-	if err := r.dequeue(ctx, p); err != nil {
-		return ctrl.Result{}, err
+	if mayHoldOrWait(p.obs) {
+		if err := r.release(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+			return ctrl.Result{}, err
+		}
+		if err := r.dequeue(ctx, p); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if err := r.removeFinalizer(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.Locks.Forget(p.lj.UID)
 	return ctrl.Result{}, nil
+}
+
+// mayHoldOrWait reports whether the LockedJob may still hold its lock or stand in its queue. Every
+// way to a terminal phase releases or gives up the lock and leaves the queue, unless a release
+// failed, which status still shows as held; so a finished LockedJob needs no Redis call to go.
+func mayHoldOrWait(o observation) bool {
+	return !o.terminal || o.holding != nil || o.lockRecorded
 }
 
 // waitForPods reports whether pods of the LockedJob's Job still exist, and records that in the

@@ -164,3 +164,22 @@ func TestDecideNeverCreatesBesideAJob(t *testing.T) {
 		}
 	}
 }
+
+// TestMayHoldOrWait: deleting a finished LockedJob costs no Redis call unless a release failed.
+func TestMayHoldOrWait(t *testing.T) {
+	lock := &redislock.Lock{}
+	for _, tc := range []struct {
+		name string
+		obs  observation
+		want bool
+	}{
+		{"not finished (a crash may have left a lock only the token names)", observation{}, true},
+		{"finished and released", observation{terminal: true}, false},
+		{"finished, release failed (status still says held)", observation{terminal: true, lockRecorded: true}, true},
+		{"finished, lock still in hand", observation{terminal: true, holding: lock}, true},
+	} {
+		if got := mayHoldOrWait(tc.obs); got != tc.want {
+			t.Errorf("%s: mayHoldOrWait = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
