@@ -134,12 +134,23 @@ func (b *LockBook) Lost(uid types.UID) error {
 	return nil
 }
 
-// Released reports whether the LockedJob's lock was released after its Job ended.
-func (b *LockBook) Released(uid types.UID) bool {
+// bookRecord is what the book knows of one LockedJob, read at once.
+type bookRecord struct {
+	lock     *redislock.Lock // held, healthy or at risk
+	lost     error
+	released bool
+	job      string
+}
+
+// recordOf returns the book's record of the LockedJob (the zero record if it has none).
+func (b *LockBook) recordOf(uid types.UID) bookRecord {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.entries[uid]
-	return ok && e.released
+	if !ok {
+		return bookRecord{}
+	}
+	return bookRecord{lock: e.lock, lost: e.lost, released: e.released, job: e.Job}
 }
 
 // MarkLost records that the LockedJob's lock is lost (found gone by the reconciler), stops renewing
@@ -239,16 +250,6 @@ func (b *LockBook) ForgetObject(name types.NamespacedName) {
 	for _, uid := range uids {
 		b.Forget(uid)
 	}
-}
-
-// jobOf returns the name of the Job the book knows for the LockedJob ("" if none).
-func (b *LockBook) jobOf(uid types.UID) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if e, ok := b.entries[uid]; ok {
-		return e.Job
-	}
-	return ""
 }
 
 // Len returns the number of locks held.

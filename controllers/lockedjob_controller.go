@@ -229,21 +229,21 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 // created (or is about to be stopped) is never taken for a missing one.
 func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 	lj := p.lj
-	uid := lj.UID
+	book := r.Locks.recordOf(lj.UID)
 	p.obs = observation{
 		deleting:     !lj.DeletionTimestamp.IsZero(),
 		hasFinalizer: controllerutil.ContainsFinalizer(lj, finalizer),
 		terminal:     isTerminal(lj.Status.Phase),
 		lockRecorded: conditionTrue(lj, batchv1alpha1.ConditionLockAcquired),
 		scopeAllowed: lj.Spec.Lock.Scope != batchv1alpha1.LockScopeCluster || r.clusterScopeAllowed(lj.Namespace),
-		holding:      r.Locks.Holding(uid),
-		lost:         r.Locks.Lost(uid),
-		released:     r.Locks.Released(uid),
+		holding:      book.lock,
+		lost:         book.lost,
+		released:     book.released,
 		jobCreated:   lj.Status.JobUID != "",
 	}
 	name := lj.Status.JobName
 	if name == "" {
-		name = r.Locks.jobOf(uid) // a stale object may lack what an earlier pass recorded
+		name = book.job // a stale object may lack what an earlier pass recorded
 	}
 	if name == "" {
 		return nil
