@@ -157,24 +157,13 @@ func (b *LockBook) recordOf(uid types.UID) bookRecord {
 // it and keeps the record until Forget.
 func (b *LockBook) MarkLost(lj *batchv1alpha1.LockedJob, cause error) {
 	b.mu.Lock()
-	e, ok := b.entries[lj.UID]
-	if !ok {
-		e = &bookEntry{Workload: workloadOf(lj)}
-		b.entries[lj.UID] = e
-	}
+	e := b.entryFor(lj)
 	if e.lost == nil {
 		e.lost = cause
 	}
-	l := e.lock
-	e.lock = nil
-	if l != nil {
-		delete(b.byLk, l)
-	}
-	b.setGauge()
+	l := b.detach(e)
 	b.mu.Unlock()
-	if l != nil {
-		b.keeper.Remove(l)
-	}
+	b.stopRenewing(l)
 }
 
 // MarkAtRisk records that the LockedJob's lock cannot be trusted (cause) while it is still held and
@@ -191,19 +180,12 @@ func (b *LockBook) MarkAtRisk(uid types.UID, cause error) {
 // record stays: call MarkReleased after the release, or Track again if it failed.
 func (b *LockBook) Untrack(uid types.UID) *redislock.Lock {
 	b.mu.Lock()
-	e, ok := b.entries[uid]
 	var l *redislock.Lock
-	if ok {
-		l, e.lock = e.lock, nil
-		if l != nil {
-			delete(b.byLk, l)
-		}
+	if e, ok := b.entries[uid]; ok {
+		l = b.detach(e)
 	}
-	b.setGauge()
 	b.mu.Unlock()
-	if l != nil {
-		b.keeper.Remove(l)
-	}
+	b.stopRenewing(l)
 	return l
 }
 
@@ -211,27 +193,45 @@ func (b *LockBook) Untrack(uid types.UID) *redislock.Lock {
 func (b *LockBook) MarkReleased(lj *batchv1alpha1.LockedJob) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e, ok := b.entries[lj.UID]
-	if !ok {
-		e = &bookEntry{Workload: workloadOf(lj)}
-		b.entries[lj.UID] = e
-	}
-	e.released = true
+	b.entryFor(lj).released = true
 }
 
 // Forget drops every record of the LockedJob and stops renewing its lock (without releasing it in
 // Redis). Call it once the outcome is in the status the reconciler reads, or the object is gone.
 func (b *LockBook) Forget(uid types.UID) {
 	b.mu.Lock()
-	e, ok := b.entries[uid]
-	delete(b.entries, uid)
 	var l *redislock.Lock
-	if ok && e.lock != nil {
-		l = e.lock
+	if e, ok := b.entries[uid]; ok {
+		delete(b.entries, uid)
+		l = b.detach(e)
+	}
+	b.mu.Unlock()
+	b.stopRenewing(l)
+}
+
+// entryFor returns the LockedJob's entry, made if it has none; b.mu is held.
+func (b *LockBook) entryFor(lj *batchv1alpha1.LockedJob) *bookEntry {
+	e, ok := b.entries[lj.UID]
+	if !ok {
+		e = &bookEntry{Workload: workloadOf(lj)}
+		b.entries[lj.UID] = e
+	}
+	return e
+}
+
+// detach takes the lock out of an entry and returns it (nil if none); b.mu is held. The caller
+// stops renewing it after unlocking, since the keeper may be calling back into the book.
+func (b *LockBook) detach(e *bookEntry) *redislock.Lock {
+	l := e.lock
+	e.lock = nil
+	if l != nil {
 		delete(b.byLk, l)
 	}
 	b.setGauge()
-	b.mu.Unlock()
+	return l
+}
+
+func (b *LockBook) stopRenewing(l *redislock.Lock) {
 	if l != nil {
 		b.keeper.Remove(l)
 	}
@@ -298,9 +298,7 @@ func (b *LockBook) onLost(l *redislock.Lock, err error) {
 	b.mu.Lock()
 	e, ok := b.byLk[l]
 	if ok {
-		delete(b.byLk, l)
-		e.lock = nil
-		b.setGauge()
+		b.detach(e) // the keeper has dropped it already
 	}
 	b.mu.Unlock()
 	if ok {
