@@ -142,22 +142,19 @@ func writeArchive(out string, tag name.Tag, img v1.Image) error {
 	return nil
 }
 
-// report prints what `make image` shows: the tarball, its size, the reference and both digests
-// (docker shows the config digest as IMAGE ID, containerd the manifest digest).
+// report prints what `make image` shows: the tarball, its size, the reference and the image ID.
+// The ID is the config's digest, which docker shows as IMAGE ID and the CRI (kubelet, crictl) as
+// the image id; the manifest digest is not printed because containerd's importer writes its own
+// manifest (same config and layers, other JSON), so that digest would differ on the node.
 func report(w io.Writer, o options, img v1.Image) error {
 	fi, err := os.Stat(o.out)
 	if err != nil {
 		return fmt.Errorf("stat %s: %w", o.out, err)
 	}
-	digest, err := img.Digest()
-	if err != nil {
-		return fmt.Errorf("image digest: %w", err)
-	}
 	id, err := img.ConfigName()
 	if err != nil {
 		return fmt.Errorf("image id: %w", err)
 	}
-	_, err = fmt.Fprintf(w, "%s %.1f MiB %s digest %s id %s\n",
-		o.out, float64(fi.Size())/(1<<20), o.tag, digest, id)
+	_, err = fmt.Fprintf(w, "%s %.1f MiB %s id %s\n", o.out, float64(fi.Size())/(1<<20), o.tag, id)
 	return err
 }

@@ -286,8 +286,8 @@ func runOK(t *testing.T, args []string) {
 	if err := run(args, &stdout, &stderr); err != nil {
 		t.Fatalf("run(%q): %v\nstderr: %s", args, err, stderr.String())
 	}
-	if !strings.Contains(stdout.String(), " digest sha256:") {
-		t.Errorf("report %q names no digest", stdout.String())
+	if !strings.Contains(stdout.String(), " id sha256:") {
+		t.Errorf("report %q names no image id", stdout.String())
 	}
 }
 
