@@ -43,13 +43,15 @@ fmt: ## Run gofmt -w on the code.
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: vet
-vet: ## Run go vet.
+vet: ## Run go vet (the operator and hack/imgtool).
 	go vet ./...
+	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
 
 .PHONY: lint
 lint: ## Check formatting (gofmt) and run go vet; fails instead of rewriting.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
 
 .PHONY: verify
 verify: manifests generate ## Fail if generated files are out of date.

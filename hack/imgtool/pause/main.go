@@ -34,12 +34,15 @@ func main() {
 		fmt.Println("pause (lockedjob)")
 		return
 	}
+	// Until Notify, the Go runtime would die of SIGTERM (not exit 0) and ignore SIGCHLD; so
+	// handlers first, then reap what may have exited before them, then speak.
+	signals := make(chan os.Signal, 8)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	reap()
 	if os.Getpid() != 1 {
 		// The same warning as upstream: outside a pod it works, but reaps only its own children.
 		fmt.Fprintln(os.Stderr, "Warning: pause should be the first process")
 	}
-	signals := make(chan os.Signal, 8)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
 	for sig := range signals {
 		if sig == syscall.SIGCHLD {
 			reap()

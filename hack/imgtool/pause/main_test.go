@@ -17,6 +17,7 @@ limitations under the License.
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -44,8 +45,9 @@ const deadline = 10 * time.Second
 func TestExitsZeroOnStopSignals(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
-			cmd := startPause(t, nil)
-			waitHandles(t, cmd.Process.Pid, sig)
+			cmd, stderr := startPause(t, nil)
+			// pause warns that it is not PID 1 only once its handlers are in place.
+			waitLine(t, stderr, "Warning: pause should be the first process")
 			if err := cmd.Process.Signal(sig); err != nil {
 				t.Fatalf("signal: %v", err)
 			}
@@ -62,13 +64,16 @@ func TestReapsOrphans(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for a PID namespace (CLONE_NEWPID)")
 	}
-	cmd := startPause(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID})
+	// As PID 1 pause prints nothing to wait for; it reaps an orphan however early it exits (an
+	// exit before its SIGCHLD handler is collected right after the handler is set), and every
+	// reap happens after its SIGTERM handler is set, so the SIGTERM below cannot race it.
+	cmd, _ := startPause(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID})
 	pid := cmd.Process.Pid
-	waitHandles(t, pid, syscall.SIGCHLD)
 
 	// nsenter's child runs sh inside the namespace; sh exits at once and leaves sleep to pause.
+	// sleep must not hold the output pipe, or CombinedOutput would return only after it exited.
 	out, err := exec.Command("nsenter", "--target", strconv.Itoa(pid), "--pid", "--",
-		"sh", "-c", "sleep 1 & exit 0").CombinedOutput()
+		"sh", "-c", "sleep 1 </dev/null >/dev/null 2>&1 & exit 0").CombinedOutput()
 	if err != nil {
 		t.Fatalf("nsenter: %v: %s", err, out)
 	}
@@ -89,12 +94,15 @@ func TestReapsOrphans(t *testing.T) {
 	}
 }
 
-func startPause(t *testing.T, attr *syscall.SysProcAttr) *exec.Cmd {
+func startPause(t *testing.T, attr *syscall.SysProcAttr) (*exec.Cmd, *bufio.Reader) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), beThePause+"=1")
 	cmd.SysProcAttr = attr
-	cmd.Stderr = os.Stderr
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start pause: %v", err)
 	}
@@ -104,26 +112,34 @@ func startPause(t *testing.T, attr *syscall.SysProcAttr) *exec.Cmd {
 			_ = cmd.Wait()
 		}
 	})
-	return cmd
+	return cmd, bufio.NewReader(stderr)
 }
 
-// waitHandles waits until the process has a handler for sig: before that, a signal would take
-// the default action and the test would measure the Go runtime's start, not pause.
-func waitHandles(t *testing.T, pid int, sig syscall.Signal) {
+// waitLine reads r until a line equal to want, within the deadline.
+func waitLine(t *testing.T, r *bufio.Reader, want string) {
 	t.Helper()
-	pollFor(t, fmt.Sprintf("pid %d to catch %s", pid, sig), func() (int, bool) {
-		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			return 0, false
-		}
-		for line := range strings.SplitSeq(string(status), "\n") {
-			if mask, ok := strings.CutPrefix(line, "SigCgt:"); ok {
-				bits, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
-				return 0, err == nil && bits&(1<<(uint(sig)-1)) != 0
+	found := make(chan error, 1)
+	go func() {
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				found <- fmt.Errorf("pause's stderr ended before %q: %w", want, err)
+				return
+			}
+			if strings.TrimSpace(line) == want {
+				found <- nil
+				return
 			}
 		}
-		return 0, false
-	})
+	}()
+	select {
+	case err := <-found:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(deadline):
+		t.Fatalf("pause did not print %q within %s", want, deadline)
+	}
 }
 
 func waitExit(t *testing.T, cmd *exec.Cmd) error {
