@@ -7,12 +7,14 @@
 // outlives the pod.
 //
 //	fencedwriter --store-addr 10.200.0.1:6379 --writes 5 --interval 1s
+//	fencedwriter --store-addr 127.0.0.1:6379 --store fencedstore:nightly --show   # the store's history
 package main
 
 import (
 	"context"
 	"errors"
 	"flag"
+	"io"
 	"fmt"
 	"log"
 	"os"
@@ -33,6 +35,7 @@ type options struct {
 	writes   int
 	interval time.Duration
 	exitCode int
+	show     bool
 }
 
 func main() {
@@ -42,9 +45,42 @@ func main() {
 	flag.IntVar(&o.writes, "writes", 5, "how many writes to make (0: until stopped)")
 	flag.DurationVar(&o.interval, "interval", time.Second, "time between writes")
 	flag.IntVar(&o.exitCode, "exit-code", 0, "exit code after the last write (non-zero to play a failing Job)")
+	flag.BoolVar(&o.show, "show", false, "print the store's history and its accepted/refused counts, and exit")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds | log.LUTC)
+	if o.show {
+		os.Exit(show(o, os.Stdout))
+	}
 	os.Exit(run(o))
+}
+
+// show prints the store's history, one line per entry, then the counts.
+func show(o options, w io.Writer) int {
+	if o.addr == "" || o.store == "" {
+		log.Printf("--show needs --store-addr and --store")
+		return 2
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: o.addr})
+	defer func() { _ = rdb.Close() }()
+	h, err := fencedstore.New(rdb, o.store).History(context.Background())
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	count := map[string]int{}
+	for _, e := range h {
+		count[e.Result]++
+		switch e.Result {
+		case fencedstore.ResultRefused:
+			fmt.Fprintf(w, "%s  refused   token=%d writer=%s (highest seen %d)\n", e.ID, e.Token, e.Writer, e.Highest)
+		case fencedstore.ResultAccepted:
+			fmt.Fprintf(w, "%s  accepted  token=%d writer=%s %q\n", e.ID, e.Token, e.Writer, e.Value)
+		default:
+			fmt.Fprintf(w, "%s  %-9s writer=%s %q\n", e.ID, e.Result, e.Writer, e.Value)
+		}
+	}
+	fmt.Fprintf(w, "store %s: %d accepted, %d refused\n", o.store, count[fencedstore.ResultAccepted], count[fencedstore.ResultRefused])
+	return 0
 }
 
 func run(o options) int {

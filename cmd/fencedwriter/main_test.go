@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -102,5 +103,22 @@ func TestSIGTERMIsRecorded(t *testing.T) {
 	last := h[len(h)-1]
 	if last.Result != fencedstore.ResultNote || last.Writer == "" {
 		t.Fatalf("last entry %+v, want the SIGTERM note", last)
+	}
+}
+
+func TestShowPrintsTheHistoryAndCounts(t *testing.T) {
+	srv := redisserver.Start(t)
+	store := fencedstore.New(srv.Client(t), "s")
+	ctx := context.Background()
+	_ = store.Write(ctx, 2, "b", "x")
+	_ = store.Write(ctx, 1, "a", "late")
+	var out strings.Builder
+	if code := show(options{addr: srv.Addr(), store: "s"}, &out); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	for _, want := range []string{"accepted  token=2 writer=b", "refused   token=1 writer=a (highest seen 2)", "store s: 1 accepted, 1 refused"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }
