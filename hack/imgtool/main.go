@@ -44,10 +44,12 @@ import (
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "imgtool:", err)
-		}
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h: the usage is printed, nothing failed
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "imgtool:", err)
 		os.Exit(2)
 	}
 }
@@ -115,7 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var err error
 	// Strict: a tag must be spelled out, so the name a node finds is exactly the one given.
 	if o.tag, err = name.NewTag(tag, name.StrictValidation); err != nil {
-		return o, fmt.Errorf("-tag: %w", err)
+		return o, fmt.Errorf("-tag %q: want a reference with a tag, e.g. lockedjob.local/manager:dev: %w", tag, err)
 	}
 	if o.config.entrypoint, err = jsonList("-entrypoint", entrypoint); err != nil {
 		return o, err
