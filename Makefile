@@ -70,10 +70,15 @@ test-unit: manifests generate lint redis k8s-bin ## Run unit and envtest tests (
 	cd hack/imgtool && GOWORK=off go test -mod=readonly $(GO_TEST_ARGS) ./...
 
 # E2E_KUBECONFIG: run the e2e suite against that cluster instead of a local control plane it starts itself.
+# E2E_IMG / E2E_WORKLOAD_IMG: the manager and workload images of the in-cluster lane (loaded into the
+# local cluster's real node from IMAGES_DIR; on another cluster, load them there first).
 E2E_KUBECONFIG ?=
+E2E_IMG ?= $(IMG)
+E2E_WORKLOAD_IMG ?= $(FENCEDWRITER_IMG)
 .PHONY: test-e2e
-test-e2e: redis k8s-bin ## Run the end-to-end suite (local control plane with kwok nodes, or E2E_KUBECONFIG).
-	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
+test-e2e: redis k8s-bin images ## Run the end-to-end suite (local control plane with kwok nodes and a real node, or E2E_KUBECONFIG).
+	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" E2E_IMG="$(E2E_IMG)" E2E_WORKLOAD_IMG="$(E2E_WORKLOAD_IMG)" E2E_IMAGES_DIR="$(IMAGES_DIR)" \
+		go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
 
 .PHONY: test-fault
 test-fault: redis k8s-bin ## Run the fault suite: two local clusters sharing one Redis, one fault at a time, judged from the recorded history (docs/fault.md).

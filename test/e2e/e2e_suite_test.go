@@ -1,9 +1,12 @@
 //go:build e2e
 
 // Package e2e is the end-to-end suite of lockedjob: a real control plane
-// (hack/cluster.sh, with kwok playing the kubelet) or any cluster named by
-// E2E_KUBECONFIG, real redis-server processes, and the manager binary run as
-// a local process that the suite starts, stops, kills and pauses.
+// (hack/cluster.sh, with kwok playing the kubelet and one real node of kubelet
+// and containerd) or any cluster named by E2E_KUBECONFIG, and real
+// redis-server processes. Most scenarios run the manager binary as a local
+// process that the suite starts, stops, kills and pauses; the in-cluster lane
+// deploys it from its image (E2E_IMG) with config/default and runs the Jobs
+// as real containers.
 // See docs/e2e.md.
 package e2e
 
@@ -110,9 +113,6 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	suite.managerBin = filepath.Join(suite.work, "manager")
 	suite.kubeconfig = os.Getenv("E2E_KUBECONFIG")
 	suite.ownCluster = suite.kubeconfig == ""
-	if img := os.Getenv("E2E_IMG"); img != "" {
-		logf("note: E2E_IMG=%s is ignored: this suite runs the manager as a local process (see docs/e2e.md)", img)
-	}
 
 	// The three slow start-ups run side by side: manager build, cluster, Redis.
 	var wg sync.WaitGroup

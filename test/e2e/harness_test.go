@@ -39,6 +39,8 @@ type scenario struct {
 	nodes  []*redisserver.Server
 	rdb    []*redis.Client
 	mgr    *manager
+	// deployed is the manager running in the cluster, for the in-cluster lane (mgr is nil then).
+	deployed *deployment
 	// fastFailover is the leader-election setting the scenario's managers use.
 	fastFailover bool
 	rec          *recorder
@@ -121,10 +123,10 @@ func (s *scenario) teardown(ctx context.Context) {
 		_ = suite.k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}})
 		logf("scenario %s took %s", s.id, since(s.start))
 	}()
-	if s.mgr == nil {
+	if s.mgr == nil && s.deployed == nil {
 		return
 	}
-	if s.mgr.exited() { // the spec failed after killing it: a manager must remove the finalizers
+	if s.mgr != nil && s.mgr.exited() { // the spec failed after killing it: a manager must remove the finalizers
 		s.startManager(s.fastFailover)
 	}
 	// LockedJobs carry a finalizer: delete them while the manager runs.
@@ -375,6 +377,9 @@ func dumpDiagnostics() {
 	_, _ = fmt.Fprintf(w, "\n===== diagnostics for scenario %s (namespace %s) =====\n", s.id, s.ns)
 	if s.mgr != nil {
 		_, _ = fmt.Fprintf(w, "----- %s log tail (%s) -----\n%s\n", s.mgr.name, s.mgr.logPath, s.mgr.logTail(80))
+	}
+	if s.deployed != nil {
+		_, _ = fmt.Fprintf(w, "----- in-cluster manager log tail -----\n%s\n", s.deployed.managerLogTail(ctx, 80))
 	}
 	var events corev1.EventList
 	if err := suite.k8s.List(ctx, &events); err == nil {

@@ -1,0 +1,525 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/redis/go-redis/v9"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/fencedstore"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+	"github.com/lockedjob/lockedjob/test/utils"
+)
+
+// The in-cluster lane: the manager runs as users run it, the Deployment of config/default built
+// from its image, and the Jobs are real containers of the workload image (cmd/fencedwriter) that
+// write to a fenced store with their fencing token. On the suite's own cluster this needs the
+// real node (hack/cluster.sh adds it where the machine allows); on another cluster (E2E_KUBECONFIG)
+// the images must be loaded there already and E2E_POD_REDIS_HOST must name the address at which
+// the pods reach this machine's redis-servers.
+
+const (
+	realNodeLabel  = "lockedjob.dev/real-node"
+	managerDeploy  = "lockedjob-controller-manager"
+	managerLabel   = "control-plane"
+	managerLabelV  = "controller-manager"
+	defaultMgrImg  = "lockedjob.local/manager:dev"
+	defaultWorkImg = "lockedjob.local/fencedwriter:dev"
+)
+
+// deployment is the manager deployed in the cluster, the node its pods run on, and the fenced
+// store the workloads write to.
+type deployment struct {
+	dir        string // the generated kustomization
+	local      bool   // on the suite's own cluster with its real node
+	nodeIP     string // where pods on that node reach this machine ("" elsewhere: E2E_POD_REDIS_HOST)
+	workImg    string
+	store      *redisserver.Server
+	storeAddr  string // the store as pods reach it
+	prefix     string // the manager's --key-prefix
+	pullPolicy corev1.PullPolicy
+}
+
+var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ordered, Label("in-cluster"), func() {
+	var d *deployment
+	var s *scenario
+
+	BeforeAll(func(ctx SpecContext) {
+		d = deploy(ctx)
+		s = newScenario("ic", false)
+		s.prefix = d.prefix
+		s.deployed = d
+	})
+
+	It("runs LockedJobs on one lock strictly one after another, each writing under its own fencing token", func(ctx SpecContext) {
+		const n = 5
+		created := time.Now()
+		for i := 1; i <= n; i++ {
+			s.create(d.writerJob(s, fmt.Sprintf("w%d", i), "one", ljSpec{}, "--writes=3", "--interval=200ms"))
+		}
+		var ljs []*batchv1alpha1.LockedJob
+		for i := 1; i <= n; i++ {
+			ljs = append(ljs, s.eventuallyPhase(fmt.Sprintf("w%d", i), batchv1alpha1.PhaseSucceeded, 3*time.Minute))
+		}
+		measure("in-cluster: %d LockedJobs on one lock, create -> all Succeeded %s", n, ms(time.Since(created)))
+		slices.SortFunc(ljs, func(a, b *batchv1alpha1.LockedJob) int {
+			return cmp.Compare(deref(a.Status.FencingToken), deref(b.Status.FencingToken))
+		})
+
+		// The containers' own logs, in fencing-token order: each starts after the one before ended.
+		var prevEnd time.Time
+		var gaps []time.Duration
+		for i, lj := range ljs {
+			fence := deref(lj.Status.FencingToken)
+			log := d.jobLog(ctx, s.ns, lj.Status.JobName)
+			Expect(log).To(ContainSubstring(fmt.Sprintf("fencing token=%d", fence)), "log of Job %s", lj.Status.JobName)
+			Expect(log).To(ContainSubstring("done: 3 accepted, 0 refused"), "log of Job %s", lj.Status.JobName)
+			start, end := logSpan(log)
+			if i > 0 {
+				Expect(start).To(BeTemporally(">", prevEnd), "%s started before the holder before it ended", lj.Name)
+				gaps = append(gaps, start.Sub(prevEnd))
+			}
+			prevEnd = end
+		}
+		measure("in-cluster: handoff gap between two real containers (last line of one -> first line of the next), %d handoffs: %s",
+			len(gaps), durationStats(gaps))
+
+		// The store's history: one unbroken block of accepted writes per holder, tokens rising.
+		h := d.history(ctx, "one")
+		Expect(h).To(HaveLen(3*n), "every write reached the store")
+		var blocks []int64
+		for _, e := range h {
+			Expect(e.Result).To(Equal("accepted"), "%+v", e)
+			if len(blocks) == 0 || blocks[len(blocks)-1] != e.Token {
+				blocks = append(blocks, e.Token)
+			}
+		}
+		want := make([]int64, 0, n)
+		for _, lj := range ljs {
+			want = append(want, deref(lj.Status.FencingToken))
+		}
+		Expect(blocks).To(Equal(want), "writes of one holder are never interleaved with another's, in fencing-token order")
+
+		// `kubectl logs job/<name>`, as a user would read it.
+		out, err := utils.Run(exec.Command(kubectlBin(), "--kubeconfig", suite.kubeconfig, "-n", s.ns, "logs", "job/"+ljs[0].Status.JobName))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring(fmt.Sprintf("fencing token=%d", deref(ljs[0].Status.FencingToken))))
+		logf("kubectl logs job/%s:\n%s", ljs[0].Status.JobName, out)
+	}, SpecTimeout(5*time.Minute))
+
+	It("refuses every write of a holder whose operator was paused past the ttl, and stops it with SIGTERM on resume", func(ctx SpecContext) {
+		if !d.local {
+			Skip("pausing the manager needs its process on this machine (the suite's own cluster)")
+		}
+		s.create(d.writerJob(s, "stale", "pause", ljSpec{ttl: 3 * time.Second, renew: time.Second, onLost: batchv1alpha1.LockLostSuspend},
+			"--writes=0", "--interval=200ms"))
+		lj := s.eventuallyRunningPod("stale", time.Minute)
+		staleFence := deref(lj.Status.FencingToken)
+		store := d.storeOf("pause")
+		Eventually(func() int { return countWrites(d.history(ctx, "pause"), staleFence, "accepted") }).
+			WithTimeout(30*time.Second).Should(BeNumerically(">=", 2), "the holder's container writes")
+
+		mgr := d.managerPID(ctx)
+		Expect(syscall.Kill(mgr, syscall.SIGSTOP)).To(Succeed())
+		DeferCleanup(func() { _ = syscall.Kill(mgr, syscall.SIGCONT) })
+		Eventually(func() bool { return utils.ProcessStopped(mgr) }).WithTimeout(10 * time.Second).Should(BeTrue())
+		rdb := s.rdb[0]
+		Eventually(func() (int64, error) { return rdb.Exists(ctx, lj.Status.LockKey).Result() }).
+			WithTimeout(15*time.Second).Should(BeZero(), "lock key did not expire")
+
+		// The test is the next holder: it takes the lock and writes under its newer token.
+		other := obtainAs(ctx, rdb, d.prefix, lj.Status.LockKey)
+		DeferCleanup(func(ctx SpecContext) { _ = other.Release(ctx) })
+		Expect(other.Fence()).To(BeNumerically(">", staleFence))
+		Expect(store.Write(ctx, other.Fence(), "next-holder", "the newer holder's data")).To(Succeed())
+
+		// The paused operator cannot stop its container, which keeps writing: the store refuses it all.
+		Eventually(func() int { return refusedAfter(d.history(ctx, "pause"), other.Fence(), staleFence) }).
+			WithTimeout(20*time.Second).Should(BeNumerically(">=", 5), "the stale container keeps trying")
+		Expect(syscall.Kill(mgr, syscall.SIGCONT)).To(Succeed())
+
+		s.eventuallyPhase("stale", batchv1alpha1.PhaseLockLost, time.Minute)
+		var note string
+		Eventually(func() string {
+			for _, e := range d.history(ctx, "pause") {
+				if e.Result == "note" && strings.Contains(e.Value, "SIGTERM") {
+					note = e.Value
+				}
+			}
+			return note
+		}).WithTimeout(time.Minute).ShouldNot(BeEmpty(), "the workload saw SIGTERM when onLockLost Suspend stopped it")
+		Eventually(func() []corev1.Pod { return s.podsOfJob(lj.Status.JobName) }).WithTimeout(time.Minute).Should(BeEmpty())
+
+		h := d.history(ctx, "pause")
+		accepted, refused := acceptedAfter(h, other.Fence(), staleFence), refusedAfter(h, other.Fence(), staleFence)
+		Expect(accepted).To(BeZero(), "a write of the stale holder was accepted after the next holder's")
+		measure("in-cluster: paused operator past ttl: stale holder's writes after the next holder's: %d accepted, %d refused; workload: %q",
+			accepted, refused, note)
+	}, SpecTimeout(4*time.Minute))
+
+	It("ends a failing container's LockedJob Failed and hands the lock on", func(ctx SpecContext) {
+		s.create(d.writerJob(s, "fails", "fail", ljSpec{}, "--writes=1", "--interval=100ms", "--exit-code=3"))
+		s.create(d.writerJob(s, "after", "fail", ljSpec{}, "--writes=1", "--interval=100ms"))
+		failed := s.eventuallyPhase("fails", batchv1alpha1.PhaseFailed, 2*time.Minute)
+		after := s.eventuallyPhase("after", batchv1alpha1.PhaseSucceeded, 2*time.Minute)
+		Expect(deref(after.Status.FencingToken)).To(BeNumerically(">", deref(failed.Status.FencingToken)))
+		Expect(d.jobLog(ctx, s.ns, failed.Status.JobName)).To(ContainSubstring("exit 3"))
+	}, SpecTimeout(3*time.Minute))
+
+	It("shows the kubelet's error for a missing image in the LockedJob's status", func(ctx SpecContext) {
+		lj := d.writerJob(s, "noimage", "noimage", ljSpec{})
+		lj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image = "lockedjob.local/not-there:v0"
+		lj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+		s.create(lj)
+		Eventually(func(g Gomega) {
+			got := s.get("noimage")
+			g.Expect(got.Status.Message).To(ContainSubstring("ErrImageNeverPull"))
+			g.Expect(got.Status.Message).To(ContainSubstring("lockedjob.local/not-there:v0"))
+		}).WithTimeout(time.Minute).Should(Succeed())
+	}, SpecTimeout(2*time.Minute))
+})
+
+// deploy loads the images, starts the fenced store and deploys the manager from config/default
+// (with config/local on the suite's own cluster) through a generated kustomization.
+func deploy(ctx context.Context) *deployment {
+	GinkgoHelper()
+	d := &deployment{prefix: "e2e-ic:", workImg: envOr("E2E_WORKLOAD_IMG", defaultWorkImg), pullPolicy: corev1.PullIfNotPresent}
+	mgrImg := envOr("E2E_IMG", defaultMgrImg)
+	var nodes corev1.NodeList
+	Expect(suite.k8s.List(ctx, &nodes, client.MatchingLabels{realNodeLabel: "true"})).To(Succeed())
+	switch {
+	case len(nodes.Items) > 0:
+		d.local = suite.ownCluster
+		d.nodeIP = internalIP(nodes.Items[0])
+		Expect(d.nodeIP).NotTo(BeEmpty(), "real node %s has no InternalIP", nodes.Items[0].Name)
+		d.pullPolicy = corev1.PullNever
+	case suite.ownCluster:
+		Fail("the suite's cluster has no real node (hack/cluster.sh says why in its log): the in-cluster lane needs one; run as root with the packages of hack/ensure-node-packages.sh")
+	default:
+		d.nodeIP = os.Getenv("E2E_POD_REDIS_HOST")
+		if d.nodeIP == "" {
+			Skip("E2E_POD_REDIS_HOST is not set: on another cluster the in-cluster lane needs the address at which its pods reach this machine")
+		}
+	}
+
+	if d.local {
+		t0 := time.Now()
+		for _, img := range []string{"manager", "fencedwriter"} {
+			tar := filepath.Join(envOr("E2E_IMAGES_DIR", filepath.Join(suite.root, "bin", "images")), img+".tar")
+			Expect(tar).To(BeAnExistingFile(), "image tarball missing: run `make images` (make test-e2e does)")
+			out, err := clusterScript(2*time.Minute, "load-image", tar)
+			Expect(err).NotTo(HaveOccurred(), out)
+		}
+		logf("loaded the manager and workload images into the real node in %s", since(t0))
+	}
+
+	var err error
+	bind := "127.0.0.1 " + d.nodeIP
+	d.store, err = redisserver.StartProcess(redisserver.WithArgs("--bind", bind))
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { _ = d.store.Close() })
+	d.storeAddr = d.nodeIP + ":" + portOf(d.store.Addr())
+
+	d.dir = filepath.Join(suite.work, "deploy")
+	Expect(os.MkdirAll(d.dir, 0o755)).To(Succeed())
+	Expect(writeKustomization(d, mgrImg)).To(Succeed())
+	t0 := time.Now()
+	out, err := utils.Run(exec.Command(kubectlBin(), "--kubeconfig", suite.kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", d.dir))
+	Expect(err).NotTo(HaveOccurred(), out)
+	DeferCleanup(d.undeploy)
+	Eventually(func(g Gomega) {
+		dep := &appsv1.Deployment{}
+		g.Expect(suite.k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: managerDeploy}, dep)).To(Succeed())
+		available := false
+		for _, c := range dep.Status.Conditions {
+			available = available || (c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue)
+		}
+		g.Expect(available).To(BeTrue(), "Deployment %s not Available: %+v", managerDeploy, dep.Status.Conditions)
+	}).WithTimeout(2 * time.Minute).Should(Succeed())
+	measure("in-cluster: manager Deployment applied -> Available %s (image %s)", ms(time.Since(t0)), mgrImg)
+	return d
+}
+
+// writeKustomization writes what `make deploy` would, plus the flags the suite runs every manager
+// with: config/default, the image, and on the local cluster config/local with its values.
+func writeKustomization(d *deployment, img string) error {
+	name, tag, _ := strings.Cut(img, ":")
+	if i := strings.LastIndex(img, ":"); i > strings.LastIndex(img, "/") {
+		name, tag = img[:i], img[i+1:]
+	}
+	args := []string{"--cluster-id=e2e", "--key-prefix=" + d.prefix, "--release-channel=" + d.prefix + "released",
+		"--status-interval=1s", "--wait-backoff-max=2s", "--zap-log-level=debug"}
+	var patch strings.Builder
+	for _, a := range args {
+		fmt.Fprintf(&patch, "    - {op: add, path: /spec/template/spec/containers/0/args/-, value: %q}\n", a)
+	}
+	k := fmt.Sprintf(`# Written by the e2e suite (test/e2e/incluster_test.go).
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+- {name: controller, newName: %s, newTag: %s}
+patches:
+- target: {kind: Deployment, name: %s}
+  patch: |-
+%s`, filepath.Join(suite.root, "config", "default"), name, tag, managerDeploy, patch.String())
+	if !d.local {
+		// config/manager points at an in-cluster Redis Service; the suite's runs on this machine.
+		k += fmt.Sprintf(`- target: {kind: Deployment, name: %s}
+  patch: |-
+    {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": %q},
+     "spec": {"template": {"spec": {"containers": [{"name": "manager",
+       "env": [{"name": "LOCKEDJOB_REDIS_ADDR", "value": "%s:%s"}]}]}}}}
+`, managerDeploy, managerDeploy, d.nodeIP, portOf(suite.redis.Addr()))
+	}
+	if d.local {
+		probe, err := utils.FreePortBlock(0, 2, suite.portBase)
+		if err != nil {
+			return err
+		}
+		k += fmt.Sprintf("components:\n- %s\n", filepath.Join(suite.root, "config", "local"))
+		k = strings.Replace(k, "resources:\n", "resources:\n- local-cluster.yaml\n", 1)
+		cm := fmt.Sprintf(`apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: local-cluster
+  annotations:
+    config.kubernetes.io/local-config: "true"
+data:
+  apiserverHost: 127.0.0.1
+  apiserverPort: "%d"
+  redisAddr: %s
+  probeAddr: %s:%d
+  probePort: "%d"
+  metricsAddr: %s:%d
+  metricsPort: "%d"
+`, suite.portBase+3, suite.redis.Addr(), d.nodeIP, probe, probe, d.nodeIP, probe+1, probe+1)
+		if err := os.WriteFile(filepath.Join(d.dir, "local-cluster.yaml"), []byte(cm), 0o644); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(d.dir, "kustomization.yaml"), []byte(k), 0o644)
+}
+
+// undeploy removes the manager's Deployment (not the CRD the rest of the suite uses) and waits
+// until its pod is gone, so the next scenario's manager leads alone.
+func (d *deployment) undeploy(ctx SpecContext) {
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: managerDeploy}}
+	Expect(client.IgnoreNotFound(suite.k8s.Delete(ctx, dep, client.PropagationPolicy(metav1.DeletePropagationForeground)))).To(Succeed())
+	Eventually(func(g Gomega) {
+		var pods corev1.PodList
+		g.Expect(suite.k8s.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{managerLabel: managerLabelV})).To(Succeed())
+		g.Expect(pods.Items).To(BeEmpty())
+	}).WithTimeout(time.Minute).Should(Succeed())
+}
+
+// writerJob is a LockedJob whose container is the workload image, on the real node.
+func (d *deployment) writerJob(s *scenario, name, lock string, o ljSpec, args ...string) *batchv1alpha1.LockedJob {
+	o.lock = lock
+	lj := s.newLockedJob(name, o)
+	pod := &lj.Spec.JobTemplate.Spec.Template
+	pod.Annotations = nil // kwok's timing
+	grace := int64(5)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Spec.Containers = []corev1.Container{{
+		Name: "work", Image: d.workImg, ImagePullPolicy: d.pullPolicy,
+		Command: []string{"/fencedwriter"},
+		Args:    append([]string{"--store=" + storeName(lock)}, args...),
+		Env:     []corev1.EnvVar{{Name: "FENCED_STORE_ADDR", Value: d.storeAddr}},
+	}}
+	if d.local {
+		pod.Spec.NodeSelector = map[string]string{realNodeLabel: "true"}
+		pod.Spec.Tolerations = []corev1.Toleration{{Key: realNodeLabel, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	return lj
+}
+
+// jobLog is the log of the Job's (first) pod, through the API server and the kubelet.
+func (d *deployment) jobLog(ctx context.Context, ns, job string) string {
+	GinkgoHelper()
+	var pods corev1.PodList
+	Expect(suite.k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{batchv1.JobNameLabel: job})).To(Succeed())
+	Expect(pods.Items).NotTo(BeEmpty(), "no pod of Job %s", job)
+	b, err := suite.cs.CoreV1().Pods(ns).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	return string(b)
+}
+
+// managerPID finds the manager's process on this machine from its container's ID: the container's
+// cgroup path names it.
+func (d *deployment) managerPID(ctx context.Context) int {
+	GinkgoHelper()
+	var pods corev1.PodList
+	Expect(suite.k8s.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{managerLabel: managerLabelV})).To(Succeed())
+	Expect(pods.Items).To(HaveLen(1))
+	Expect(pods.Items[0].Status.ContainerStatuses).NotTo(BeEmpty())
+	_, id, _ := strings.Cut(pods.Items[0].Status.ContainerStatuses[0].ContainerID, "://")
+	Expect(id).NotTo(BeEmpty())
+	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	Expect(err).NotTo(HaveOccurred())
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), id) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if exe, _ := os.Readlink(filepath.Join(filepath.Dir(p), "exe")); strings.HasSuffix(exe, "/manager") {
+			return pid
+		}
+	}
+	Fail("no process of the manager's container " + id + " on this machine")
+	return 0
+}
+
+// ---------------------------------------------------------------- the fenced store
+
+func storeName(lock string) string { return "fencedstore:e2e:" + lock }
+
+func (d *deployment) storeOf(lock string) *fencedstore.Store {
+	return fencedstore.New(redis.NewClient(&redis.Options{Addr: d.store.Addr()}), storeName(lock))
+}
+
+func (d *deployment) history(ctx context.Context, lock string) []fencedstore.Entry {
+	GinkgoHelper()
+	st := d.storeOf(lock)
+	h, err := st.History(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	return h
+}
+
+func countWrites(h []fencedstore.Entry, token int64, result string) int {
+	n := 0
+	for _, e := range h {
+		if e.Token == token && e.Result == result {
+			n++
+		}
+	}
+	return n
+}
+
+// afterToken returns the entries after the first write under token.
+func afterToken(h []fencedstore.Entry, token int64) []fencedstore.Entry {
+	for i, e := range h {
+		if e.Token == token && e.Result == fencedstore.ResultAccepted {
+			return h[i+1:]
+		}
+	}
+	return nil
+}
+
+func refusedAfter(h []fencedstore.Entry, next, stale int64) int {
+	return countWrites(afterToken(h, next), stale, fencedstore.ResultRefused)
+}
+
+func acceptedAfter(h []fencedstore.Entry, next, stale int64) int {
+	return countWrites(afterToken(h, next), stale, fencedstore.ResultAccepted)
+}
+
+// ---------------------------------------------------------------- small helpers
+
+// logSpan is the time of a fencedwriter log's first and last line (its own clock: UTC, µs).
+func logSpan(log string) (first, last time.Time) {
+	GinkgoHelper()
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			continue
+		}
+		t, err := time.Parse("2006/01/02 15:04:05.000000", f[0]+" "+f[1])
+		if err != nil {
+			continue
+		}
+		if first.IsZero() {
+			first = t
+		}
+		last = t
+	}
+	Expect(first.IsZero()).To(BeFalse(), "no timestamped line in\n%s", log)
+	return first, last
+}
+
+func durationStats(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return fmt.Sprintf("p50 %s, p95 %s, min %s, max %s", ms(pct(0.5)), ms(pct(0.95)), ms(s[0]), ms(s[len(s)-1]))
+}
+
+func internalIP(n corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+func portOf(addr string) string {
+	_, port, _ := strings.Cut(addr, ":")
+	return port
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func kubectlBin() string {
+	if suite.binDir != "" {
+		return filepath.Join(suite.binDir, "kubectl")
+	}
+	return "kubectl"
+}
+
+// obtainAs takes the lock stored under redisKey in the lock library, as another holder would.
+func obtainAs(ctx context.Context, rdb *redis.Client, prefix, redisKey string) *redislock.Lock {
+	GinkgoHelper()
+	name := strings.TrimSuffix(strings.TrimPrefix(redisKey, prefix+"{"), "}")
+	locks, err := redislock.New(rdb, redislock.WithKeyPrefix(prefix))
+	Expect(err).NotTo(HaveOccurred())
+	l, err := locks.Obtain(ctx, name, 30*time.Second, redislock.WithMetadata("e2e-test"))
+	Expect(err).NotTo(HaveOccurred())
+	return l
+}
+
+// managerLogTail is the last lines of the in-cluster manager's log, for the failure dump.
+func (d *deployment) managerLogTail(ctx context.Context, lines int64) string {
+	var pods corev1.PodList
+	if err := suite.k8s.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{managerLabel: managerLabelV}); err != nil {
+		return err.Error()
+	}
+	var out strings.Builder
+	for _, p := range pods.Items {
+		b, err := suite.cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &lines}).DoRaw(ctx)
+		fmt.Fprintf(&out, "pod %s (err %v):\n%s\n", p.Name, err, b)
+	}
+	return out.String()
+}
