@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2153 # PIDS, LOGS, PKI and the like are set by hack/cluster.sh
 # The real node of hack/cluster.sh: kubelet + containerd + runc + bridge CNI running real
 # containers beside the kwok nodes. Source, don't run; hack/cluster.sh provides CLUSTER_DIR,
 # PORT_BASE, PKI, LOGS, PIDS, K8S_BIN_DIR, APISERVER_PORT, kubectl_, write_kubeconfig helpers,
@@ -100,14 +101,10 @@ realnode_mode() {
 	esac
 }
 
-# rn_cgroup_roots: the cgroup hierarchies kubelet will use: every v1 hierarchy (including the
-# named systemd one), or the single v2 one.
+# rn_cgroup_roots: every cgroup hierarchy: kubelet and runc create the node's cgroups in each v1
+# one (including the named systemd one) and, on a hybrid layout, in the v2 one too.
 rn_cgroup_roots() {
-	if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
-		echo /sys/fs/cgroup
-		return 0
-	fi
-	awk '$9 == "cgroup" { print $5 }' /proc/self/mountinfo
+	awk '$9 == "cgroup" || $9 == "cgroup2" { print $5 }' /proc/self/mountinfo
 }
 
 # rn_blocker: why a real node cannot run here (one line), or nothing. Installs the Debian
@@ -135,13 +132,13 @@ rn_blocker() {
 	esac
 	"${HACK_DIR}/ensure-node-packages.sh" >&2 ||
 		{ echo "the Debian packages containerd runc containernetworking-plugins are missing (see above)"; return 0; }
-	local b missing=()
+	local b unbuilt=()
 	for b in "${REAL_NODE_BINARIES[@]}"; do
-		[[ -x "${K8S_BIN_DIR}/${b}" ]] || missing+=("${b}")
+		[[ -x "${K8S_BIN_DIR}/${b}" ]] || unbuilt+=("${b}")
 	done
-	if [[ ${#missing[@]} -gt 0 ]]; then
-		log "real node: ${missing[*]} missing in ${K8S_BIN_DIR}; running hack/k8s-bin.sh --real-node"
-		"${HACK_DIR}/k8s-bin.sh" --real-node >&2 || { echo "building ${missing[*]} failed (see above)"; return 0; }
+	if [[ ${#unbuilt[@]} -gt 0 ]]; then
+		log "real node: ${unbuilt[*]} missing in ${K8S_BIN_DIR}; running hack/k8s-bin.sh --real-node"
+		"${HACK_DIR}/k8s-bin.sh" --real-node >&2 || { echo "building ${unbuilt[*]} failed (see above)"; return 0; }
 	fi
 }
 
@@ -555,7 +552,8 @@ rn_pause_tar() {
 rn_import() {
 	local f abs out
 	for f in "$@"; do
-		abs="$(realpath "${f}")" && [[ -f "${abs}" ]] || die "image tarball ${f} not found"
+		abs="$(realpath "${f}" 2>/dev/null)" || true
+		[[ -n "${abs}" && -f "${abs}" ]] || die "image tarball ${f} not found"
 		out="$(rn_ctr images import "${abs}" 2>&1)" || die "importing ${f} into the real node failed: ${out}"
 		log "imported ${f}: $(awk '/^unpacking/ { print $2 }' <<<"${out}" | tr '\n' ' ')"
 	done
