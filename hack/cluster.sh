@@ -329,6 +329,7 @@ cmd_up() {
 	for p in "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KCM_PORT}" "${SCHED_PORT}"; do
 		port_free "${p}" || { UP_DONE=1; die "port 127.0.0.1:${p} is in use; set LOCKEDJOB_CLUSTER_PORT_BASE to another base"; }
 	done
+	realnode_decide
 
 	local t0=${SECONDS}
 	mkdir -p "${CLUSTER_DIR}" "${LOGS}" "${PIDS}"

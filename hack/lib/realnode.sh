@@ -559,10 +559,12 @@ rn_import() {
 	done
 }
 
-# realnode_up: add the real node after the control plane, as LOCKEDJOB_REAL_NODE asks. Dies if
-# the node is wanted and fails; hack/cluster.sh's exit trap then stops what up started.
-realnode_up() {
+# realnode_decide: whether up adds the real node (RN_WANTED=1), as LOCKEDJOB_REAL_NODE asks;
+# says in one line why not. Run before the control plane starts, so a node that must be there
+# (LOCKEDJOB_REAL_NODE=1) and cannot fails up at once.
+realnode_decide() {
 	local mode blocker
+	RN_WANTED=0
 	mode="$(realnode_mode)"
 	if [[ "${mode}" == 0 ]]; then
 		log "real node: off (LOCKEDJOB_REAL_NODE=0)"
@@ -574,6 +576,13 @@ realnode_up() {
 		log "real node: off: ${blocker} (LOCKEDJOB_REAL_NODE=1 makes this an error, =0 silences it)"
 		return 0
 	fi
+	RN_WANTED=1
+}
+
+# realnode_up: add the real node after the control plane if realnode_decide wanted it. Dies if
+# it fails; hack/cluster.sh's exit trap then stops what up started.
+realnode_up() {
+	[[ ${RN_WANTED:-0} -eq 1 ]] || return 0
 	realnode_down quiet
 	rn_names "${PORT_BASE}"
 	local p
