@@ -542,7 +542,8 @@ rn_pause_tar() {
 		echo "${LOCKEDJOB_PAUSE_TAR}"
 		return 0
 	fi
-	make -s -C "${LOCKEDJOB_ROOT}" image-pause >&2 || die "make image-pause failed"
+	make -s -C "${LOCKEDJOB_ROOT}" image-pause IMAGES_DIR="${LOCKEDJOB_ROOT}/bin/images" >&2 ||
+		die "make image-pause failed"
 	[[ -f "${LOCKEDJOB_ROOT}/bin/images/pause.tar" ]] || die "make image-pause wrote no bin/images/pause.tar"
 	echo "${LOCKEDJOB_ROOT}/bin/images/pause.tar"
 }
