@@ -4,7 +4,7 @@
 # fake nodes), all bound to 127.0.0.1; and, where the machine allows, one real
 # node (kubelet + containerd + runc, hack/lib/realnode.sh) for real containers.
 #
-# Usage: hack/cluster.sh up|down|env|status|restart-apiserver|load-image FILE.tar...
+# Usage: hack/cluster.sh up|down|env|status|restart-apiserver|load-image FILE.tar...|node-ip
 #   up      start the cluster (idempotent; builds missing binaries first)
 #   down    stop the real node, then the processes this script started (etcd last)
 #   restart-apiserver  stop kube-apiserver if it runs, start it again, wait until ready
@@ -12,6 +12,8 @@
 #             kubectl --kubeconfig "$(hack/cluster.sh env)" get nodes
 #   status  show each component; exit 0 only if all are running
 #   load-image FILE.tar...  import image tarballs into the real node's containerd
+#   node-ip print the real node's IP (its bridge address: kubelet, and the host as
+#           pods see it, e.g. for a Redis they must reach); exit 1 if no real node runs
 #
 # Environment:
 #   LOCKEDJOB_CLUSTER_DIR        state/logs/pids/kubeconfig folder
@@ -465,15 +467,21 @@ cmd_load_image() {
 	rn_import "$@"
 }
 
+cmd_node_ip() {
+	[[ -n "$(rn_pid kubelet)" ]] || die "the real node of ${CLUSTER_DIR} is not running"
+	echo "${RN_IP}"
+}
+
 case "${1:-}" in
 up) with_lock cmd_up ;;
+node-ip) cmd_node_ip ;;
 load-image) shift && with_lock cmd_load_image "$@" ;;
 down) with_lock cmd_down ;;
 restart-apiserver) with_lock cmd_restart_apiserver ;;
 env) echo "${KUBECONFIG_ADMIN}" ;;
 status) cmd_status ;;
 *)
-	sed -n '2,31p' "$0" >&2
+	sed -n '2,33p' "$0" >&2
 	exit 2
 	;;
 esac

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,6 +110,13 @@ func TestRealNode(t *testing.T) {
 	if err != nil || !strings.Contains(execOut, want) {
 		t.Fatalf("kubectl exec: err %v, output %q, want %q", err, execOut, want)
 	}
+	nodeIP := strings.TrimSpace(c.script(10*time.Second, "node-ip"))
+	_, subnet, err := net.ParseCIDR(nodeIP + "/24")
+	if err != nil || !subnet.Contains(net.ParseIP(running.Status.PodIP)) || running.Status.HostIP != nodeIP {
+		t.Errorf("node-ip printed %q; pod IP %s, host IP %s: want both in the node's /24, host IP = node IP",
+			nodeIP, running.Status.PodIP, running.Status.HostIP)
+	}
+	checkPodReachesHost(t, c, hello.Name, nodeIP, want)
 	veths := bridgePorts(t, bridge)
 	if len(veths) == 0 {
 		t.Fatalf("no veth on bridge %s while pod %s runs", bridge, hello.Name)
@@ -160,6 +168,44 @@ func TestRealNode(t *testing.T) {
 	checkHostPaths(t, existed, "after down")
 	if out, err := c.Script(time.Minute, "down"); err != nil {
 		t.Errorf("second down failed: %v\n%s", err, out)
+	}
+}
+
+// checkPodReachesHost: a process in the pod sends its line to a listener on the node's IP, as a
+// workload reaches a Redis server on the host.
+func checkPodReachesHost(t *testing.T, c *cluster, pod, nodeIP, want string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(nodeIP, "0"))
+	if err != nil {
+		t.Fatalf("listen on the node IP: %v", err)
+	}
+	defer func() { _ = ln.Close() }()
+	got := make(chan string, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			got <- "accept: " + err.Error()
+			return
+		}
+		defer func() { _ = conn.Close() }()
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil {
+			line += " (read: " + err.Error() + ")"
+		}
+		got <- line
+	}()
+	out, err := c.kubectl(30*time.Second, "exec", pod, "--", "/hello", "-once", "-dial", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("kubectl exec %s -- /hello -dial %s: %v\n%s", pod, ln.Addr(), err, out)
+	}
+	select {
+	case line := <-got:
+		if !strings.Contains(line, want) {
+			t.Errorf("the host's listener got %q, want %q", line, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the host's listener got nothing from the pod in 30s")
 	}
 }
 
