@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
 # Local Kubernetes control plane without Docker: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler and kwok (which plays kubelet for
-# fake nodes), all bound to 127.0.0.1.
+# fake nodes), all bound to 127.0.0.1; and, where the machine allows, one real
+# node (kubelet + containerd + runc, hack/lib/realnode.sh) for real containers.
 #
-# Usage: hack/cluster.sh up|down|env|status|restart-apiserver
+# Usage: hack/cluster.sh up|down|env|status|restart-apiserver|load-image FILE.tar...|node-ip
 #   up      start the cluster (idempotent; builds missing binaries first)
-#   down    stop the processes this script started (etcd last)
+#   down    stop the real node, then the processes this script started (etcd last)
 #   restart-apiserver  stop kube-apiserver if it runs, start it again, wait until ready
 #   env     print the admin kubeconfig path:
 #             kubectl --kubeconfig "$(hack/cluster.sh env)" get nodes
 #   status  show each component; exit 0 only if all are running
+#   load-image FILE.tar...  import image tarballs into the real node's containerd
+#   node-ip print the real node's IP (its bridge address: kubelet, and the host as
+#           pods see it, e.g. for a Redis they must reach); exit 1 if no real node runs
 #
 # Environment:
 #   LOCKEDJOB_CLUSTER_DIR        state/logs/pids/kubeconfig folder
 #                                (default ${LOCKEDJOB_CACHE}/cluster)
-#   LOCKEDJOB_CLUSTER_PORT_BASE  first of 6 loopback ports (default 26440):
+#   LOCKEDJOB_CLUSTER_PORT_BASE  first of 9 ports (default 26440):
 #                                +0 etcd client, +1 etcd peer, +3 kube-apiserver,
-#                                +4 controller-manager, +5 scheduler
+#                                +4 controller-manager, +5 scheduler; real node:
+#                                +6 kubelet (on its bridge IP), +7 kubelet healthz,
+#                                +8 containerd stream server (exec, attach)
 #   LOCKEDJOB_CLUSTER_NODES      number of fake nodes (default 2)
+#   LOCKEDJOB_REAL_NODE          auto (default): add the real node when root, cgroups
+#                                are usable and the packages are present or installable,
+#                                else say why not; 1: fail if it cannot; 0: no real node
+#   LOCKEDJOB_PAUSE_TAR          pause image tarball for the real node (default: built
+#                                by `make image-pause` into bin/images/pause.tar)
 #   LOCKEDJOB_CACHE, K8S_BIN_DIR see hack/k8s-bin.sh
 set -euo pipefail
 
@@ -29,8 +40,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 CLUSTER_DIR="${LOCKEDJOB_CLUSTER_DIR:-${LOCKEDJOB_CACHE}/cluster}"
 PORT_BASE="${LOCKEDJOB_CLUSTER_PORT_BASE:-26440}"
 NODES="${LOCKEDJOB_CLUSTER_NODES:-2}"
-[[ "${PORT_BASE}" =~ ^[0-9]+$ && PORT_BASE -ge 1024 && PORT_BASE -le 65530 ]] ||
-	die "LOCKEDJOB_CLUSTER_PORT_BASE must be a port number in 1024..65530"
+[[ "${PORT_BASE}" =~ ^[0-9]+$ && PORT_BASE -ge 1024 && PORT_BASE -le 65526 ]] ||
+	die "LOCKEDJOB_CLUSTER_PORT_BASE must be a port number in 1024..65526"
 [[ "${NODES}" =~ ^[0-9]+$ && NODES -ge 1 ]] || die "LOCKEDJOB_CLUSTER_NODES must be >= 1"
 
 ETCD_PORT=$((PORT_BASE + 0))
@@ -51,6 +62,9 @@ COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
 kubectl_() { "${K8S_BIN_DIR}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }
 
+# shellcheck source=hack/lib/realnode.sh
+source "${HACK_DIR}/lib/realnode.sh"
+
 # ---------------------------------------------------------------- processes
 
 # pid_of NAME: the recorded PID of a component if it still runs; see hack/lib/procs.sh.
@@ -67,6 +81,7 @@ start() {
 stop() { proc_stop "${PIDS}" "$1" || true; }
 
 stop_all() {
+	realnode_down
 	local i
 	for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
 		stop "${COMPONENTS[i]}"
@@ -258,17 +273,20 @@ start_apiserver() {
 		--service-account-signing-key-file="${PKI}/sa.key" \
 		--service-cluster-ip-range="${SERVICE_CIDR}" \
 		--authorization-mode=Node,RBAC \
+		--kubelet-preferred-address-types=InternalIP,Hostname \
 		--allow-privileged=true \
 		--endpoint-reconciler-type=none \
 		--shutdown-send-retry-after=true \
 		--profiling=false
 }
 
+# all_running: the control plane, and the real node if one was started.
 all_running() {
 	local c
 	for c in "${COMPONENTS[@]}"; do
 		[[ -n "$(pid_of "${c}")" ]] || return 1
 	done
+	! realnode_recorded || realnode_all_running
 }
 
 any_running() {
@@ -276,12 +294,24 @@ any_running() {
 	for c in "${COMPONENTS[@]}"; do
 		[[ -n "$(pid_of "${c}")" ]] && return 0
 	done
-	return 1
+	realnode_any_running
+}
+
+# up_exit: an up that did not finish (die, a failed wait, a signal) stops what it started.
+up_exit() {
+	local rc=$?
+	[[ ${UP_DONE:-0} -eq 1 ]] && return 0
+	log "up did not finish (exit status ${rc}); stopping what was started"
+	stop_all
+	exit "${rc}"
 }
 
 cmd_up() {
-	trap 'log "interrupted; stopping what was started"; stop_all; exit 130' INT TERM
+	UP_DONE=0
+	trap up_exit EXIT
+	trap 'log "interrupted"; exit 130' INT TERM
 	if all_running && kubectl_ get --raw /readyz >/dev/null 2>&1; then
+		UP_DONE=1
 		log "cluster already up (${CLUSTER_DIR}); kubeconfig: ${KUBECONFIG_ADMIN}"
 		return 0
 	fi
@@ -299,8 +329,9 @@ cmd_up() {
 
 	local p
 	for p in "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KCM_PORT}" "${SCHED_PORT}"; do
-		port_free "${p}" || die "port 127.0.0.1:${p} is in use; set LOCKEDJOB_CLUSTER_PORT_BASE to another base"
+		port_free "${p}" || { UP_DONE=1; die "port 127.0.0.1:${p} is in use; set LOCKEDJOB_CLUSTER_PORT_BASE to another base"; }
 	done
+	realnode_decide
 
 	local t0=${SECONDS}
 	mkdir -p "${CLUSTER_DIR}" "${LOGS}" "${PIDS}"
@@ -372,7 +403,10 @@ cmd_up() {
 	nodes_manifest | kubectl_ apply -f - >/dev/null || fail kube-apiserver "creating fake nodes failed"
 	wait_for kwok 60 nodes_ready_untainted
 	wait_for kube-controller-manager 60 kubectl_ -n default get serviceaccount default
-	log "cluster up after $((SECONDS - t0))s: ${NODES} node(s) Ready, untainted"
+	log "control plane up after $((SECONDS - t0))s: ${NODES} kwok node(s) Ready, untainted"
+	realnode_up
+	UP_DONE=1
+	log "cluster up after $((SECONDS - t0))s"
 	log "kubeconfig: ${KUBECONFIG_ADMIN}   (kubectl --kubeconfig \"\$(hack/cluster.sh env)\" get nodes)"
 }
 
@@ -387,6 +421,8 @@ cmd_restart_apiserver() {
 }
 
 cmd_down() {
+	# Also after a crash, when nothing runs: the real node may have left cgroups, a bridge, files.
+	realnode_down
 	if ! any_running; then
 		log "cluster in ${CLUSTER_DIR} is not running"
 		rm -f "${PIDS}"/*.pid "${PIDS}"/*.exe 2>/dev/null || true
@@ -410,6 +446,7 @@ cmd_status() {
 			rc=1
 		fi
 	done
+	realnode_status || rc=1
 	if [[ ${rc} -eq 0 ]]; then
 		kubectl_ get nodes 2>&1 | sed 's/^/  /' || rc=1
 	fi
@@ -423,14 +460,28 @@ with_lock() {
 	"$@"
 }
 
+# cmd_load_image FILE...: import image tarballs into the real node's containerd.
+cmd_load_image() {
+	[[ $# -gt 0 ]] || die "usage: hack/cluster.sh load-image FILE.tar..."
+	[[ -n "$(rn_pid containerd)" ]] || die "the real node of ${CLUSTER_DIR} is not running (see hack/cluster.sh status)"
+	rn_import "$@"
+}
+
+cmd_node_ip() {
+	[[ -n "$(rn_pid kubelet)" ]] || die "the real node of ${CLUSTER_DIR} is not running"
+	echo "${RN_IP}"
+}
+
 case "${1:-}" in
 up) with_lock cmd_up ;;
+node-ip) cmd_node_ip ;;
+load-image) shift && with_lock cmd_load_image "$@" ;;
 down) with_lock cmd_down ;;
 restart-apiserver) with_lock cmd_restart_apiserver ;;
 env) echo "${KUBECONFIG_ADMIN}" ;;
 status) cmd_status ;;
 *)
-	sed -n '2,22p' "$0" >&2
+	sed -n '2,33p' "$0" >&2
 	exit 2
 	;;
 esac

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the local Kubernetes control-plane binaries at pinned versions:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok
+# and, with --real-node, kubelet (for hack/cluster.sh's real node)
 # into ${LOCKEDJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockedjob}/k8s-<version>/
 # (outside the checkout). Sources come from the Go module proxy through the
 # wrapper modules hack/k8s, hack/etcd and hack/kwok; their committed go.sum
@@ -9,20 +10,23 @@
 # A binary is rebuilt only if it is missing or its stamp (versions, wrapper
 # go.mod/go.sum hash, Go version) changed, so a second run takes seconds.
 #
-# Usage: hack/k8s-bin.sh [--print-dir] [--force]
+# Usage: hack/k8s-bin.sh [--print-dir] [--force] [--real-node]
 #   --print-dir  only print the binary folder (no build)
 #   --force      rebuild everything
+#   --real-node  also build kubelet (~1 min; not needed by envtest or kwok)
 set -euo pipefail
 
 # shellcheck source=hack/lib/k8s-common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/k8s-common.sh"
 
 FORCE=0
+BINARIES=("${K8S_BINARIES[@]}")
 for arg in "$@"; do
 	case "${arg}" in
 	--print-dir) echo "${K8S_BIN_DIR}"; exit 0 ;;
 	--force) FORCE=1 ;;
-	-h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+	--real-node) BINARIES+=("${REAL_NODE_BINARIES[@]}") ;;
+	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
 	*) die "unknown argument: ${arg}" ;;
 	esac
 done
@@ -47,7 +51,7 @@ wrapper_hash() { cat "${HACK_DIR}/$1/go.mod" "${HACK_DIR}/$1/go.sum" | sha256sum
 # name -> wrapper, package, version, expected duration
 declare -A WRAPPER=(
 	[etcd]=etcd [kube-apiserver]=k8s [kube-controller-manager]=k8s
-	[kube-scheduler]=k8s [kubectl]=k8s [kwok]=kwok
+	[kube-scheduler]=k8s [kubectl]=k8s [kwok]=kwok [kubelet]=k8s
 )
 declare -A PKG=(
 	[etcd]=go.etcd.io/etcd/server/v3
@@ -56,16 +60,17 @@ declare -A PKG=(
 	[kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
 	[kubectl]=k8s.io/kubernetes/cmd/kubectl
 	[kwok]=sigs.k8s.io/kwok/cmd/kwok
+	[kubelet]=k8s.io/kubernetes/cmd/kubelet
 )
 declare -A VERSION=(
 	[etcd]="${ETCD_VERSION}" [kube-apiserver]="${K8S_VERSION}"
 	[kube-controller-manager]="${K8S_VERSION}" [kube-scheduler]="${K8S_VERSION}"
-	[kubectl]="${K8S_VERSION}" [kwok]="${KWOK_VERSION}"
+	[kubectl]="${K8S_VERSION}" [kwok]="${KWOK_VERSION}" [kubelet]="${K8S_VERSION}"
 )
 declare -A HINT=(
 	[etcd]="~1 min" [kube-apiserver]="first time takes 4-9 min"
 	[kube-controller-manager]="~3 min after kube-apiserver" [kube-scheduler]="~30 s after kube-apiserver"
-	[kubectl]="~1 min" [kwok]="~1 min"
+	[kubectl]="~1 min" [kwok]="~1 min" [kubelet]="~1 min after kube-apiserver"
 )
 
 stamp_of() { # name
@@ -98,7 +103,7 @@ mkdir -p "${K8S_BIN_DIR}"
 START_ALL=${SECONDS}
 built=0
 verified=""
-for n in "${K8S_BINARIES[@]}"; do
+for n in "${BINARIES[@]}"; do
 	bin="${K8S_BIN_DIR}/${n}"
 	stamp="${K8S_BIN_DIR}/.${n}.stamp"
 	want="$(stamp_of "${n}")"

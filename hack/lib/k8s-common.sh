@@ -18,6 +18,9 @@ LOCKEDJOB_CACHE="${LOCKEDJOB_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/lockedjob}
 K8S_BIN_DIR="${K8S_BIN_DIR:-${LOCKEDJOB_CACHE}/k8s-${K8S_VERSION}}"
 
 K8S_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+# Built only for a real node (hack/k8s-bin.sh --real-node, or hack/cluster.sh up when it adds
+# one), so envtest and kwok-only users never pay for them.
+REAL_NODE_BINARIES=(kubelet)
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

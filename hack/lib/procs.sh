@@ -25,14 +25,21 @@ proc_pid() {
 # proc_start DIR LOGFILE NAME BINARY ARGS...: start BINARY in its own session, detached from the
 # caller, output to LOGFILE. The scripts' lock descriptors (8, 9) are closed in the child, or a
 # later call would wait on a lock the child still holds. Returns 1 if it did not come up within 5 s.
-proc_start() {
-	local dir="$1" logfile="$2" name="$3" bin="$4" _
-	shift 4
+proc_start() { proc_start_in "" "$@"; }
+
+# proc_start_in NSPID DIR LOGFILE NAME BINARY ARGS...: proc_start, but BINARY runs in the mount
+# namespace of process NSPID (none if empty). nsenter execs BINARY without forking, so the
+# recorded PID is still the binary's own.
+proc_start_in() {
+	local ns="$1" dir="$2" logfile="$3" name="$4" bin="$5" _
+	shift 5
+	local enter=()
+	[[ -z "${ns}" ]] || enter=(nsenter -t "${ns}" -m --)
 	: >"${logfile}"
 	rm -f "${dir}/${name}.pid"
 	realpath "${bin}" >"${dir}/${name}.exe"
 	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
-	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${dir}/${name}.pid" "${bin}" "$@" \
+	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${dir}/${name}.pid" "${enter[@]}" "${bin}" "$@" \
 		</dev/null >>"${logfile}" 2>&1 8>&- 9>&- &
 	for _ in $(seq 1 50); do
 		[[ -n "$(proc_pid "${dir}" "${name}")" ]] && return 0

@@ -27,16 +27,20 @@ endif
 k8s-bin: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok into K8S_BIN_DIR (first time ~10 min, then seconds).
 	@bash "$(CURDIR)/hack/k8s-bin.sh"
 
+.PHONY: k8s-bin-real-node
+k8s-bin-real-node: ## Also build kubelet for the local cluster's real node (hack/cluster.sh builds it when it needs it).
+	@bash "$(CURDIR)/hack/k8s-bin.sh" --real-node
+
 .PHONY: envtest-assets
 envtest-assets: k8s-bin ## Print the KUBEBUILDER_ASSETS folder for envtest.
 	@echo "$(K8S_BIN_DIR)"
 
 .PHONY: cluster-up
-cluster-up: k8s-bin ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok + 2 fake nodes).
+cluster-up: k8s-bin ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok + 2 fake nodes) and, where the machine allows, a real node (LOCKEDJOB_REAL_NODE=auto|1|0).
 	@bash "$(CURDIR)/hack/cluster.sh" up
 
 .PHONY: cluster-down
-cluster-down: ## Stop the local control plane (only the processes it started).
+cluster-down: ## Stop the real node and the local control plane (only what they started; also after a crash).
 	@bash "$(CURDIR)/hack/cluster.sh" down
 
 .PHONY: cluster-status
@@ -46,3 +50,11 @@ cluster-status: ## Show the local control plane's processes and nodes.
 .PHONY: cluster-env
 cluster-env: ## Print the local cluster's admin kubeconfig path (CLUSTER_KUBECONFIG), e.g. for KUBECONFIG.
 	@echo "$(CLUSTER_KUBECONFIG)"
+
+# Image tarballs cluster-load-image imports: by default every tarball `make images` wrote.
+IMAGE_TARS ?= $(wildcard $(CURDIR)/bin/images/*.tar)
+
+.PHONY: cluster-load-image
+cluster-load-image: ## Import image tarballs (IMAGE_TARS, default bin/images/*.tar) into the real node's containerd.
+	@[ -n "$(strip $(IMAGE_TARS))" ] || { echo "no image tarballs: run make images, or set IMAGE_TARS"; exit 1; }
+	@bash "$(CURDIR)/hack/cluster.sh" load-image $(IMAGE_TARS)

@@ -119,11 +119,13 @@ func newCluster(t *testing.T) *cluster {
 			"the first build takes ~10 min", missing, binDir)
 	}
 	// Away from the script's default base (26440), so a developer's own cluster is never disturbed.
-	base, err := utils.FreePortBlock(0, 6, 26440)
+	base, err := utils.FreePortBlock(0, utils.PortBlock, 26440)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc := utils.LocalCluster{Root: root, Dir: t.TempDir(), PortBase: base, BinDir: binDir}
+	// kwok only: TestRealNode covers the real node, and this test must pass where none can run.
+	lc := utils.LocalCluster{Root: root, Dir: t.TempDir(), PortBase: base, BinDir: binDir,
+		Env: []string{"LOCKEDJOB_REAL_NODE=0"}}
 	return &cluster{t: t, LocalCluster: lc, started: map[string]int{}}
 }
 

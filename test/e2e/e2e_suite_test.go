@@ -194,7 +194,7 @@ func startCluster() error {
 			return fmt.Errorf("E2E_CLUSTER_PORT_BASE: %w", err)
 		}
 	}
-	if suite.portBase, err = utils.FreePortBlock(preferred, 6, userPortBase); err != nil {
+	if suite.portBase, err = utils.FreePortBlock(preferred, utils.PortBlock, userPortBase); err != nil {
 		return err
 	}
 	suite.clusterDir = filepath.Join(suite.work, "cluster")

@@ -43,7 +43,7 @@ type cluster struct {
 
 // startCluster runs `hack/cluster.sh up` for a cluster named name under work.
 func startCluster(name, work string) (*cluster, error) {
-	base, err := utils.FreePortBlock(portBases[name], 6, userPortBase)
+	base, err := utils.FreePortBlock(portBases[name], utils.PortBlock, userPortBase)
 	if err != nil {
 		return nil, err
 	}

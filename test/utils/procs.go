@@ -49,11 +49,16 @@ func statState(path string) (byte, error) {
 
 // LocalCluster names one local control plane run by hack/cluster.sh.
 type LocalCluster struct {
-	Root     string // the project's root
-	Dir      string // LOCKEDJOB_CLUSTER_DIR
-	PortBase int    // LOCKEDJOB_CLUSTER_PORT_BASE
-	BinDir   string // K8S_BIN_DIR
+	Root     string   // the project's root
+	Dir      string   // LOCKEDJOB_CLUSTER_DIR
+	PortBase int      // LOCKEDJOB_CLUSTER_PORT_BASE
+	BinDir   string   // K8S_BIN_DIR
+	Env      []string // more environment for the script, e.g. LOCKEDJOB_REAL_NODE=1
 }
+
+// PortBlock is how many ports from PortBase hack/cluster.sh uses: the control plane's and the
+// real node's (kubelet, its healthz, containerd's stream server).
+const PortBlock = 9
 
 // Script runs hack/cluster.sh with args for this cluster, killed after timeout.
 func (c LocalCluster) Script(timeout time.Duration, args ...string) (string, error) {
@@ -66,5 +71,6 @@ func (c LocalCluster) Script(timeout time.Duration, args ...string) (string, err
 		"LOCKEDJOB_CLUSTER_PORT_BASE="+strconv.Itoa(c.PortBase),
 		"K8S_BIN_DIR="+c.BinDir,
 	)
+	cmd.Env = append(cmd.Env, c.Env...)
 	return Run(cmd)
 }

@@ -1,0 +1,50 @@
+// Command hello is the workload TestRealNode runs in a real container: it prints one line with
+// its host name (the pod's name), then waits for SIGTERM. With -once it prints and exits, for
+// `kubectl exec`; with -dial it also sends that line to a TCP address (a listener on the host).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	once := flag.Bool("once", false, "print the line and exit")
+	dial := flag.String("dial", "", "also send the line to this TCP address")
+	flag.Parse()
+	host, err := os.Hostname()
+	if err != nil {
+		host = "?"
+	}
+	line := fmt.Sprintf("hello from a real container on %s\n", host)
+	fmt.Print(line)
+	if *dial != "" {
+		if err := send(*dial, line); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	if *once {
+		return
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	<-stop
+}
+
+func send(addr, line string) error {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", addr, err)
+	}
+	defer func() { _ = conn.Close() }()
+	if _, err := conn.Write([]byte(line)); err != nil {
+		return fmt.Errorf("write to %s: %w", addr, err)
+	}
+	return nil
+}
