@@ -116,14 +116,34 @@ install: manifests ## Install the CRDs into the cluster of the current KUBECONFI
 uninstall: manifests ## Uninstall the CRDs from the cluster of the current KUBECONFIG.
 	"$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -k config/crd
 
+# DEPLOY_OVERLAY: what `make deploy` applies. config/default on any cluster; config/local (docs/deploy.md)
+# on the project's local cluster, chosen by itself when KUBECONFIG is that cluster's
+# (CLUSTER_KUBECONFIG, `make cluster-env`).
+DEPLOY_LOCAL = $(and $(realpath $(KUBECONFIG)),$(filter $(realpath $(KUBECONFIG)),$(realpath $(CLUSTER_KUBECONFIG))))
+DEPLOY_OVERLAY ?= $(if $(DEPLOY_LOCAL),config/local,config/default)
+# DEPLOY_DIR: the generated kustomization (image IMG) that deploy and undeploy build; untracked.
+DEPLOY_DIR ?= $(LOCALBIN)/deploy/$(notdir $(patsubst %/,%,$(DEPLOY_OVERLAY)))
+# DEPLOY_IMAGE_TAR: the image tarball `make deploy` imports into the local cluster's real node.
+DEPLOY_IMAGE_TAR ?= bin/images/manager.tar
+
+.PHONY: deploy-overlay
+deploy-overlay: manifests kustomize ## Write DEPLOY_DIR/kustomization.yaml: DEPLOY_OVERLAY with image IMG (values of config/local read from the cluster).
+	IMG="$(IMG)" DEPLOY_OVERLAY="$(DEPLOY_OVERLAY)" KUSTOMIZE="$(KUSTOMIZE)" KUBECTL="$(KUBECTL)" bash hack/deploy-overlay.sh "$(DEPLOY_DIR)"
+
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy the manager as a Deployment (image IMG) into the current cluster.
-	cd config/manager && "$(KUSTOMIZE)" edit set image controller=${IMG}
-	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" apply -f -
+deploy: deploy-overlay ## Deploy the manager (image IMG) into the cluster of KUBECONFIG; on the local cluster also import DEPLOY_IMAGE_TAR into its real node.
+	$(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),bash hack/cluster.sh load-image "$(DEPLOY_IMAGE_TAR)")
+	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" apply -f -
 
 .PHONY: undeploy
-undeploy: kustomize ## Remove the Deployment and everything config/default installed.
-	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
+undeploy: deploy-overlay ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it).
+	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
+
+.PHONY: build-installer
+build-installer: manifests generate kustomize ## Write dist/install.yaml: everything config/default installs, image IMG (input of `make helm-chart`).
+	mkdir -p dist
+	IMG="$(IMG)" DEPLOY_OVERLAY=config/default KUSTOMIZE="$(KUSTOMIZE)" bash hack/deploy-overlay.sh "$(LOCALBIN)/deploy/installer"
+	"$(KUSTOMIZE)" build "$(LOCALBIN)/deploy/installer" > dist/install.yaml
 
 include hack/make/cluster.mk
 
