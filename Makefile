@@ -61,7 +61,7 @@ redis: ## Make sure redis-server is installed (installs the Debian package when 
 test: test-unit test-e2e test-fault ## Run every test: lock library on real Redis, envtest, local cluster, end to end, faults.
 
 .PHONY: test-unit
-test-unit: manifests generate lint redis k8s-bin ## Run unit and envtest tests (real Redis, real kube-apiserver) and the local-cluster smoke test.
+test-unit: manifests generate lint redis k8s-bin kustomize helm ## Run unit and envtest tests (real Redis, real kube-apiserver), the local-cluster smoke test and the deploy tests (test/deploy).
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" go test $(GO_TEST_ARGS) $$(go list ./... | grep -v /test/e2e)
 
 # E2E_KUBECONFIG: run the e2e suite against that cluster instead of a local control plane it starts itself.
