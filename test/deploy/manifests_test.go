@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -280,4 +281,38 @@ func TestChartRBACEqualsKustomize(t *testing.T) {
 			t.Errorf("helm template dist/chart (default values) differs from config/default without the helper roles:\n  %s", strings.Join(d, "\n  "))
 		}
 	})
+}
+
+// The chart's manager pod must be config/default's: same container, args, env, probes, ports,
+// resources and security context. Two differences are the plugin's and harmless: it orders the
+// args differently, and it states imagePullPolicy IfNotPresent, which is the API's default for a
+// tagged image that is not :latest anyway.
+func TestChartManagerPodEqualsKustomize(t *testing.T) {
+	tl := newTools(t)
+	repo, tag, _ := strings.Cut(image, ":")
+	podSpec := func(objs []*unstructured.Unstructured) map[string]any {
+		t.Helper()
+		d := find(objs, "Deployment", "lockedjob-controller-manager")
+		if d == nil {
+			t.Fatalf("no Deployment lockedjob-controller-manager rendered")
+		}
+		spec, _, err := unstructured.NestedMap(d.Object, "spec", "template", "spec")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := spec["containers"].([]any)[0].(map[string]any)
+		args := c["args"].([]any)
+		slices.SortFunc(args, func(a, b any) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+		if c["imagePullPolicy"] == "IfNotPresent" {
+			delete(c, "imagePullPolicy")
+		}
+		return spec
+	}
+	want := podSpec(tl.kustomizeBuild(t, tl.overlay(t, "DEPLOY_OVERLAY=config/default")))
+	got := podSpec(tl.helmTemplate(t, "manager.image.repository="+repo, "manager.image.tag="+tag))
+	if !reflect.DeepEqual(want, got) {
+		w, _ := json.MarshalIndent(want, "", " ")
+		g, _ := json.MarshalIndent(got, "", " ")
+		t.Errorf("the chart's manager pod spec differs from config/default's:\nkustomize %s\nhelm      %s", w, g)
+	}
 }
