@@ -48,14 +48,18 @@ vet: ## Run go vet (the operator and hack/imgtool).
 	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
 
 .PHONY: lint
-lint: ## Check formatting (gofmt) and run go vet; fails instead of rewriting.
+lint: actionlint helm-lint ## Check formatting (gofmt), go vet, the GitHub workflows and the Helm chart; fails instead of rewriting.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
 
+.PHONY: actionlint
+actionlint: actionlint-bin ## Check the GitHub workflows in .github/workflows (actionlint).
+	"$(ACTIONLINT)"
+
 .PHONY: verify
-verify: manifests generate ## Fail if generated files are out of date.
-	@git diff --exit-code -- config/crd config/rbac api || { echo "generated files changed: run 'make manifests generate' and commit"; exit 1; }
+verify: manifests generate helm-chart ## Fail if generated files (CRD, RBAC, deepcopy, dist/chart) are out of date.
+	@git diff --exit-code -- config/crd config/rbac api dist/chart || { echo "generated files changed: run 'make manifests generate helm-chart' and commit"; exit 1; }
 
 .PHONY: redis
 redis: ## Make sure redis-server is installed (installs the Debian package when root).
@@ -65,7 +69,7 @@ redis: ## Make sure redis-server is installed (installs the Debian package when 
 test: test-unit test-e2e test-fault ## Run every test: lock library on real Redis, envtest, local cluster, end to end, faults.
 
 .PHONY: test-unit
-test-unit: manifests generate lint redis k8s-bin ## Run unit and envtest tests (real Redis, real kube-apiserver) and the local-cluster smoke test.
+test-unit: manifests generate lint redis k8s-bin kustomize helm ## Run unit and envtest tests (real Redis, real kube-apiserver), the local-cluster smoke test and the deploy tests (test/deploy).
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" go test $(GO_TEST_ARGS) $$(go list ./... | grep -v /test/e2e)
 	cd hack/imgtool && GOWORK=off go test -mod=readonly $(GO_TEST_ARGS) ./...
 
@@ -159,41 +163,69 @@ install: manifests ## Install the CRDs into the cluster of the current KUBECONFI
 uninstall: manifests ## Uninstall the CRDs from the cluster of the current KUBECONFIG.
 	"$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -k config/crd
 
+# DEPLOY_OVERLAY: what `make deploy` applies. config/default on any cluster; config/local (docs/deploy.md)
+# on the project's local cluster, chosen by itself when KUBECONFIG is that cluster's
+# (CLUSTER_KUBECONFIG, `make cluster-env`).
+DEPLOY_LOCAL = $(and $(realpath $(KUBECONFIG)),$(filter $(realpath $(KUBECONFIG)),$(realpath $(CLUSTER_KUBECONFIG))))
+DEPLOY_OVERLAY ?= $(if $(DEPLOY_LOCAL),config/local,config/default)
+# DEPLOY_DIR: the generated kustomization (image IMG) that deploy and undeploy build; untracked.
+DEPLOY_DIR ?= $(LOCALBIN)/deploy/$(notdir $(patsubst %/,%,$(DEPLOY_OVERLAY)))
+# DEPLOY_IMAGE_TAR: the image tarball `make deploy` imports into the local cluster's real node.
+DEPLOY_IMAGE_TAR ?= bin/images/manager.tar
+
+.PHONY: deploy-overlay
+deploy-overlay: manifests kustomize ## Write DEPLOY_DIR/kustomization.yaml: DEPLOY_OVERLAY with image IMG (values of config/local read from the cluster).
+	IMG="$(IMG)" DEPLOY_OVERLAY="$(DEPLOY_OVERLAY)" KUSTOMIZE="$(KUSTOMIZE)" KUBECTL="$(KUBECTL)" bash hack/deploy-overlay.sh "$(DEPLOY_DIR)"
+
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy the manager as a Deployment (image IMG) into the current cluster.
-	cd config/manager && "$(KUSTOMIZE)" edit set image controller=${IMG}
-	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" apply -f -
+deploy: deploy-overlay ## Deploy the manager (image IMG) into the cluster of KUBECONFIG; on the local cluster also import DEPLOY_IMAGE_TAR into its real node.
+	$(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),bash hack/cluster.sh load-image "$(DEPLOY_IMAGE_TAR)")
+	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" apply -f -
 
 .PHONY: undeploy
-undeploy: kustomize ## Remove the Deployment and everything config/default installed.
-	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
+undeploy: deploy-overlay ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it).
+	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
+
+.PHONY: build-installer
+build-installer: manifests generate kustomize ## Write dist/install.yaml: everything config/default installs, image IMG (input of `make helm-chart`).
+	mkdir -p dist
+	IMG="$(IMG)" DEPLOY_OVERLAY=config/default KUSTOMIZE="$(KUSTOMIZE)" bash hack/deploy-overlay.sh "$(LOCALBIN)/deploy/installer"
+	"$(KUSTOMIZE)" build "$(LOCALBIN)/deploy/installer" > dist/install.yaml
 
 include hack/make/cluster.mk
 
 ##@ Dependencies
 
-## Location to install tools to
+## Location to install tools to: bin/ holds symlinks into TOOLS_CACHE, which lives outside the
+## checkout so a fresh clone (CI) reuses tools built once on that machine.
 LOCALBIN ?= $(shell pwd)/bin
 $(LOCALBIN):
 	mkdir -p "$(LOCALBIN)"
+LOCKEDJOB_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lockedjob
+TOOLS_CACHE ?= $(LOCKEDJOB_CACHE)/tools
 
 ## kubectl: the one built with the local control plane, unless one is on PATH
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo "$(K8S_BIN_DIR)/kubectl")
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 IMGTOOL ?= $(LOCALBIN)/imgtool
+KUBEBUILDER ?= $(LOCALBIN)/kubebuilder
+HELM ?= $(LOCALBIN)/helm
+ACTIONLINT ?= $(LOCALBIN)/actionlint
 
 KUSTOMIZE_VERSION ?= v5.8.1
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
+# KUBEBUILDER_VERSION must match cliVersion in PROJECT: the Helm chart is generated by its plugin.
+KUBEBUILDER_VERSION ?= v4.16.0
+HELM_VERSION ?= v3.22.0
+ACTIONLINT_VERSION ?= v1.7.12
 
 .PHONY: kustomize
-kustomize: $(KUSTOMIZE) ## Build kustomize locally if necessary.
-$(KUSTOMIZE): $(LOCALBIN)
+kustomize: $(LOCALBIN) ## Build kustomize locally if necessary.
 	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
 
 .PHONY: controller-gen
-controller-gen: $(CONTROLLER_GEN) ## Build controller-gen locally if necessary.
-$(CONTROLLER_GEN): $(LOCALBIN)
+controller-gen: $(LOCALBIN) ## Build controller-gen locally if necessary.
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
 
 # imgtool is built from its own module (hack/imgtool, pinned by its go.sum) whenever a source
@@ -204,18 +236,89 @@ imgtool: $(IMGTOOL) ## Build the image writer (hack/imgtool) locally if its sour
 $(IMGTOOL): $(IMGTOOL_SRCS) | $(LOCALBIN)
 	cd hack/imgtool && GOWORK=off go build -mod=readonly -trimpath -o "$(IMGTOOL)" .
 
-# go-install-tool 'go install's a pinned tool into $(LOCALBIN) behind a versioned symlink.
+
+.PHONY: kubebuilder
+kubebuilder: $(LOCALBIN) ## Build kubebuilder (for its Helm plugin) locally if necessary.
+	$(call go-install-tool,$(KUBEBUILDER),sigs.k8s.io/kubebuilder/v4,$(KUBEBUILDER_VERSION))
+
+.PHONY: helm
+helm: $(LOCALBIN) ## Build helm locally if necessary.
+	$(call go-install-tool,$(HELM),helm.sh/helm/v3/cmd/helm,$(HELM_VERSION))
+
+.PHONY: actionlint-bin
+actionlint-bin: $(LOCALBIN) ## Build actionlint locally if necessary.
+	$(call go-install-tool,$(ACTIONLINT),github.com/rhysd/actionlint/cmd/actionlint,$(ACTIONLINT_VERSION))
+
+# The tool targets are phony and cheap (a test and a readlink), so a changed *_VERSION takes effect
+# without deleting bin/.
+# go-install-tool 'go install's a pinned tool once into $(TOOLS_CACHE)/<name>-<version> and points
+# the symlink $(LOCALBIN)/<name> at it; a changed version gets its own file, never an overwrite.
 # $1 - target path with name of binary
 # $2 - package url which can be installed
 # $3 - specific version of package
 define go-install-tool
-@[ -f "$(1)-$(3)" ] && [ "$$(readlink -- "$(1)" 2>/dev/null)" = "$(1)-$(3)" ] || { \
+@cached="$(TOOLS_CACHE)/$$(basename "$(1)")-$(3)"; \
+[ -x "$${cached}" ] || { \
 set -e; \
 package=$(2)@$(3) ;\
-echo "Installing $${package}" ;\
-rm -f "$(1)" ;\
-GOBIN="$(LOCALBIN)" go install $${package} ;\
-mv "$(LOCALBIN)/$$(basename "$(1)")" "$(1)-$(3)" ;\
+echo "Installing $${package} into $(TOOLS_CACHE)" ;\
+tmp="$$(mktemp -d)" ;\
+GOBIN="$${tmp}" go install $${package} ;\
+mkdir -p "$(TOOLS_CACHE)" ;\
+mv "$${tmp}/$$(basename "$(1)")" "$${cached}" ;\
+rmdir "$${tmp}" ;\
 } ;\
-ln -sf "$$(realpath "$(1)-$(3)")" "$(1)"
+[ "$$(readlink -- "$(1)" 2>/dev/null)" = "$${cached}" ] || ln -sfn "$${cached}" "$(1)"
 endef
+
+##@ Helm Deployment
+
+# Appended by `kubebuilder edit --plugins=helm/v2-alpha` on its first run (it never appends again
+# once PROJECT has the plugin's entry). Changed: HELM is the pinned bin/helm (see Dependencies) and
+# install-helm builds it instead of downloading an installer script.
+## Namespace to deploy the Helm release
+HELM_NAMESPACE ?= lockedjob-system
+## Name of the Helm release
+HELM_RELEASE ?= lockedjob
+## Path to the Helm chart directory
+HELM_CHART_DIR ?= dist/chart
+## Additional arguments to pass to helm commands
+HELM_EXTRA_ARGS ?=
+
+.PHONY: install-helm
+install-helm: helm ## Build the pinned helm into bin/ (HELM_VERSION).
+
+.PHONY: helm-chart
+helm-chart: kubebuilder kustomize controller-gen ## Regenerate dist/chart from `make build-installer` (dist/install.yaml) with kubebuilder's Helm plugin.
+	"$(KUBEBUILDER)" edit --plugins=helm/v2-alpha
+
+.PHONY: helm-lint
+helm-lint: helm ## Lint dist/chart (helm lint --strict).
+	"$(HELM)" lint --strict $(HELM_CHART_DIR)
+
+.PHONY: helm-deploy
+helm-deploy: install-helm ## Deploy manager to the K8s cluster via Helm. Specify an image with IMG.
+	IMG="$(IMG)"; $(HELM) upgrade --install $(HELM_RELEASE) $(HELM_CHART_DIR) \
+		--namespace $(HELM_NAMESPACE) \
+		--create-namespace \
+		--set manager.image.repository=$${IMG%:*} \
+		--set manager.image.tag=$${IMG##*:} \
+		--wait \
+		--timeout 5m \
+		$(HELM_EXTRA_ARGS)
+
+.PHONY: helm-uninstall
+helm-uninstall: ## Uninstall the Helm release from the K8s cluster.
+	$(HELM) uninstall $(HELM_RELEASE) --namespace $(HELM_NAMESPACE)
+
+.PHONY: helm-status
+helm-status: ## Show Helm release status.
+	$(HELM) status $(HELM_RELEASE) --namespace $(HELM_NAMESPACE)
+
+.PHONY: helm-history
+helm-history: ## Show Helm release history.
+	$(HELM) history $(HELM_RELEASE) --namespace $(HELM_NAMESPACE)
+
+.PHONY: helm-rollback
+helm-rollback: ## Rollback to previous Helm release.
+	$(HELM) rollback $(HELM_RELEASE) --namespace $(HELM_NAMESPACE)
