@@ -284,7 +284,7 @@ images:
 patches:
 - target: {kind: Deployment, name: %s}
   patch: |-
-%s`, filepath.Join(suite.root, "config", "default"), name, tag, managerDeploy, patch.String())
+%s`, relTo(d.dir, "config", "default"), name, tag, managerDeploy, patch.String())
 	if !d.local {
 		// config/manager points at an in-cluster Redis Service; the suite's runs on this machine.
 		k += fmt.Sprintf(`- target: {kind: Deployment, name: %s}
@@ -299,7 +299,7 @@ patches:
 		if err != nil {
 			return err
 		}
-		k += fmt.Sprintf("components:\n- %s\n", filepath.Join(suite.root, "config", "local"))
+		k += fmt.Sprintf("components:\n- %s\n", relTo(d.dir, "config", "local"))
 		k = strings.Replace(k, "resources:\n", "resources:\n- local-cluster.yaml\n", 1)
 		cm := fmt.Sprintf(`apiVersion: v1
 kind: ConfigMap
@@ -522,4 +522,12 @@ func (d *deployment) managerLogTail(ctx context.Context, lines int64) string {
 		fmt.Fprintf(&out, "pod %s (err %v):\n%s\n", p.Name, err, b)
 	}
 	return out.String()
+}
+
+// relTo is a folder of the checkout relative to dir: kustomize refuses absolute resource paths.
+func relTo(dir string, elem ...string) string {
+	GinkgoHelper()
+	rel, err := filepath.Rel(dir, filepath.Join(append([]string{suite.root}, elem...)...))
+	Expect(err).NotTo(HaveOccurred())
+	return rel
 }
