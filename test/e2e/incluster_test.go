@@ -55,6 +55,7 @@ type deployment struct {
 	local      bool   // on the suite's own cluster with its real node
 	nodeIP     string // where pods on that node reach this machine ("" elsewhere: E2E_POD_REDIS_HOST)
 	workImg    string
+	lockRedis  *redisserver.Server // the manager's Redis
 	store      *redisserver.Server
 	storeAddr  string // the store as pods reach it
 	prefix     string // the manager's --key-prefix
@@ -67,7 +68,7 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 
 	BeforeAll(func(ctx SpecContext) {
 		d = deploy(ctx)
-		s = newScenario("ic", false)
+		s = newScenario("ic", false, d.lockRedis)
 		s.prefix = d.prefix
 		s.deployed = d
 	})
@@ -234,11 +235,19 @@ func deploy(ctx context.Context) *deployment {
 		logf("loaded the manager and workload images into the real node in %s", since(t0))
 	}
 
+	// The pods reach the store at the node's address. The manager reaches its Redis on loopback on
+	// the local cluster (it runs in the node's network namespace), else at that address too.
 	var err error
 	bind := "127.0.0.1 " + d.nodeIP
 	d.store, err = redisserver.StartProcess(redisserver.WithArgs("--bind", bind))
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { _ = d.store.Close() })
+	if d.local {
+		bind = "127.0.0.1"
+	}
+	d.lockRedis, err = redisserver.StartProcess(redisserver.WithArgs("--bind", bind))
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { _ = d.lockRedis.Close() })
 	d.storeAddr = d.nodeIP + ":" + portOf(d.store.Addr())
 
 	d.dir = filepath.Join(suite.work, "deploy")
@@ -292,7 +301,7 @@ patches:
     {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": %q},
      "spec": {"template": {"spec": {"containers": [{"name": "manager",
        "env": [{"name": "LOCKEDJOB_REDIS_ADDR", "value": "%s:%s"}]}]}}}}
-`, managerDeploy, managerDeploy, d.nodeIP, portOf(suite.redis.Addr()))
+`, managerDeploy, managerDeploy, d.nodeIP, portOf(d.lockRedis.Addr()))
 	}
 	if d.local {
 		probe, err := utils.FreePortBlock(0, 2, suite.portBase)
@@ -315,7 +324,7 @@ data:
   probePort: "%d"
   metricsAddr: %s:%d
   metricsPort: "%d"
-`, suite.portBase+3, suite.redis.Addr(), d.nodeIP, probe, probe, d.nodeIP, probe+1, probe+1)
+`, suite.portBase+3, d.lockRedis.Addr(), d.nodeIP, probe, probe, d.nodeIP, probe+1, probe+1)
 		if err := os.WriteFile(filepath.Join(d.dir, "local-cluster.yaml"), []byte(cm), 0o644); err != nil {
 			return err
 		}
