@@ -232,14 +232,17 @@ real_node_up() {
 # address, the node's selector and toleration, and the image taken from the node (never pulled).
 samples_kustomization() {
 	mkdir -p "${SAMPLES_DIR}"
+	# kustomize takes only relative resource paths.
+	local samples
+	samples="$(realpath --relative-to="${SAMPLES_DIR}" "${LOCKEDJOB_ROOT}/config/samples")"
 	if [[ -z "${NODE_IP}" ]]; then
-		printf 'resources:\n- %s\n' "${LOCKEDJOB_ROOT}/config/samples" >"${SAMPLES_DIR}/kustomization.yaml"
+		printf 'resources:\n- %s\n' "${samples}" >"${SAMPLES_DIR}/kustomization.yaml"
 		return 0
 	fi
 	cat >"${SAMPLES_DIR}/kustomization.yaml" <<EOF
 # Written by hack/demo.sh: config/samples on the local cluster's real node.
 resources:
-- ${LOCKEDJOB_ROOT}/config/samples
+- ${samples}
 patches:
 - target: {kind: LockedJob}
   patch: |-
