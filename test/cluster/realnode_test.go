@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -149,6 +150,27 @@ func TestRealNode(t *testing.T) {
 		t.Errorf("pod %s without the toleration was scheduled to %s", asks.Name, unsched.Spec.NodeName)
 	} else {
 		t.Logf("pod %s stays unschedulable: %s", asks.Name, scheduledMessage(unsched))
+	}
+
+	// Deleting a pod sends its container SIGTERM: hello exits on it at once, so the pod is gone
+	// long before the grace period would end in SIGKILL.
+	term := realPod("real-term", true)
+	const grace = 30
+	g := int64(grace)
+	term.Spec.TerminationGracePeriodSeconds = &g
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, term, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", term.Name, err)
+	}
+	waitPod(ctx, t, cs, term.Name, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	deleted := time.Now()
+	if err := cs.CoreV1().Pods("default").Delete(ctx, term.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete pod %s: %v", term.Name, err)
+	}
+	waitGone(ctx, t, cs, term.Name)
+	if took := time.Since(deleted); took > (grace-5)*time.Second {
+		t.Errorf("pod %s took %s to go (grace %ds): its container did not stop on SIGTERM", term.Name, took, grace)
+	} else {
+		t.Logf("pod %s deleted in %s (grace %ds): the container stopped on SIGTERM", term.Name, took.Round(time.Millisecond), grace)
 	}
 
 	// A crash: containerd dies with its containers running; down must still clean up all.
@@ -350,6 +372,24 @@ func waitPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name st
 				status = last.Status
 			}
 			t.Fatalf("pod %s: condition not met before the deadline; last error %v; last status %+v", name, lastErr, status)
+		case <-tick.C:
+		}
+	}
+}
+
+// waitGone polls until the pod no longer exists; it fails when ctx expires.
+func waitGone(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s still exists at the deadline (last error %v)", name, err)
 		case <-tick.C:
 		}
 	}
