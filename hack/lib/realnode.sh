@@ -2,15 +2,15 @@
 # shellcheck disable=SC2153 # PIDS, LOGS, PKI and the like are set by hack/cluster.sh
 # The real node of hack/cluster.sh: kubelet + containerd + runc + bridge CNI running real
 # containers beside the kwok nodes. Source, don't run; hack/cluster.sh provides CLUSTER_DIR,
-# PORT_BASE, PKI, LOGS, PIDS, K8S_BIN_DIR, APISERVER_PORT, kubectl_, write_kubeconfig helpers,
-# log and die. docs/local-cluster.md ("Real node") explains the design; the set-up it follows
+# PORT_BASE, PKI, LOGS, PIDS, K8S_BIN_DIR, APISERVER_PORT, kubectl_, port_free, the
+# process helpers of hack/lib/procs.sh, log and die. docs/local-cluster.md ("Real node") explains the design; the set-up it follows
 # was proven on these machines first (see the config comments for why each value is what it is).
 #
 # Everything is per cluster, derived from its port block, so several clusters (a developer's,
 # the e2e suite's, a test's) can each have a real node at once:
 #   node name lockedjob-real-1 (one per cluster), bridge ljrn-<base>, pod subnet
 #   10.200.<(base/10)%256>.0/24, kubelet on <bridge IP>:<base+6>, its healthz on
-#   127.0.0.1:<base+7>, containerd's stream server (exec, logs -f) on 127.0.0.1:<base+8>,
+#   127.0.0.1:<base+7>, containerd's stream server (exec, attach, port-forward) on 127.0.0.1:<base+8>,
 #   cgroups under /lockedjob-<base>, containerd's socket and state in /run/lockedjob-<base>
 #   inside the node's mount namespace.
 #
@@ -115,8 +115,8 @@ rn_blocker() {
 	for t in unshare nsenter ip mount openssl; do
 		command -v "${t}" >/dev/null 2>&1 || { echo "${t} is not installed"; return 0; }
 	done
-	grep -qw overlay /proc/filesystems 2>/dev/null || modprobe overlay 2>/dev/null ||
-		{ echo "the kernel has no overlay filesystem"; return 0; }
+	# Not modprobe: loading a kernel module would be a system-wide change.
+	grep -qw overlay /proc/filesystems 2>/dev/null || { echo "the kernel has no overlay filesystem loaded"; return 0; }
 	local roots
 	roots="$(rn_cgroup_roots)"
 	[[ -n "${roots}" ]] || { echo "no cgroup hierarchy is mounted"; return 0; }
@@ -169,7 +169,7 @@ rn_check_subnet() {
 	fi
 	local p
 	while read -r p; do
-		[[ -n "${p}" ]] || continue
+		[[ -n "${p}" && "${p}" != */0 ]] || continue # a default route overlaps everything
 		if cidr_overlaps "${RN_SUBNET}" "${p}"; then
 			die "real node subnet ${RN_SUBNET} (from port base ${RN_BASE}) overlaps ${p} on this host; pick another LOCKEDJOB_CLUSTER_PORT_BASE"
 		fi
