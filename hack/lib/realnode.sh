@@ -30,13 +30,15 @@ RN_OVERLAYS=(/run /var /opt)
 RN_COMPONENTS=(nodens containerd kubelet)
 RN_KWOK_CIDR="10.244.0.0/16" # kwok's --cidr in hack/cluster.sh: fake pod IPs come from it
 
-# rn_names BASE: every per-node name, derived from the cluster's port block.
+# rn_names BASE [INDEX]: every per-node name, derived from the cluster's port block; the pod
+# subnet is 10.200.INDEX.0/24, INDEX by default (BASE/10) mod 256 (rn_pick_subnet moves it on
+# when that one is taken).
 rn_names() {
 	RN_BASE="$1"
 	RN_RUN="/run/lockedjob-${RN_BASE}"
 	RN_SOCK="${RN_RUN}/containerd.sock"
 	RN_BRIDGE="ljrn-${RN_BASE}"
-	RN_NET_INDEX=$(((RN_BASE / 10) % 256))
+	RN_NET_INDEX="${2:-$(((RN_BASE / 10) % 256))}"
 	RN_SUBNET="10.200.${RN_NET_INDEX}.0/24"
 	RN_IP="10.200.${RN_NET_INDEX}.1"
 	RN_KUBELET_PORT=$((RN_BASE + 6))
@@ -45,11 +47,11 @@ rn_names() {
 	RN_CGROUP="lockedjob-${RN_BASE}"
 }
 
-# The names of a node already started in this folder come from the port base it was started
-# with (recorded in node/port-base), so a down run with another LOCKEDJOB_CLUSTER_PORT_BASE
-# never touches another cluster's bridge or cgroups.
+# The names of a node already started in this folder come from the port base and subnet it was
+# started with (recorded in node/port-base and node/net-index), so a down run with another
+# LOCKEDJOB_CLUSTER_PORT_BASE never touches another cluster's bridge or cgroups.
 if [[ -f "${RN_DIR}/port-base" ]]; then
-	rn_names "$(cat "${RN_DIR}/port-base")"
+	rn_names "$(cat "${RN_DIR}/port-base")" "$(cat "${RN_DIR}/net-index" 2>/dev/null || true)"
 else
 	rn_names "${PORT_BASE}"
 fi
@@ -161,29 +163,55 @@ cidr_overlaps() {
 	(($(($(ip4_to_int "${a}") & mask)) == $(($(ip4_to_int "${b}") & mask))))
 }
 
-# rn_check_subnet: refuse a pod subnet that any host address or route (bar the default route)
-# or kwok's fake pod range already uses: pods would be unreachable or shadow a real network.
-rn_check_subnet() {
-	if cidr_overlaps "${RN_SUBNET}" "${RN_KWOK_CIDR}"; then
-		die "real node subnet ${RN_SUBNET} overlaps kwok's ${RN_KWOK_CIDR}"
-	fi
-	local p
-	while read -r p; do
-		[[ -n "${p}" && "${p}" != */0 ]] || continue # a default route overlaps everything
-		if cidr_overlaps "${RN_SUBNET}" "${p}"; then
-			die "real node subnet ${RN_SUBNET} (from port base ${RN_BASE}) overlaps ${p} on this host; pick another LOCKEDJOB_CLUSTER_PORT_BASE"
-		fi
-	done < <(
-		ip -4 -o addr show | awk '{ print $4 }'
-		ip -4 -o route show table all | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+(\/[0-9]+)?$/) { print $i; break } }'
-	)
+# rn_host_prefixes: "PREFIX DEV" for every IPv4 address and route of the host, bar default routes.
+rn_host_prefixes() {
+	ip -4 -o addr show | awk '{ print $4, $2 }'
+	ip -4 -o route show table all | awk '{
+		p = ""; d = "-"
+		for (i = 1; i <= NF; i++) {
+			if (p == "" && $i ~ /^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+(\/[0-9]+)?$/) p = $i
+			if ($i == "dev" && i < NF) d = $(i + 1)
+		}
+		if (p != "" && p !~ /\/0$/) print p, d
+	}'
+}
+
+# rn_subnet_taken SUBNET [DEV]: true if a host address or route (other than on DEV) overlaps
+# SUBNET: pods there would be unreachable or shadow a real network.
+rn_subnet_taken() {
+	local subnet="$1" except="${2:-}" p d
+	while read -r p d; do
+		[[ -n "${p}" && "${d}" != "${except}" ]] || continue
+		cidr_overlaps "${subnet}" "${p}" && return 0
+	done < <(rn_host_prefixes)
+	return 1
+}
+
+# rn_pick_subnet: the first free 10.200.K.0/24 from the port block's own K on, so two clusters
+# whose port bases map to the same K both get a node. Never kwok's range.
+rn_pick_subnet() {
+	local start="${RN_NET_INDEX}" i k
+	for ((i = 0; i < 256; i++)); do
+		k=$(((start + i) % 256))
+		cidr_overlaps "10.200.${k}.0/24" "${RN_KWOK_CIDR}" && continue
+		rn_subnet_taken "10.200.${k}.0/24" && continue
+		((k == start)) || log "real node: 10.200.${start}.0/24 is in use on this host; using 10.200.${k}.0/24"
+		rn_names "${RN_BASE}" "${k}"
+		return 0
+	done
+	die "real node: every 10.200.K.0/24 overlaps an address or route of this host"
 }
 
 rn_bridge_up() {
-	rn_check_subnet
+	rn_pick_subnet
+	echo "${RN_NET_INDEX}" >"${RN_DIR}/net-index"
 	ip link add "${RN_BRIDGE}" type bridge || die "creating bridge ${RN_BRIDGE} failed"
 	ip addr add "${RN_IP}/24" dev "${RN_BRIDGE}" || die "adding ${RN_IP}/24 to ${RN_BRIDGE} failed"
 	ip link set "${RN_BRIDGE}" up || die "setting ${RN_BRIDGE} up failed"
+	# Another cluster may have picked the same subnet at the same moment.
+	if rn_subnet_taken "${RN_SUBNET}" "${RN_BRIDGE}"; then
+		die "real node: another interface took ${RN_SUBNET} while ${RN_BRIDGE} was created; run up again"
+	fi
 }
 
 # rn_bridge_down: the pods' veths go when their network namespaces do (once the node namespace,
@@ -597,12 +625,12 @@ rn_start() {
 	local t0=${EPOCHREALTIME}
 	mkdir -p "${RN_DIR}"
 	echo "${RN_BASE}" >"${RN_DIR}/port-base"
-	rn_write_configs
-	rn_node_identity
 	local pause
 	pause="$(rn_pause_tar)"
+	rn_bridge_up # picks the subnet the configs use
+	rn_write_configs
+	rn_node_identity
 
-	rn_bridge_up
 	rn_start_holder || rn_fail nodens "starting the node namespace holder failed"
 	rn_mount_namespace || rn_fail nodens "setting up the node mount namespace failed"
 	rn_make_cgroups || rn_fail nodens "creating cgroup ${RN_CGROUP} failed"
@@ -661,7 +689,7 @@ realnode_down() {
 	rm -rf "${RN_DIR}/overlay" "${RN_DIR}/containerd" "${RN_DIR}/kubelet" "${RN_DIR}/cni" \
 		"${RN_DIR}/pod-logs" "${RN_DIR}/sysctl" ||
 		log "WARNING: could not remove every file under ${RN_DIR}"
-	rm -f "${RN_DIR}/port-base"
+	rm -f "${RN_DIR}/port-base" "${RN_DIR}/net-index"
 	[[ -n "${quiet}" ]] || log "real node down"
 }
 
