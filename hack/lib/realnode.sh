@@ -9,7 +9,7 @@
 # Everything is per cluster, derived from its port block, so several clusters (a developer's,
 # the e2e suite's, a test's) can each have a real node at once:
 #   node name lockedjob-real-1 (one per cluster), bridge ljrn-<base>, pod subnet
-#   10.200.<(base/10)%256>.0/24, kubelet on <bridge IP>:<base+6>, its healthz on
+#   10.200.<(base/10)%256>.0/24 (or the next one no host address or route uses), kubelet on <bridge IP>:<base+6>, its healthz on
 #   127.0.0.1:<base+7>, containerd's stream server (exec, attach, port-forward) on 127.0.0.1:<base+8>,
 #   cgroups under /lockedjob-<base>, containerd's socket and state in /run/lockedjob-<base>
 #   inside the node's mount namespace.

@@ -58,6 +58,7 @@ func TestRealNode(t *testing.T) {
 	for _, p := range append(hostPaths, "/run/"+cgroup) {
 		existed[p] = exists(p)
 	}
+	sysctls := readSysctls(t)
 	helloTar := buildHelloImage(t, c.Root)
 
 	downDone := false
@@ -123,6 +124,7 @@ func TestRealNode(t *testing.T) {
 		t.Fatalf("no veth on bridge %s while pod %s runs", bridge, hello.Name)
 	}
 	checkHostPaths(t, existed, "while the real node runs")
+	checkSysctls(t, sysctls, "while the real node runs")
 
 	// Without the toleration a pod never lands there: a plain pod goes to a kwok node, one that
 	// asks for the real node stays unschedulable because of the taint.
@@ -188,6 +190,7 @@ func TestRealNode(t *testing.T) {
 	}
 	checkNoLeftovers(t, c.Dir, bridge, cgroup, veths)
 	checkHostPaths(t, existed, "after down")
+	checkSysctls(t, sysctls, "after down")
 	if out, err := c.Script(time.Minute, "down"); err != nil {
 		t.Errorf("second down failed: %v\n%s", err, out)
 	}
@@ -483,6 +486,35 @@ func checkHostPaths(t *testing.T, existed map[string]bool, when string) {
 	for p, before := range existed {
 		if !before && exists(p) {
 			t.Errorf("%s, %s exists on the host (it did not before the real node)", when, p)
+		}
+	}
+}
+
+// watchedSysctls are the host settings kubelet and the CNI bridge plugin would change unless
+// told not to (protectKernelDefaults with faked files, isGateway false).
+var watchedSysctls = []string{
+	"/proc/sys/vm/overcommit_memory", "/proc/sys/kernel/panic", "/proc/sys/kernel/panic_on_oops",
+	"/proc/sys/net/ipv4/ip_forward",
+}
+
+func readSysctls(t *testing.T) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, p := range watchedSysctls {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("read %s: %v", p, err)
+		}
+		m[p] = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+func checkSysctls(t *testing.T, before map[string]string, when string) {
+	t.Helper()
+	for p, v := range readSysctls(t) {
+		if v != before[p] {
+			t.Errorf("%s, %s is %s on the host, was %s", when, p, v, before[p])
 		}
 	}
 }
