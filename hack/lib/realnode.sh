@@ -202,8 +202,15 @@ rn_pick_subnet() {
 	die "real node: every 10.200.K.0/24 overlaps an address or route of this host"
 }
 
+# rn_bridge_up: create the bridge and record the node's names (node/port-base, node/net-index):
+# from here on down owns and removes what carries them. A bridge of that name already there is
+# another folder's node (same port base) or its crash: refuse, record nothing, touch nothing.
 rn_bridge_up() {
 	rn_pick_subnet
+	if ip link show "${RN_BRIDGE}" >/dev/null 2>&1; then
+		die "real node: bridge ${RN_BRIDGE} already exists: another cluster with port base ${RN_BASE} has a real node (or crashed; run its down), or use another LOCKEDJOB_CLUSTER_PORT_BASE"
+	fi
+	echo "${RN_BASE}" >"${RN_DIR}/port-base"
 	echo "${RN_NET_INDEX}" >"${RN_DIR}/net-index"
 	ip link add "${RN_BRIDGE}" type bridge || die "creating bridge ${RN_BRIDGE} failed"
 	ip addr add "${RN_IP}/24" dev "${RN_BRIDGE}" || die "adding ${RN_IP}/24 to ${RN_BRIDGE} failed"
@@ -525,6 +532,8 @@ rn_kill_namespace_members() {
 	ns="$(cat "${RN_DIR}/mntns")"
 	for p in /proc/[0-9]*; do
 		[[ "$(readlink "${p}/ns/mnt" 2>/dev/null)" == "${ns}" ]] || continue
+		# A dead namespace's number can be reused; ours is the one with our overlays mounted.
+		grep -qF "${RN_DIR}/overlay/" "${p}/mountinfo" 2>/dev/null || continue
 		pid="${p#/proc/}"
 		log "stopping pid ${pid} left in the node namespace ($(tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | cut -c1-80))"
 		kill -KILL "${pid}" 2>/dev/null || true
@@ -624,7 +633,6 @@ realnode_up() {
 rn_start() {
 	local t0=${EPOCHREALTIME}
 	mkdir -p "${RN_DIR}"
-	echo "${RN_BASE}" >"${RN_DIR}/port-base"
 	local pause
 	pause="$(rn_pause_tar)"
 	rn_bridge_up # picks the subnet the configs use
@@ -668,11 +676,10 @@ rn_since() { # EPOCHREALTIME of the start
 # (with the namespace), cgroups, bridge and veths, run state. Safe to run again, and after a
 # crash (stale pid files, a dead containerd, the holder gone). Logs are kept.
 realnode_down() {
-	local quiet="${1:-}" had=0
-	realnode_recorded && had=1
-	[[ -n "$(rn_cgroup_dirs)" || -f "${RN_DIR}/port-base" ]] && had=1
-	ip link show "${RN_BRIDGE}" >/dev/null 2>&1 && had=1
-	[[ ${had} -eq 1 ]] || return 0
+	local quiet="${1:-}"
+	# Only what this folder recorded: the names alone (a bridge, cgroups of the same port base)
+	# may belong to another folder's cluster, e.g. a down run with the default port base.
+	realnode_recorded || [[ -f "${RN_DIR}/port-base" ]] || return 0
 	[[ -n "${quiet}" ]] && log "real node: cleaning up what a previous run left"
 
 	# kubelet first, so nothing restarts the containers killed next.
