@@ -83,6 +83,9 @@ func TestRealNode(t *testing.T) {
 	}
 	c.recordPIDs()
 	c.recordRealNodePIDs()
+	if again := c.script(time.Minute, "up"); !strings.Contains(again, "already up") {
+		t.Errorf("second up did not find the cluster with its real node already up:\n%s", again)
+	}
 	c.script(time.Minute, "load-image", helloTar)
 
 	cs := c.clientset()
