@@ -26,7 +26,7 @@ for arg in "$@"; do
 	--print-dir) echo "${K8S_BIN_DIR}"; exit 0 ;;
 	--force) FORCE=1 ;;
 	--real-node) BINARIES+=("${REAL_NODE_BINARIES[@]}") ;;
-	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,16p' "$0"; exit 0 ;;
 	*) die "unknown argument: ${arg}" ;;
 	esac
 done

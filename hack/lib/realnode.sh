@@ -2,15 +2,15 @@
 # shellcheck disable=SC2153 # PIDS, LOGS, PKI and the like are set by hack/cluster.sh
 # The real node of hack/cluster.sh: kubelet + containerd + runc + bridge CNI running real
 # containers beside the kwok nodes. Source, don't run; hack/cluster.sh provides CLUSTER_DIR,
-# PORT_BASE, PKI, LOGS, PIDS, K8S_BIN_DIR, APISERVER_PORT, kubectl_, write_kubeconfig helpers,
-# log and die. docs/local-cluster.md ("Real node") explains the design; the set-up it follows
+# PORT_BASE, PKI, LOGS, PIDS, K8S_BIN_DIR, APISERVER_PORT, kubectl_, port_free, the
+# process helpers of hack/lib/procs.sh, log and die. docs/local-cluster.md ("Real node") explains the design; the set-up it follows
 # was proven on these machines first (see the config comments for why each value is what it is).
 #
 # Everything is per cluster, derived from its port block, so several clusters (a developer's,
 # the e2e suite's, a test's) can each have a real node at once:
 #   node name lockedjob-real-1 (one per cluster), bridge ljrn-<base>, pod subnet
-#   10.200.<(base/10)%256>.0/24, kubelet on <bridge IP>:<base+6>, its healthz on
-#   127.0.0.1:<base+7>, containerd's stream server (exec, logs -f) on 127.0.0.1:<base+8>,
+#   10.200.<(base/10)%256>.0/24 (or the next one no host address or route uses), kubelet on <bridge IP>:<base+6>, its healthz on
+#   127.0.0.1:<base+7>, containerd's stream server (exec, attach, port-forward) on 127.0.0.1:<base+8>,
 #   cgroups under /lockedjob-<base>, containerd's socket and state in /run/lockedjob-<base>
 #   inside the node's mount namespace.
 #
@@ -30,13 +30,15 @@ RN_OVERLAYS=(/run /var /opt)
 RN_COMPONENTS=(nodens containerd kubelet)
 RN_KWOK_CIDR="10.244.0.0/16" # kwok's --cidr in hack/cluster.sh: fake pod IPs come from it
 
-# rn_names BASE: every per-node name, derived from the cluster's port block.
+# rn_names BASE [INDEX]: every per-node name, derived from the cluster's port block; the pod
+# subnet is 10.200.INDEX.0/24, INDEX by default (BASE/10) mod 256 (rn_pick_subnet moves it on
+# when that one is taken).
 rn_names() {
 	RN_BASE="$1"
 	RN_RUN="/run/lockedjob-${RN_BASE}"
 	RN_SOCK="${RN_RUN}/containerd.sock"
 	RN_BRIDGE="ljrn-${RN_BASE}"
-	RN_NET_INDEX=$(((RN_BASE / 10) % 256))
+	RN_NET_INDEX="${2:-$(((RN_BASE / 10) % 256))}"
 	RN_SUBNET="10.200.${RN_NET_INDEX}.0/24"
 	RN_IP="10.200.${RN_NET_INDEX}.1"
 	RN_KUBELET_PORT=$((RN_BASE + 6))
@@ -45,11 +47,11 @@ rn_names() {
 	RN_CGROUP="lockedjob-${RN_BASE}"
 }
 
-# The names of a node already started in this folder come from the port base it was started
-# with (recorded in node/port-base), so a down run with another LOCKEDJOB_CLUSTER_PORT_BASE
-# never touches another cluster's bridge or cgroups.
+# The names of a node already started in this folder come from the port base and subnet it was
+# started with (recorded in node/port-base and node/net-index), so a down run with another
+# LOCKEDJOB_CLUSTER_PORT_BASE never touches another cluster's bridge or cgroups.
 if [[ -f "${RN_DIR}/port-base" ]]; then
-	rn_names "$(cat "${RN_DIR}/port-base")"
+	rn_names "$(cat "${RN_DIR}/port-base")" "$(cat "${RN_DIR}/net-index" 2>/dev/null || true)"
 else
 	rn_names "${PORT_BASE}"
 fi
@@ -115,8 +117,8 @@ rn_blocker() {
 	for t in unshare nsenter ip mount openssl; do
 		command -v "${t}" >/dev/null 2>&1 || { echo "${t} is not installed"; return 0; }
 	done
-	grep -qw overlay /proc/filesystems 2>/dev/null || modprobe overlay 2>/dev/null ||
-		{ echo "the kernel has no overlay filesystem"; return 0; }
+	# Not modprobe: loading a kernel module would be a system-wide change.
+	grep -qw overlay /proc/filesystems 2>/dev/null || { echo "the kernel has no overlay filesystem loaded"; return 0; }
 	local roots
 	roots="$(rn_cgroup_roots)"
 	[[ -n "${roots}" ]] || { echo "no cgroup hierarchy is mounted"; return 0; }
@@ -161,29 +163,62 @@ cidr_overlaps() {
 	(($(($(ip4_to_int "${a}") & mask)) == $(($(ip4_to_int "${b}") & mask))))
 }
 
-# rn_check_subnet: refuse a pod subnet that any host address or route (bar the default route)
-# or kwok's fake pod range already uses: pods would be unreachable or shadow a real network.
-rn_check_subnet() {
-	if cidr_overlaps "${RN_SUBNET}" "${RN_KWOK_CIDR}"; then
-		die "real node subnet ${RN_SUBNET} overlaps kwok's ${RN_KWOK_CIDR}"
-	fi
-	local p
-	while read -r p; do
-		[[ -n "${p}" ]] || continue
-		if cidr_overlaps "${RN_SUBNET}" "${p}"; then
-			die "real node subnet ${RN_SUBNET} (from port base ${RN_BASE}) overlaps ${p} on this host; pick another LOCKEDJOB_CLUSTER_PORT_BASE"
-		fi
-	done < <(
-		ip -4 -o addr show | awk '{ print $4 }'
-		ip -4 -o route show table all | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+(\/[0-9]+)?$/) { print $i; break } }'
-	)
+# rn_host_prefixes: "PREFIX DEV" for every IPv4 address and route of the host, bar default routes.
+rn_host_prefixes() {
+	ip -4 -o addr show | awk '{ print $4, $2 }'
+	ip -4 -o route show table all | awk '{
+		p = ""; d = "-"
+		for (i = 1; i <= NF; i++) {
+			if (p == "" && $i ~ /^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+(\/[0-9]+)?$/) p = $i
+			if ($i == "dev" && i < NF) d = $(i + 1)
+		}
+		if (p != "" && p !~ /\/0$/) print p, d
+	}'
 }
 
+# rn_subnet_taken SUBNET [DEV]: true if a host address or route (other than on DEV) overlaps
+# SUBNET: pods there would be unreachable or shadow a real network.
+rn_subnet_taken() {
+	local subnet="$1" except="${2:-}" p d
+	while read -r p d; do
+		[[ -n "${p}" && "${d}" != "${except}" ]] || continue
+		cidr_overlaps "${subnet}" "${p}" && return 0
+	done < <(rn_host_prefixes)
+	return 1
+}
+
+# rn_pick_subnet: the first free 10.200.K.0/24 from the port block's own K on, so two clusters
+# whose port bases map to the same K both get a node. Never kwok's range.
+rn_pick_subnet() {
+	local start="${RN_NET_INDEX}" i k
+	for ((i = 0; i < 256; i++)); do
+		k=$(((start + i) % 256))
+		cidr_overlaps "10.200.${k}.0/24" "${RN_KWOK_CIDR}" && continue
+		rn_subnet_taken "10.200.${k}.0/24" && continue
+		((k == start)) || log "real node: 10.200.${start}.0/24 is in use on this host; using 10.200.${k}.0/24"
+		rn_names "${RN_BASE}" "${k}"
+		return 0
+	done
+	die "real node: every 10.200.K.0/24 overlaps an address or route of this host"
+}
+
+# rn_bridge_up: create the bridge and record the node's names (node/port-base, node/net-index):
+# from here on down owns and removes what carries them. A bridge of that name already there is
+# another folder's node (same port base) or its crash: refuse, record nothing, touch nothing.
 rn_bridge_up() {
-	rn_check_subnet
+	rn_pick_subnet
+	if ip link show "${RN_BRIDGE}" >/dev/null 2>&1; then
+		die "real node: bridge ${RN_BRIDGE} already exists: another cluster with port base ${RN_BASE} has a real node (or crashed; run its down), or use another LOCKEDJOB_CLUSTER_PORT_BASE"
+	fi
+	echo "${RN_BASE}" >"${RN_DIR}/port-base"
+	echo "${RN_NET_INDEX}" >"${RN_DIR}/net-index"
 	ip link add "${RN_BRIDGE}" type bridge || die "creating bridge ${RN_BRIDGE} failed"
 	ip addr add "${RN_IP}/24" dev "${RN_BRIDGE}" || die "adding ${RN_IP}/24 to ${RN_BRIDGE} failed"
 	ip link set "${RN_BRIDGE}" up || die "setting ${RN_BRIDGE} up failed"
+	# Another cluster may have picked the same subnet at the same moment.
+	if rn_subnet_taken "${RN_SUBNET}" "${RN_BRIDGE}"; then
+		die "real node: another interface took ${RN_SUBNET} while ${RN_BRIDGE} was created; run up again"
+	fi
 }
 
 # rn_bridge_down: the pods' veths go when their network namespaces do (once the node namespace,
@@ -497,6 +532,8 @@ rn_kill_namespace_members() {
 	ns="$(cat "${RN_DIR}/mntns")"
 	for p in /proc/[0-9]*; do
 		[[ "$(readlink "${p}/ns/mnt" 2>/dev/null)" == "${ns}" ]] || continue
+		# A dead namespace's number can be reused; ours is the one with our overlays mounted.
+		grep -qF "${RN_DIR}/overlay/" "${p}/mountinfo" 2>/dev/null || continue
 		pid="${p#/proc/}"
 		log "stopping pid ${pid} left in the node namespace ($(tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | cut -c1-80))"
 		kill -KILL "${pid}" 2>/dev/null || true
@@ -596,13 +633,12 @@ realnode_up() {
 rn_start() {
 	local t0=${EPOCHREALTIME}
 	mkdir -p "${RN_DIR}"
-	echo "${RN_BASE}" >"${RN_DIR}/port-base"
-	rn_write_configs
-	rn_node_identity
 	local pause
 	pause="$(rn_pause_tar)"
+	rn_bridge_up # picks the subnet the configs use
+	rn_write_configs
+	rn_node_identity
 
-	rn_bridge_up
 	rn_start_holder || rn_fail nodens "starting the node namespace holder failed"
 	rn_mount_namespace || rn_fail nodens "setting up the node mount namespace failed"
 	rn_make_cgroups || rn_fail nodens "creating cgroup ${RN_CGROUP} failed"
@@ -640,11 +676,10 @@ rn_since() { # EPOCHREALTIME of the start
 # (with the namespace), cgroups, bridge and veths, run state. Safe to run again, and after a
 # crash (stale pid files, a dead containerd, the holder gone). Logs are kept.
 realnode_down() {
-	local quiet="${1:-}" had=0
-	realnode_recorded && had=1
-	[[ -n "$(rn_cgroup_dirs)" || -f "${RN_DIR}/port-base" ]] && had=1
-	ip link show "${RN_BRIDGE}" >/dev/null 2>&1 && had=1
-	[[ ${had} -eq 1 ]] || return 0
+	local quiet="${1:-}"
+	# Only what this folder recorded: the names alone (a bridge, cgroups of the same port base)
+	# may belong to another folder's cluster, e.g. a down run with the default port base.
+	realnode_recorded || [[ -f "${RN_DIR}/port-base" ]] || return 0
 	[[ -n "${quiet}" ]] && log "real node: cleaning up what a previous run left"
 
 	# kubelet first, so nothing restarts the containers killed next.
@@ -661,7 +696,7 @@ realnode_down() {
 	rm -rf "${RN_DIR}/overlay" "${RN_DIR}/containerd" "${RN_DIR}/kubelet" "${RN_DIR}/cni" \
 		"${RN_DIR}/pod-logs" "${RN_DIR}/sysctl" ||
 		log "WARNING: could not remove every file under ${RN_DIR}"
-	rm -f "${RN_DIR}/port-base"
+	rm -f "${RN_DIR}/port-base" "${RN_DIR}/net-index"
 	[[ -n "${quiet}" ]] || log "real node down"
 }
 

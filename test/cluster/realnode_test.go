@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -57,6 +58,7 @@ func TestRealNode(t *testing.T) {
 	for _, p := range append(hostPaths, "/run/"+cgroup) {
 		existed[p] = exists(p)
 	}
+	sysctls := readSysctls(t)
 	helloTar := buildHelloImage(t, c.Root)
 
 	downDone := false
@@ -81,6 +83,9 @@ func TestRealNode(t *testing.T) {
 	}
 	c.recordPIDs()
 	c.recordRealNodePIDs()
+	if again := c.script(time.Minute, "up"); !strings.Contains(again, "already up") {
+		t.Errorf("second up did not find the cluster with its real node already up:\n%s", again)
+	}
 	c.script(time.Minute, "load-image", helloTar)
 
 	cs := c.clientset()
@@ -122,6 +127,7 @@ func TestRealNode(t *testing.T) {
 		t.Fatalf("no veth on bridge %s while pod %s runs", bridge, hello.Name)
 	}
 	checkHostPaths(t, existed, "while the real node runs")
+	checkSysctls(t, sysctls, "while the real node runs")
 
 	// Without the toleration a pod never lands there: a plain pod goes to a kwok node, one that
 	// asks for the real node stays unschedulable because of the taint.
@@ -151,6 +157,27 @@ func TestRealNode(t *testing.T) {
 		t.Logf("pod %s stays unschedulable: %s", asks.Name, scheduledMessage(unsched))
 	}
 
+	// Deleting a pod sends its container SIGTERM: hello exits on it at once, so the pod is gone
+	// long before the grace period would end in SIGKILL.
+	term := realPod("real-term", true)
+	const grace = 30
+	g := int64(grace)
+	term.Spec.TerminationGracePeriodSeconds = &g
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, term, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", term.Name, err)
+	}
+	waitPod(ctx, t, cs, term.Name, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	deleted := time.Now()
+	if err := cs.CoreV1().Pods("default").Delete(ctx, term.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete pod %s: %v", term.Name, err)
+	}
+	waitGone(ctx, t, cs, term.Name)
+	if took := time.Since(deleted); took > (grace-5)*time.Second {
+		t.Errorf("pod %s took %s to go (grace %ds): its container did not stop on SIGTERM", term.Name, took, grace)
+	} else {
+		t.Logf("pod %s deleted in %s (grace %ds): the container stopped on SIGTERM", term.Name, took.Round(time.Millisecond), grace)
+	}
+
 	// A crash: containerd dies with its containers running; down must still clean up all.
 	if err := syscall.Kill(c.started["containerd"], syscall.SIGKILL); err != nil {
 		t.Fatalf("kill containerd: %v", err)
@@ -166,6 +193,7 @@ func TestRealNode(t *testing.T) {
 	}
 	checkNoLeftovers(t, c.Dir, bridge, cgroup, veths)
 	checkHostPaths(t, existed, "after down")
+	checkSysctls(t, sysctls, "after down")
 	if out, err := c.Script(time.Minute, "down"); err != nil {
 		t.Errorf("second down failed: %v\n%s", err, out)
 	}
@@ -355,6 +383,24 @@ func waitPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name st
 	}
 }
 
+// waitGone polls until the pod no longer exists; it fails when ctx expires.
+func waitGone(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s still exists at the deadline (last error %v)", name, err)
+		case <-tick.C:
+		}
+	}
+}
+
 // pollOutput calls get until its output contains want; it fails when ctx expires.
 func pollOutput(ctx context.Context, t *testing.T, want string, get func() (string, error)) string {
 	t.Helper()
@@ -443,6 +489,35 @@ func checkHostPaths(t *testing.T, existed map[string]bool, when string) {
 	for p, before := range existed {
 		if !before && exists(p) {
 			t.Errorf("%s, %s exists on the host (it did not before the real node)", when, p)
+		}
+	}
+}
+
+// watchedSysctls are the host settings kubelet and the CNI bridge plugin would change unless
+// told not to (protectKernelDefaults with faked files, isGateway false).
+var watchedSysctls = []string{
+	"/proc/sys/vm/overcommit_memory", "/proc/sys/kernel/panic", "/proc/sys/kernel/panic_on_oops",
+	"/proc/sys/net/ipv4/ip_forward",
+}
+
+func readSysctls(t *testing.T) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, p := range watchedSysctls {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("read %s: %v", p, err)
+		}
+		m[p] = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+func checkSysctls(t *testing.T, before map[string]string, when string) {
+	t.Helper()
+	for p, v := range readSysctls(t) {
+		if v != before[p] {
+			t.Errorf("%s, %s is %s on the host, was %s", when, p, v, before[p])
 		}
 	}
 }
