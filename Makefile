@@ -139,9 +139,12 @@ deploy: deploy-overlay ## Deploy the manager (image IMG) into the cluster of KUB
 	$(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),bash hack/cluster.sh load-image "$(DEPLOY_IMAGE_TAR)")
 	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" apply -f -
 
+# config/local adds no object (test/deploy checks it), so config/default's list is deploy's on every
+# cluster, and undeploy reads nothing from the cluster: it works with the real node gone.
 .PHONY: undeploy
-undeploy: deploy-overlay ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it).
-	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
+undeploy: manifests kustomize ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it).
+	IMG="$(IMG)" DEPLOY_OVERLAY=config/default KUSTOMIZE="$(KUSTOMIZE)" bash hack/deploy-overlay.sh "$(DEPLOY_DIR)/undeploy"
+	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)/undeploy" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
 
 .PHONY: build-installer
 build-installer: manifests generate kustomize ## Write dist/install.yaml: everything config/default installs, image IMG (input of `make helm-chart`).
