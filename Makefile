@@ -3,8 +3,14 @@
 # and Debian packages: the Kubernetes binaries are built from source (hack/k8s-bin.sh)
 # and cached outside the checkout.
 
-# Image URL to use for building/pushing the manager image (for clusters with a container runtime).
+# The manager image. `make image` writes it as a tarball without a container engine,
+# `make docker-build` builds it with one (docs/images.md).
 IMG ?= lockedjob.local/manager:dev
+# The pod sandbox image of the local real node and the workload image of the tests.
+PAUSE_IMG ?= lockedjob.local/pause:v1
+FENCEDWRITER_IMG ?= lockedjob.local/fencedwriter:dev
+# Where `make images` writes the image tarballs (and the static binaries inside them).
+IMAGES_DIR ?= $(LOCALBIN)/images
 YEAR ?= $(shell date +%Y)
 
 SHELL = /usr/bin/env bash -o pipefail
@@ -37,13 +43,15 @@ fmt: ## Run gofmt -w on the code.
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: vet
-vet: ## Run go vet.
+vet: ## Run go vet (the operator and hack/imgtool).
 	go vet ./...
+	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
 
 .PHONY: lint
 lint: actionlint helm-lint ## Check formatting (gofmt), go vet, the GitHub workflows and the Helm chart; fails instead of rewriting.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
 
 .PHONY: actionlint
 actionlint: actionlint-bin ## Check the GitHub workflows in .github/workflows (actionlint).
@@ -63,6 +71,7 @@ test: test-unit test-e2e test-fault ## Run every test: lock library on real Redi
 .PHONY: test-unit
 test-unit: manifests generate lint redis k8s-bin kustomize helm ## Run unit and envtest tests (real Redis, real kube-apiserver), the local-cluster smoke test and the deploy tests (test/deploy).
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" go test $(GO_TEST_ARGS) $$(go list ./... | grep -v /test/e2e)
+	cd hack/imgtool && GOWORK=off go test -mod=readonly $(GO_TEST_ARGS) ./...
 
 # E2E_KUBECONFIG: run the e2e suite against that cluster instead of a local control plane it starts itself.
 E2E_KUBECONFIG ?=
@@ -106,6 +115,35 @@ run: manifests generate ## Run the manager from your host against the current KU
 docker-build: ## Build the manager image (needs a container engine; not available on the dev machines).
 	docker build -t ${IMG} .
 
+.PHONY: image
+image: imgtool ## Write the manager image IMG as a tarball, IMAGES_DIR/manager.tar, without a container engine.
+	$(call go-image,./cmd/manager,$(IMG),$(IMAGES_DIR)/manager.tar)
+
+.PHONY: image-pause
+image-pause: imgtool ## Write the pod sandbox image PAUSE_IMG as IMAGES_DIR/pause.tar.
+	@mkdir -p "$(IMAGES_DIR)/bin"
+	cd hack/imgtool && GOWORK=off CGO_ENABLED=0 GOOS=linux go build -mod=readonly -trimpath -ldflags '-s -w' -o "$(IMAGES_DIR)/bin/pause" ./pause
+	"$(IMGTOOL)" -tag "$(PAUSE_IMG)" -out "$(IMAGES_DIR)/pause.tar" -entrypoint '["/pause"]' -user 65535:65535 \
+		"file:$(IMAGES_DIR)/bin/pause:/pause:0755"
+
+.PHONY: image-fencedwriter
+image-fencedwriter: imgtool ## Write the workload image FENCEDWRITER_IMG as IMAGES_DIR/fencedwriter.tar.
+	$(call go-image,./cmd/fencedwriter,$(FENCEDWRITER_IMG),$(IMAGES_DIR)/fencedwriter.tar)
+
+.PHONY: images
+images: image image-pause image-fencedwriter ## Write every image tarball: manager, pause, fencedwriter.
+
+# go-image writes Go package $(1) as image $(2) to tarball $(3), shaped like an image built FROM
+# gcr.io/distroless/static:nonroot: a static binary at /<last path element>, run as 65532:65532,
+# with /etc/passwd, CA certificates and /tmp, and no shell. Adding an image is one line.
+define go-image
+@[ -d "$(1)" ] || { echo "$(1) does not exist: nothing to build into $(2)"; exit 1; }
+@mkdir -p "$(IMAGES_DIR)/bin"
+CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags '-s -w' -o "$(IMAGES_DIR)/bin/$(notdir $(1))" $(1)
+"$(IMGTOOL)" -tag "$(2)" -out "$(3)" -entrypoint '["/$(notdir $(1))"]' -user 65532:65532 -workdir / \
+	nonroot-etc ca-certs "file:$(IMAGES_DIR)/bin/$(notdir $(1)):/$(notdir $(1)):0755"
+endef
+
 ##@ Deployment
 
 ifndef ignore-not-found
@@ -128,7 +166,7 @@ DEPLOY_OVERLAY ?= $(if $(DEPLOY_LOCAL),config/local,config/default)
 # DEPLOY_DIR: the generated kustomization (image IMG) that deploy and undeploy build; untracked.
 DEPLOY_DIR ?= $(LOCALBIN)/deploy/$(notdir $(patsubst %/,%,$(DEPLOY_OVERLAY)))
 # DEPLOY_IMAGE_TAR: the image tarball `make deploy` imports into the local cluster's real node.
-DEPLOY_IMAGE_TAR ?= bin/images/manager.tar
+DEPLOY_IMAGE_TAR ?= $(IMAGES_DIR)/manager.tar
 
 .PHONY: deploy-overlay
 deploy-overlay: manifests kustomize ## Write DEPLOY_DIR/kustomization.yaml: DEPLOY_OVERLAY with image IMG (values of config/local read from the cluster).
@@ -171,6 +209,7 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUBEBUILDER ?= $(LOCALBIN)/kubebuilder
 HELM ?= $(LOCALBIN)/helm
 ACTIONLINT ?= $(LOCALBIN)/actionlint
+IMGTOOL ?= $(LOCALBIN)/imgtool
 
 KUSTOMIZE_VERSION ?= v5.8.1
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
@@ -199,7 +238,15 @@ helm: $(LOCALBIN) ## Build helm locally if necessary.
 actionlint-bin: $(LOCALBIN) ## Build actionlint locally if necessary.
 	$(call go-install-tool,$(ACTIONLINT),github.com/rhysd/actionlint/cmd/actionlint,$(ACTIONLINT_VERSION))
 
-# The tool targets are phony and cheap (a test and a readlink), so a changed *_VERSION takes effect
+# imgtool is built from its own module (hack/imgtool, pinned by its go.sum) whenever a source
+# file changes, so go-containerregistry never enters the operator's go.mod.
+IMGTOOL_SRCS := $(filter-out %_test.go,$(wildcard hack/imgtool/*.go)) hack/imgtool/go.mod hack/imgtool/go.sum
+.PHONY: imgtool
+imgtool: $(IMGTOOL) ## Build the image writer (hack/imgtool) locally if its sources changed.
+$(IMGTOOL): $(IMGTOOL_SRCS) | $(LOCALBIN)
+	cd hack/imgtool && GOWORK=off go build -mod=readonly -trimpath -o "$(IMGTOOL)" .
+
+# The go-install-tool targets are phony and cheap (a test and a readlink), so a changed *_VERSION takes effect
 # without deleting bin/.
 # go-install-tool 'go install's a pinned tool once into $(TOOLS_CACHE)/<name>-<version> and points
 # the symlink $(LOCALBIN)/<name> at it; a changed version gets its own file, never an overwrite.

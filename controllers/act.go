@@ -336,9 +336,15 @@ func (r *LockedJobReconciler) recordRunning(p *pass) {
 	lj := p.lj
 	r.recordHeld(p, p.obs.holding)
 	msg := fmt.Sprintf("Job %s runs under lock %s with fencing token %d", lj.Status.JobName, lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken))
+	reason := batchv1alpha1.ReasonJobRunning
+	if p.obs.stuck != "" {
+		msg = fmt.Sprintf("Job %s holds lock %s (fencing token %d) but its pod cannot start: %s",
+			lj.Status.JobName, lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken), p.obs.stuck)
+		reason = batchv1alpha1.ReasonPodStuck
+	}
 	lj.Status.Phase = batchv1alpha1.PhaseRunning
 	lj.Status.Message = msg
-	setCondition(lj, batchv1alpha1.ConditionJobRunning, metav1.ConditionTrue, batchv1alpha1.ReasonJobRunning, msg)
+	setCondition(lj, batchv1alpha1.ConditionJobRunning, metav1.ConditionTrue, reason, msg)
 }
 
 // recordHeld writes the holder's view of the lock into status; renewal times at most once per
@@ -632,6 +638,26 @@ func (r *LockedJobReconciler) podsOf(ctx context.Context, namespace, jobName str
 		return 0, fmt.Errorf("list pods of job %s: %w", jobName, err)
 	}
 	return len(pods.Items), nil
+}
+
+// stuckPod says, in the kubelet's words, why a pod of the Job cannot start, or "" when none is
+// stuck. A failed look is not worth failing the pass for: it only feeds the status message.
+func (r *LockedJobReconciler) stuckPod(ctx context.Context, job *batchv1.Job) string {
+	pods := &corev1.PodList{}
+	err := r.APIReader.List(ctx, pods, client.InNamespace(job.Namespace),
+		client.MatchingLabels{batchv1.JobNameLabel: job.Name}, client.Limit(8))
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("listing pods for a stuck container failed", "Job", klog.KObj(job), "error", err.Error())
+		return ""
+	}
+	for _, pod := range pods.Items {
+		for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+			if w := cs.State.Waiting; w != nil && stuckReasons[w.Reason] {
+				return fmt.Sprintf("pod %s container %s: %s: %s", pod.Name, cs.Name, w.Reason, w.Message)
+			}
+		}
+	}
+	return ""
 }
 
 // ---------------------------------------------------------------- status helpers

@@ -24,6 +24,9 @@ type observation struct {
 
 	job        *batchv1.Job // the Job of this acquisition, from the cache or else the API server
 	jobCreated bool         // status records the Job's UID: it was created
+	// stuck says why the Job's pod cannot start (an image that is not there, a config error), in
+	// the kubelet's words; empty when no pod is stuck or the Job has ready pods.
+	stuck string
 }
 
 // step is what one pass does; decide picks exactly one. Some steps lead to another in the same

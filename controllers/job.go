@@ -117,3 +117,17 @@ func jobOutcome(job *batchv1.Job) (bool, string) {
 	}
 	return false, fmt.Sprintf("Job %s has not finished", job.Name)
 }
+
+// stuckReasons are the waiting reasons of a container that will not start without someone fixing
+// something; a pod merely being created (ContainerCreating, PodInitializing) is not stuck.
+var stuckReasons = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true, "InvalidImageName": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true,
+	"CrashLoopBackOff": true,
+}
+
+// mayBeStuck reports whether the Job has pods and none of them is ready: only then is a look at the
+// pods worth an API call.
+func mayBeStuck(job *batchv1.Job) bool {
+	return !jobFinished(job) && job.Status.Active > 0 && derefInt32(job.Status.Ready) == 0
+}

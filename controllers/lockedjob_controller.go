@@ -97,6 +97,9 @@ func (c *Config) defaults() {
 	}
 }
 
+// stuckRecheck is how often a running LockedJob without a ready pod looks for a stuck one.
+const stuckRecheck = 5 * time.Second
+
 // waiterLiveness is how long a waiter stays queued in Redis without asking again: well past the
 // longest backoff, so only a waiter whose operator stopped drops out.
 func (c *Config) waiterLiveness() time.Duration { return 4*c.WaitBackoffMax + 30*time.Second }
@@ -212,6 +215,11 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 		return r.createJob(ctx, p)
 	case stepRunning:
 		r.recordRunning(p)
+		// A pod's waiting reason changes without the Job changing: look again soon while no pod is
+		// ready, so a missing image shows in status within seconds.
+		if mayBeStuck(p.obs.job) {
+			return ctrl.Result{RequeueAfter: min(stuckRecheck, r.Config.StatusInterval)}, false, nil
+		}
 		return ctrl.Result{RequeueAfter: r.Config.StatusInterval}, false, nil
 	case stepDeleteReadopt:
 		return r.deleteReadopt(ctx, p)
@@ -256,6 +264,9 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 	if job != nil && lj.Status.JobUID == "" {
 		lj.Status.JobName, lj.Status.JobUID = job.Name, job.UID
 		p.obs.jobCreated = true
+	}
+	if job != nil && mayBeStuck(job) {
+		p.obs.stuck = r.stuckPod(ctx, job)
 	}
 	return nil
 }

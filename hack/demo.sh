@@ -2,7 +2,11 @@
 # End-to-end demo of lockedjob on this machine, without Docker: the local
 # control plane (hack/cluster.sh), a throwaway redis-server, the manager built
 # from this checkout and run as a local process, and the three sample
-# LockedJobs of config/samples contending for one lock. See docs/demo.md.
+# LockedJobs of config/samples contending for one lock. Where the cluster has
+# its real node (root, containerd: hack/cluster.sh says), the samples run the
+# workload image (cmd/fencedwriter) as real containers that write to a fenced
+# store with their fencing tokens; elsewhere kwok simulates their pods. See
+# docs/demo.md.
 #
 # Usage: hack/demo.sh up|down|status      (make demo / make demo-down)
 #   up      build what is missing, start cluster + Redis + manager, (re)create
@@ -18,6 +22,8 @@
 #                                (default ${LOCKEDJOB_CACHE}/demo)
 #   LOCKEDJOB_DEMO_NAMESPACE     namespace of the samples (default demo)
 #   LOCKEDJOB_DEMO_REDIS_PORT    redis-server port on 127.0.0.1 (default 26379)
+#   LOCKEDJOB_DEMO_STORE_PORT    the fenced store's redis-server, on 127.0.0.1 and
+#                                the real node's IP (default 26380)
 #   LOCKEDJOB_DEMO_PROBE_PORT    manager /healthz,/readyz (default 26481)
 #   LOCKEDJOB_DEMO_METRICS_PORT  manager plain-HTTP /metrics (default 26480)
 #   LOCKEDJOB_DEMO_TIMEOUT       seconds to wait for the samples (default 180)
@@ -33,6 +39,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 DEMO_DIR="${LOCKEDJOB_DEMO_DIR:-${LOCKEDJOB_CACHE}/demo}"
 NS="${LOCKEDJOB_DEMO_NAMESPACE:-demo}"
 REDIS_PORT="${LOCKEDJOB_DEMO_REDIS_PORT:-26379}"
+STORE_PORT="${LOCKEDJOB_DEMO_STORE_PORT:-26380}"
 PROBE_PORT="${LOCKEDJOB_DEMO_PROBE_PORT:-26481}"
 METRICS_PORT="${LOCKEDJOB_DEMO_METRICS_PORT:-26480}"
 TIMEOUT="${LOCKEDJOB_DEMO_TIMEOUT:-180}"
@@ -46,9 +53,16 @@ KUBECTL="${K8S_BIN_DIR}/kubectl"
 MANAGER_BIN="${DEMO_DIR}/manager"
 MANAGER_KUBECONFIG="${DEMO_DIR}/manager.kubeconfig"
 REDIS_DIR="${DEMO_DIR}/redis"
+STORE_DIR="${DEMO_DIR}/store"
+SAMPLES_DIR="${DEMO_DIR}/samples"
+# The fenced store the samples' containers write to (fencedwriter's default name for the lock).
+STORE_NAME="fencedstore:nightly-migration"
+REAL_NODE_LABEL="lockedjob.dev/real-node"
+FENCEDWRITER_BIN="${LOCKEDJOB_ROOT}/bin/images/bin/fencedwriter"
+NODE_IP="" # the real node's IP once found; empty: kwok only
 STARTED_CLUSTER_MARK="${DEMO_DIR}/cluster-started-by-demo"
 
-for v in REDIS_PORT PROBE_PORT METRICS_PORT; do
+for v in REDIS_PORT STORE_PORT PROBE_PORT METRICS_PORT; do
 	[[ "${!v}" =~ ^[0-9]+$ && ${!v} -ge 1024 && ${!v} -le 65535 ]] || die "LOCKEDJOB_DEMO_${v} must be a port number in 1024..65535"
 done
 [[ "${TIMEOUT}" =~ ^[0-9]+$ && TIMEOUT -ge 10 ]] || die "LOCKEDJOB_DEMO_TIMEOUT must be a number of seconds >= 10"
@@ -165,10 +179,11 @@ redis_up() {
 	done
 }
 
-# redis_cli ARGS...: a tiny RESP client over /dev/tcp, so redis-tools is not needed.
+# redis_cli ARGS...: a tiny RESP client over /dev/tcp, so redis-tools is not needed
+# (port CLI_PORT, default REDIS_PORT).
 redis_cli() {
 	local arg
-	exec 3<>"/dev/tcp/127.0.0.1/${REDIS_PORT}" || return 1
+	exec 3<>"/dev/tcp/127.0.0.1/${CLI_PORT:-${REDIS_PORT}}" || return 1
 	{
 		printf '*%d\r\n' "$#"
 		for arg in "$@"; do printf '$%d\r\n%s\r\n' "${#arg}" "${arg}"; done
@@ -178,6 +193,82 @@ redis_cli() {
 	exec 3>&-
 	printf '%s\n' "${line%$'\r'}"
 	[[ "${line}" != -* ]]
+}
+
+# real_node_up: find the cluster's real node; with one, build and load the workload image and
+# start the fenced store where its pods reach it. Without one the samples run on kwok.
+real_node_up() {
+	NODE_IP="$(k get nodes -l "${REAL_NODE_LABEL}=true" \
+		-o jsonpath='{.items[0].status.addresses[?(@.type=="InternalIP")].address}' 2>/dev/null || true)"
+	if [[ -z "${NODE_IP}" ]]; then
+		step "no real node in the cluster (hack/cluster.sh said why when it started): the samples' pods are simulated by kwok"
+		return 0
+	fi
+	step "real node at ${NODE_IP}: building the workload image (make image-fencedwriter) and loading it into the node"
+	make -s -C "${LOCKEDJOB_ROOT}" image-fencedwriter 8>&- >&2 || die "make image-fencedwriter failed"
+	cluster load-image "${LOCKEDJOB_ROOT}/bin/images/fencedwriter.tar" >&2
+	step "starting the fenced store: redis-server on 127.0.0.1:${STORE_PORT} and ${NODE_IP}:${STORE_PORT}, for the containers"
+	if [[ -n "$(pid_of store)" ]]; then
+		stop_proc store
+	fi
+	port_free "${STORE_PORT}" ||
+		die "port ${STORE_PORT} is in use by something this demo did not start; set LOCKEDJOB_DEMO_STORE_PORT"
+	rm -rf "${STORE_DIR}"
+	mkdir -p "${STORE_DIR}"
+	# protected-mode off: the pods connect from the node's bridge, not loopback; only this
+	# machine's own pod network reaches that address.
+	start_proc store "$(command -v redis-server)" \
+		--bind "127.0.0.1 ${NODE_IP}" --port "${STORE_PORT}" --dir "${STORE_DIR}" \
+		--save "" --appendonly no --daemonize no --protected-mode no
+	local deadline=$((SECONDS + 20))
+	until CLI_PORT="${STORE_PORT}" redis_cli PING 2>/dev/null | grep -q PONG; do
+		[[ -n "$(pid_of store)" ]] || fail_log store "the store's redis-server exited"
+		((SECONDS < deadline)) || fail_log store "the store's redis-server not answering after 20s"
+		sleep 0.2
+	done
+}
+
+# samples_kustomization: config/samples as they are on kwok; on the real node, with the store's
+# address, the node's selector and toleration, and the image taken from the node (never pulled).
+samples_kustomization() {
+	mkdir -p "${SAMPLES_DIR}"
+	if [[ -z "${NODE_IP}" ]]; then
+		printf 'resources:\n- %s\n' "${LOCKEDJOB_ROOT}/config/samples" >"${SAMPLES_DIR}/kustomization.yaml"
+		return 0
+	fi
+	cat >"${SAMPLES_DIR}/kustomization.yaml" <<EOF
+# Written by hack/demo.sh: config/samples on the local cluster's real node.
+resources:
+- ${LOCKEDJOB_ROOT}/config/samples
+patches:
+- target: {kind: LockedJob}
+  patch: |-
+    - {op: replace, path: /spec/jobTemplate/spec/template/spec/containers/0/env/0/value, value: "${NODE_IP}:${STORE_PORT}"}
+    - {op: replace, path: /spec/jobTemplate/spec/template/spec/containers/0/imagePullPolicy, value: Never}
+    - {op: add, path: /spec/jobTemplate/spec/template/spec/nodeSelector, value: {${REAL_NODE_LABEL}: "true"}}
+    - {op: add, path: /spec/jobTemplate/spec/template/spec/tolerations, value: [{key: ${REAL_NODE_LABEL}, operator: Equal, value: "true", effect: NoSchedule}]}
+EOF
+}
+
+# show_containers: each sample's own container log (it prints its fencing token), a late write
+# under the oldest token, which the store refuses, and the store's history with its counts.
+show_containers() {
+	[[ -n "${NODE_IP}" ]] || return 0
+	local name job lowest="" lowest_name="" fence
+	for name in "${SAMPLES[@]}"; do
+		job="$(k get lj "${name}" -n "${NS}" -o jsonpath='{.status.jobName}')"
+		fence="$(k get lj "${name}" -n "${NS}" -o jsonpath='{.status.fencingToken}')"
+		step "kubectl logs job/${job} -n ${NS}   (LockedJob ${name}, fencing token ${fence}: the container's own log)"
+		k logs "job/${job}" -n "${NS}" || log "no log for job/${job}"
+		if [[ -z "${lowest}" || "${fence}" -lt "${lowest}" ]]; then
+			lowest="${fence}" lowest_name="${name}"
+		fi
+	done
+	step "a late write with ${lowest_name}'s fencing token ${lowest}, as a paused old holder would make it: the store refuses it"
+	LOCKEDJOB_FENCING_TOKEN="${lowest}" LOCKEDJOB_LOCK=nightly-migration \
+		"${FENCEDWRITER_BIN}" --store-addr "127.0.0.1:${STORE_PORT}" --writes 1 >&2 || true
+	step "the fenced store's history (${STORE_NAME})"
+	"${FENCEDWRITER_BIN}" --store-addr "127.0.0.1:${STORE_PORT}" --store "${STORE_NAME}" --show
 }
 
 # The kustomize overlay config/default without the Deployment (the manager runs
@@ -279,8 +370,11 @@ namespace_up() {
 }
 
 apply_samples() {
-	step "applying config/samples to namespace ${NS}: three LockedJobs, one lock"
-	k apply -n "${NS}" -k "${LOCKEDJOB_ROOT}/config/samples"
+	local where="kwok nodes"
+	[[ -n "${NODE_IP}" ]] && where="real containers on the real node"
+	step "applying config/samples to namespace ${NS}: three LockedJobs, one lock, ${where}"
+	samples_kustomization
+	k apply -n "${NS}" -k "${SAMPLES_DIR}"
 }
 
 # watch_samples T0_NANOS: print `kubectl get lj -o wide` with a timestamp each time a
@@ -345,6 +439,7 @@ cmd_up() {
 	build
 	cluster_up
 	redis_up
+	real_node_up
 	install_manifests
 	manager_up
 	namespace_up
@@ -355,6 +450,7 @@ cmd_up() {
 	k get lj -n "${NS}"
 	echo
 	k get jobs -n "${NS}"
+	show_containers
 	print_help
 	step "demo took $((SECONDS - t_start))s in total (hack/demo.sh up)"
 }
@@ -364,11 +460,12 @@ cmd_up() {
 cmd_down() {
 	local pids=() f
 	step "stopping what the demo started"
-	for f in "${DEMO_DIR}"/manager.pid "${DEMO_DIR}"/redis.pid "$(dirname "${ADMIN_KUBECONFIG}")"/pids/*.pid; do
+	for f in "${DEMO_DIR}"/manager.pid "${DEMO_DIR}"/redis.pid "${DEMO_DIR}"/store.pid "$(dirname "${ADMIN_KUBECONFIG}")"/pids/*.pid; do
 		[[ -f "${f}" ]] && pids+=("$(cat "${f}")")
 	done
 	stop_proc manager || log "manager not running"
 	stop_proc redis || log "redis-server not running"
+	stop_proc store || true
 	if [[ -f "${STARTED_CLUSTER_MARK}" ]]; then
 		cluster down
 		rm -f "${STARTED_CLUSTER_MARK}"
@@ -400,7 +497,7 @@ wait_reaped() {
 cmd_status() {
 	local n pid
 	echo "demo dir: ${DEMO_DIR}"
-	for n in manager redis; do
+	for n in manager redis store; do
 		pid="$(pid_of "${n}")"
 		if [[ -n "${pid}" ]]; then printf '  %-24s running (pid %s)\n' "${n}" "${pid}"; else printf '  %-24s stopped\n' "${n}"; fi
 	done
@@ -420,7 +517,7 @@ up) with_lock cmd_up ;;
 down) with_lock cmd_down ;;
 status) cmd_status ;;
 *)
-	sed -n '2,25p' "$0" >&2
+	sed -n '2,30p' "$0" >&2
 	exit 2
 	;;
 esac

@@ -195,11 +195,14 @@ const (
 
 // Condition and event reasons.
 const (
-	ReasonWaiting          = "Waiting"
-	ReasonAcquired         = "Acquired"
-	ReasonReadopted        = "Readopted"
-	ReasonJobCreated       = "JobCreated"
-	ReasonJobRunning       = "JobRunning"
+	ReasonWaiting    = "Waiting"
+	ReasonAcquired   = "Acquired"
+	ReasonReadopted  = "Readopted"
+	ReasonJobCreated = "JobCreated"
+	ReasonJobRunning = "JobRunning"
+	// ReasonPodStuck: the Job holds the lock but its pod cannot start (a missing image, a bad
+	// config); the message quotes the kubelet. The lock stays held: the user decides.
+	ReasonPodStuck         = "PodStuck"
 	ReasonJobComplete      = "JobComplete"
 	ReasonJobFailed        = "JobFailed"
 	ReasonJobDeleted       = "JobDeleted"

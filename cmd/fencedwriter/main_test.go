@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/fencedstore"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+)
+
+func setToken(t *testing.T, token int64) {
+	t.Setenv(batchv1alpha1.EnvFencingToken, strconv.FormatInt(token, 10))
+	t.Setenv(batchv1alpha1.EnvLock, "demo")
+}
+
+func TestWritesUnderItsToken(t *testing.T) {
+	srv := redisserver.Start(t)
+	setToken(t, 7)
+	if code := run(options{addr: srv.Addr(), writes: 3, interval: time.Millisecond, exitCode: 3}); code != 3 {
+		t.Fatalf("exit code %d, want the requested 3", code)
+	}
+	h, err := fencedstore.New(srv.Client(t), "fencedstore:demo").History(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 3 {
+		t.Fatalf("history %+v, want 3 accepted writes", h)
+	}
+	for _, e := range h {
+		if e.Result != fencedstore.ResultAccepted || e.Token != 7 {
+			t.Fatalf("entry %+v, want accepted with token 7", e)
+		}
+	}
+}
+
+func TestAStaleWriterIsRefused(t *testing.T) {
+	srv := redisserver.Start(t)
+	store := fencedstore.New(srv.Client(t), "fencedstore:demo")
+	if err := store.Write(context.Background(), 9, "newer", "x"); err != nil {
+		t.Fatal(err)
+	}
+	setToken(t, 8)
+	if code := run(options{addr: srv.Addr(), writes: 2, interval: time.Millisecond}); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	h, _ := store.History(context.Background())
+	refused := 0
+	for _, e := range h {
+		if e.Result == fencedstore.ResultRefused && e.Token == 8 && e.Highest == 9 {
+			refused++
+		}
+	}
+	if refused != 2 {
+		t.Fatalf("history %+v, want both writes of token 8 refused", h)
+	}
+}
+
+func TestRefusesToRunWithoutAToken(t *testing.T) {
+	t.Setenv(batchv1alpha1.EnvFencingToken, "")
+	if code := run(options{addr: "127.0.0.1:1", writes: 1, interval: time.Millisecond}); code != 2 {
+		t.Fatalf("exit code %d, want 2", code)
+	}
+}
+
+// SIGTERM (what the kubelet sends when the operator stops the Job) ends the writer with 143 and
+// leaves a note in the store's history.
+func TestSIGTERMIsRecorded(t *testing.T) {
+	srv := redisserver.Start(t)
+	store := fencedstore.New(srv.Client(t), "fencedstore:demo")
+	setToken(t, 5)
+	done := make(chan int, 1)
+	go func() { done <- run(options{addr: srv.Addr(), writes: 0, interval: 10 * time.Millisecond}) }()
+	// Signal once the writer has written (so it is in its loop, with the handler installed).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, err := store.History(context.Background())
+		if err == nil && len(h) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no write within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 143 {
+			t.Fatalf("exit code %d, want 143", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(errors.New("writer did not stop on SIGTERM"))
+	}
+	h, _ := store.History(context.Background())
+	last := h[len(h)-1]
+	if last.Result != fencedstore.ResultNote || last.Writer == "" {
+		t.Fatalf("last entry %+v, want the SIGTERM note", last)
+	}
+}
+
+func TestShowPrintsTheHistoryAndCounts(t *testing.T) {
+	srv := redisserver.Start(t)
+	store := fencedstore.New(srv.Client(t), "s")
+	ctx := context.Background()
+	_ = store.Write(ctx, 2, "b", "x")
+	_ = store.Write(ctx, 1, "a", "late")
+	var out strings.Builder
+	if code := show(options{addr: srv.Addr(), store: "s"}, &out); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	for _, want := range []string{"accepted  token=2 writer=b", "refused   token=1 writer=a (highest seen 2)", "store s: 1 accepted, 1 refused"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
