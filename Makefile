@@ -174,6 +174,7 @@ deploy-overlay: manifests kustomize ## Write DEPLOY_DIR/kustomization.yaml: DEPL
 
 .PHONY: deploy
 deploy: deploy-overlay ## Deploy the manager (image IMG) into the cluster of KUBECONFIG; on the local cluster also import DEPLOY_IMAGE_TAR into its real node.
+	$(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),@[ -f "$(DEPLOY_IMAGE_TAR)" ] || { echo "$(DEPLOY_IMAGE_TAR) not found: run 'make image IMG=$(IMG)' first"; exit 1; })
 	$(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),bash hack/cluster.sh load-image "$(DEPLOY_IMAGE_TAR)")
 	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" apply -f -
 
