@@ -171,7 +171,7 @@ DEPLOY_OVERLAY ?= $(if $(DEPLOY_LOCAL),config/local,config/default)
 # DEPLOY_DIR: the generated kustomization (image IMG) that deploy and undeploy build; untracked.
 DEPLOY_DIR ?= $(LOCALBIN)/deploy/$(notdir $(patsubst %/,%,$(DEPLOY_OVERLAY)))
 # DEPLOY_IMAGE_TAR: the image tarball `make deploy` imports into the local cluster's real node.
-DEPLOY_IMAGE_TAR ?= bin/images/manager.tar
+DEPLOY_IMAGE_TAR ?= $(IMAGES_DIR)/manager.tar
 
 .PHONY: deploy-overlay
 deploy-overlay: manifests kustomize ## Write DEPLOY_DIR/kustomization.yaml: DEPLOY_OVERLAY with image IMG (values of config/local read from the cluster).
@@ -179,12 +179,16 @@ deploy-overlay: manifests kustomize ## Write DEPLOY_DIR/kustomization.yaml: DEPL
 
 .PHONY: deploy
 deploy: deploy-overlay ## Deploy the manager (image IMG) into the cluster of KUBECONFIG; on the local cluster also import DEPLOY_IMAGE_TAR into its real node.
+	$(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),@[ -f "$(DEPLOY_IMAGE_TAR)" ] || { echo "$(DEPLOY_IMAGE_TAR) not found: run 'make image IMG=$(IMG)' first"; exit 1; })
 	$(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),bash hack/cluster.sh load-image "$(DEPLOY_IMAGE_TAR)")
 	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" apply -f -
 
+# config/local adds no object (test/deploy checks it), so config/default's list is deploy's on every
+# cluster, and undeploy reads nothing from the cluster: it works with the real node gone.
 .PHONY: undeploy
-undeploy: deploy-overlay ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it).
-	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
+undeploy: manifests kustomize ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it).
+	IMG="$(IMG)" DEPLOY_OVERLAY=config/default KUSTOMIZE="$(KUSTOMIZE)" bash hack/deploy-overlay.sh "$(DEPLOY_DIR)/undeploy"
+	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)/undeploy" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
 
 .PHONY: build-installer
 build-installer: manifests generate kustomize ## Write dist/install.yaml: everything config/default installs, image IMG (input of `make helm-chart`).
@@ -208,10 +212,10 @@ TOOLS_CACHE ?= $(LOCKEDJOB_CACHE)/tools
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo "$(K8S_BIN_DIR)/kubectl")
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
-IMGTOOL ?= $(LOCALBIN)/imgtool
 KUBEBUILDER ?= $(LOCALBIN)/kubebuilder
 HELM ?= $(LOCALBIN)/helm
 ACTIONLINT ?= $(LOCALBIN)/actionlint
+IMGTOOL ?= $(LOCALBIN)/imgtool
 
 KUSTOMIZE_VERSION ?= v5.8.1
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
@@ -228,15 +232,6 @@ kustomize: $(LOCALBIN) ## Build kustomize locally if necessary.
 controller-gen: $(LOCALBIN) ## Build controller-gen locally if necessary.
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
 
-# imgtool is built from its own module (hack/imgtool, pinned by its go.sum) whenever a source
-# file changes, so go-containerregistry never enters the operator's go.mod.
-IMGTOOL_SRCS := $(filter-out %_test.go,$(wildcard hack/imgtool/*.go)) hack/imgtool/go.mod hack/imgtool/go.sum
-.PHONY: imgtool
-imgtool: $(IMGTOOL) ## Build the image writer (hack/imgtool) locally if its sources changed.
-$(IMGTOOL): $(IMGTOOL_SRCS) | $(LOCALBIN)
-	cd hack/imgtool && GOWORK=off go build -mod=readonly -trimpath -o "$(IMGTOOL)" .
-
-
 .PHONY: kubebuilder
 kubebuilder: $(LOCALBIN) ## Build kubebuilder (for its Helm plugin) locally if necessary.
 	$(call go-install-tool,$(KUBEBUILDER),sigs.k8s.io/kubebuilder/v4,$(KUBEBUILDER_VERSION))
@@ -249,7 +244,15 @@ helm: $(LOCALBIN) ## Build helm locally if necessary.
 actionlint-bin: $(LOCALBIN) ## Build actionlint locally if necessary.
 	$(call go-install-tool,$(ACTIONLINT),github.com/rhysd/actionlint/cmd/actionlint,$(ACTIONLINT_VERSION))
 
-# The tool targets are phony and cheap (a test and a readlink), so a changed *_VERSION takes effect
+# imgtool is built from its own module (hack/imgtool, pinned by its go.sum) whenever a source
+# file changes, so go-containerregistry never enters the operator's go.mod.
+IMGTOOL_SRCS := $(filter-out %_test.go,$(wildcard hack/imgtool/*.go)) hack/imgtool/go.mod hack/imgtool/go.sum
+.PHONY: imgtool
+imgtool: $(IMGTOOL) ## Build the image writer (hack/imgtool) locally if its sources changed.
+$(IMGTOOL): $(IMGTOOL_SRCS) | $(LOCALBIN)
+	cd hack/imgtool && GOWORK=off go build -mod=readonly -trimpath -o "$(IMGTOOL)" .
+
+# The go-install-tool targets are phony and cheap (a test and a readlink), so a changed *_VERSION takes effect
 # without deleting bin/.
 # go-install-tool 'go install's a pinned tool once into $(TOOLS_CACHE)/<name>-<version> and points
 # the symlink $(LOCALBIN)/<name> at it; a changed version gets its own file, never an overwrite.

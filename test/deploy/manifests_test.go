@@ -74,11 +74,15 @@ func (tl tools) run(t *testing.T, env []string, name string, args ...string) str
 
 // inheritedEnv is this process's environment without the variables that choose what and where
 // to deploy, so a developer's own settings never leak into a test; each test sets those it needs.
+// The make variables go too: under `make test-unit KUBECONFIG=...` MAKEFLAGS carries that
+// assignment, and a make run by a test would take it over the test's own environment.
 func inheritedEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if name == "IMG" || name == "KUBECONFIG" || strings.HasPrefix(name, "DEPLOY_") {
+		switch {
+		case name == "IMG", name == "KUBECONFIG", strings.HasPrefix(name, "DEPLOY_"),
+			name == "MAKEFLAGS", name == "MFLAGS", name == "MAKELEVEL", name == "MAKEOVERRIDES":
 			continue
 		}
 		env = append(env, kv)
