@@ -112,6 +112,20 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		}
 		measure("in-cluster: handoff gap between two real containers (last line of one -> first line of the next), %d handoffs: %s",
 			len(gaps), durationStats(gaps))
+		// Where it goes: the kubelet and the Job controller take the container's exit to Job
+		// Complete, the operator takes Complete to the next Job, then a pod starts.
+		var exitToComplete, operator, createToFirstLine []time.Duration
+		for i := 1; i < len(ljs); i++ {
+			prev, next := s.rec.Job(ljs[i-1].Status.JobName), s.rec.Job(ljs[i].Status.JobName)
+			_, prevEnd := logSpan(d.jobLog(ctx, s.ns, prev.Name))
+			nextStart, _ := logSpan(d.jobLog(ctx, s.ns, next.Name))
+			Expect(next.Added).To(BeTemporally(">=", prev.Complete), "Job %s created before %s completed", next.Name, prev.Name)
+			exitToComplete = append(exitToComplete, prev.Complete.Sub(prevEnd))
+			operator = append(operator, next.Added.Sub(prev.Complete))
+			createToFirstLine = append(createToFirstLine, nextStart.Sub(next.Added))
+		}
+		measure("in-cluster: of that gap, last line -> Job seen Complete %s; Complete -> next Job seen (the operator) %s; next Job seen -> its container's first line %s",
+			durationStats(exitToComplete), durationStats(operator), durationStats(createToFirstLine))
 
 		// The store's history: one unbroken block of accepted writes per holder, tokens rising.
 		h := d.history(ctx, "one")
@@ -187,7 +201,9 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 	}, SpecTimeout(4*time.Minute))
 
 	It("ends a failing container's LockedJob Failed and hands the lock on", func(ctx SpecContext) {
-		s.create(d.writerJob(s, "fails", "fail", ljSpec{}, "--writes=1", "--interval=100ms", "--exit-code=3"))
+		// The failing one writes for 2 s, so the waiter is created while it holds the lock.
+		s.create(d.writerJob(s, "fails", "fail", ljSpec{}, "--writes=3", "--interval=1s", "--exit-code=3"))
+		s.eventuallyPhase("fails", batchv1alpha1.PhaseRunning, time.Minute)
 		s.create(d.writerJob(s, "after", "fail", ljSpec{}, "--writes=1", "--interval=100ms"))
 		failed := s.eventuallyPhase("fails", batchv1alpha1.PhaseFailed, 2*time.Minute)
 		after := s.eventuallyPhase("after", batchv1alpha1.PhaseSucceeded, 2*time.Minute)
