@@ -80,7 +80,7 @@ E2E_KUBECONFIG ?=
 E2E_IMG ?= $(IMG)
 E2E_WORKLOAD_IMG ?= $(FENCEDWRITER_IMG)
 .PHONY: test-e2e
-test-e2e: redis k8s-bin images ## Run the end-to-end suite (local control plane with kwok nodes and a real node, or E2E_KUBECONFIG).
+test-e2e: redis k8s-bin kustomize images ## Run the end-to-end suite (local control plane with kwok nodes and a real node, or E2E_KUBECONFIG).
 	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" E2E_IMG="$(E2E_IMG)" E2E_WORKLOAD_IMG="$(E2E_WORKLOAD_IMG)" E2E_IMAGES_DIR="$(IMAGES_DIR)" \
 		go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
 

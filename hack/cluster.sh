@@ -92,11 +92,7 @@ fail() { # component message
 	local name="$1"
 	shift
 	log "ERROR: $*"
-	if [[ -f "${LOGS}/${name}.log" ]]; then
-		echo "----- last 40 lines of ${LOGS}/${name}.log -----" >&2
-		tail -n 40 "${LOGS}/${name}.log" >&2
-		echo "-----" >&2
-	fi
+	proc_log_tail "${LOGS}/${name}.log" 40
 	log "stopping what was started"
 	stop_all
 	exit 1
@@ -104,16 +100,7 @@ fail() { # component message
 
 # wait_for NAME TIMEOUT_SECONDS CMD...: poll CMD until it succeeds; fail with
 # NAME's log if NAME dies or the deadline passes.
-wait_for() {
-	local name="$1" timeout="$2"
-	shift 2
-	local deadline=$((SECONDS + timeout))
-	until "$@" >/dev/null 2>&1; do
-		[[ -n "$(pid_of "${name}")" ]] || fail "${name}" "${name} exited"
-		((SECONDS < deadline)) || fail "${name}" "${name} not ready after ${timeout}s"
-		sleep 0.2
-	done
-}
+wait_for() { proc_wait "${PIDS}" "$1" "$2" fail "${@:3}"; }
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 

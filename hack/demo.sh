@@ -88,11 +88,7 @@ start_proc() { # NAME BINARY ARGS...
 stop_proc() { proc_stop "${DEMO_DIR}" "$1"; } # NAME; returns 1 if it was not running
 
 tail_log() { # NAME [LINES]
-	local f="${DEMO_DIR}/$1.log"
-	[[ -f "${f}" ]] || return 0
-	echo "----- last ${2:-30} lines of ${f} -----" >&2
-	tail -n "${2:-30}" "${f}" >&2
-	echo "-----" >&2
+	proc_log_tail "${DEMO_DIR}/$1.log" "${2:-30}"
 }
 
 fail_log() { # NAME MESSAGE

@@ -74,3 +74,25 @@ proc_stop() {
 	rm -f "${dir}/${name}.pid" "${dir}/${name}.exe"
 	log "stopped ${name} (pid ${pid})"
 }
+
+# proc_log_tail LOGFILE LINES: print the last LINES lines of LOGFILE to stderr, framed, if it exists.
+proc_log_tail() {
+	[[ -f "$1" ]] || return 0
+	echo "----- last $2 lines of $1 -----" >&2
+	tail -n "$2" "$1" >&2
+	echo "-----" >&2
+}
+
+# proc_wait DIR NAME TIMEOUT ON_FAIL CMD...: poll CMD every 0.1 s until it succeeds; call
+# ON_FAIL NAME MESSAGE (which should not return) if NAME, recorded in DIR, exits or TIMEOUT
+# seconds pass first.
+proc_wait() {
+	local dir="$1" name="$2" timeout="$3" on_fail="$4"
+	shift 4
+	local deadline=$((SECONDS + timeout))
+	until "$@" >/dev/null 2>&1; do
+		[[ -n "$(proc_pid "${dir}" "${name}")" ]] || "${on_fail}" "${name}" "${name} exited"
+		((SECONDS < deadline)) || "${on_fail}" "${name}" "${name} not ready after ${timeout}s"
+		sleep 0.1
+	done
+}

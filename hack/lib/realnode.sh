@@ -548,25 +548,12 @@ rn_kill_namespace_members() {
 rn_fail() {
 	local name="$1"
 	shift
-	if [[ -f "${LOGS}/${name}.log" ]]; then
-		echo "----- last 30 lines of ${LOGS}/${name}.log -----" >&2
-		tail -n 30 "${LOGS}/${name}.log" >&2
-		echo "-----" >&2
-	fi
+	proc_log_tail "${LOGS}/${name}.log" 30
 	die "real node: $*"
 }
 
 # rn_wait NAME TIMEOUT CMD...: poll CMD until it succeeds; fail if NAME dies or time runs out.
-rn_wait() {
-	local name="$1" timeout="$2"
-	shift 2
-	local deadline=$((SECONDS + timeout))
-	until "$@" >/dev/null 2>&1; do
-		[[ -n "$(rn_pid "${name}")" ]] || rn_fail "${name}" "${name} exited"
-		((SECONDS < deadline)) || rn_fail "${name}" "${name} not ready after ${timeout}s"
-		sleep 0.1
-	done
-}
+rn_wait() { proc_wait "${PIDS}" "$1" "$2" rn_fail "${@:3}"; }
 
 rn_node_ready() {
 	[[ "$(kubectl_ get node "${RN_NODE_NAME}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]

@@ -293,30 +293,41 @@ func deploy(ctx context.Context) *deployment {
 	return d
 }
 
-// writeKustomization writes what `make deploy` would, plus the flags the suite runs every manager
-// with: config/default, the image, and on the local cluster config/local with its values.
+// writeKustomization writes, in d.dir, what `make deploy` writes (hack/deploy-overlay.sh: the
+// image, config/default, and on the local cluster config/local with its values) under base/, and on
+// top of it the flags the suite runs every manager with.
 func writeKustomization(d *deployment, img string) error {
-	name, tag, _ := strings.Cut(img, ":")
-	if i := strings.LastIndex(img, ":"); i > strings.LastIndex(img, "/") {
-		name, tag = img[:i], img[i+1:]
+	base := filepath.Join(d.dir, "base")
+	env := []string{"IMG=" + img, "KUSTOMIZE=" + filepath.Join(suite.root, "bin", "kustomize"),
+		"KUBECTL=" + kubectlBin(), "KUBECONFIG=" + suite.kubeconfig}
+	if !d.local {
+		env = append(env, "DEPLOY_OVERLAY=config/default")
+	} else {
+		probe, err := utils.FreePortBlock(0, 2, suite.portBase)
+		if err != nil {
+			return err
+		}
+		env = append(env, "DEPLOY_OVERLAY=config/local", "DEPLOY_REDIS_ADDR="+d.lockRedis.Addr(),
+			"DEPLOY_NODE_IP="+d.nodeIP, fmt.Sprintf("DEPLOY_PROBE_PORT=%d", probe), fmt.Sprintf("DEPLOY_METRICS_PORT=%d", probe+1))
 	}
-	args := []string{"--cluster-id=e2e", "--key-prefix=" + d.prefix, "--release-channel=" + d.prefix + "released",
-		"--status-interval=1s", "--wait-backoff-max=2s", "--zap-log-level=debug"}
+	cmd := exec.Command("bash", filepath.Join(suite.root, "hack", "deploy-overlay.sh"), base)
+	cmd.Env = append(os.Environ(), env...)
+	if _, err := utils.Run(cmd); err != nil {
+		return err
+	}
+
 	var patch strings.Builder
-	for _, a := range args {
+	for _, a := range []string{"--cluster-id=e2e", "--key-prefix=" + d.prefix, "--release-channel=" + d.prefix + "released",
+		"--status-interval=1s", "--wait-backoff-max=2s", "--zap-log-level=debug"} {
 		fmt.Fprintf(&patch, "    - {op: add, path: /spec/template/spec/containers/0/args/-, value: %q}\n", a)
 	}
-	k := fmt.Sprintf(`# Written by the e2e suite (test/e2e/incluster_test.go).
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
+	k := fmt.Sprintf(`# Written by the e2e suite (test/e2e/incluster_test.go): make deploy's kustomization, plus the suite's flags.
 resources:
-- %s
-images:
-- {name: controller, newName: %s, newTag: %s}
+- base
 patches:
 - target: {kind: Deployment, name: %s}
   patch: |-
-%s`, relTo(d.dir, "config", "default"), name, tag, managerDeploy, patch.String())
+%s`, managerDeploy, patch.String())
 	if !d.local {
 		// config/manager points at an in-cluster Redis Service; the suite's runs on this machine.
 		k += fmt.Sprintf(`- target: {kind: Deployment, name: %s}
@@ -325,32 +336,6 @@ patches:
      "spec": {"template": {"spec": {"containers": [{"name": "manager",
        "env": [{"name": "LOCKEDJOB_REDIS_ADDR", "value": "%s:%s"}]}]}}}}
 `, managerDeploy, managerDeploy, d.nodeIP, portOf(d.lockRedis.Addr()))
-	}
-	if d.local {
-		probe, err := utils.FreePortBlock(0, 2, suite.portBase)
-		if err != nil {
-			return err
-		}
-		k += fmt.Sprintf("components:\n- %s\n", relTo(d.dir, "config", "local"))
-		k = strings.Replace(k, "resources:\n", "resources:\n- local-cluster.yaml\n", 1)
-		cm := fmt.Sprintf(`apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: local-cluster
-  annotations:
-    config.kubernetes.io/local-config: "true"
-data:
-  apiserverHost: 127.0.0.1
-  apiserverPort: "%d"
-  redisAddr: %s
-  probeAddr: %s:%d
-  probePort: "%d"
-  metricsAddr: %s:%d
-  metricsPort: "%d"
-`, suite.portBase+3, d.lockRedis.Addr(), d.nodeIP, probe, probe, d.nodeIP, probe+1, probe+1)
-		if err := os.WriteFile(filepath.Join(d.dir, "local-cluster.yaml"), []byte(cm), 0o644); err != nil {
-			return err
-		}
 	}
 	return os.WriteFile(filepath.Join(d.dir, "kustomization.yaml"), []byte(k), 0o644)
 }
@@ -554,12 +539,4 @@ func (d *deployment) managerLogTail(ctx context.Context, lines int64) string {
 		fmt.Fprintf(&out, "pod %s (err %v):\n%s\n", p.Name, err, b)
 	}
 	return out.String()
-}
-
-// relTo is a folder of the checkout relative to dir: kustomize refuses absolute resource paths.
-func relTo(dir string, elem ...string) string {
-	GinkgoHelper()
-	rel, err := filepath.Rel(dir, filepath.Join(append([]string{suite.root}, elem...)...))
-	Expect(err).NotTo(HaveOccurred())
-	return rel
 }
