@@ -420,19 +420,11 @@ cmd_down() {
 }
 
 cmd_status() {
-	local c pid rc=0
+	local rc=0
 	echo "cluster dir: ${CLUSTER_DIR}"
 	echo "kubeconfig:  ${KUBECONFIG_ADMIN}"
 	echo "apiserver:   https://127.0.0.1:${APISERVER_PORT}   etcd: http://127.0.0.1:${ETCD_PORT}"
-	for c in "${COMPONENTS[@]}"; do
-		pid="$(pid_of "${c}")"
-		if [[ -n "${pid}" ]]; then
-			printf '  %-24s running (pid %s)\n' "${c}" "${pid}"
-		else
-			printf '  %-24s stopped\n' "${c}"
-			rc=1
-		fi
-	done
+	proc_status "${PIDS}" "${COMPONENTS[@]}" || rc=1
 	realnode_status || rc=1
 	if [[ ${rc} -eq 0 ]]; then
 		kubectl_ get nodes 2>&1 | sed 's/^/  /' || rc=1

@@ -494,12 +494,8 @@ wait_reaped() {
 }
 
 cmd_status() {
-	local n pid
 	echo "demo dir: ${DEMO_DIR}"
-	for n in manager redis store; do
-		pid="$(pid_of "${n}")"
-		if [[ -n "${pid}" ]]; then printf '  %-24s running (pid %s)\n' "${n}" "${pid}"; else printf '  %-24s stopped\n' "${n}"; fi
-	done
+	proc_status "${DEMO_DIR}" manager redis store || true
 	cluster status
 }
 

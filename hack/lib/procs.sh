@@ -96,3 +96,20 @@ proc_wait() {
 		sleep 0.1
 	done
 }
+
+# proc_status DIR NAME...: one line per process, running (with its PID) or stopped; returns 1 if
+# any is stopped.
+proc_status() {
+	local dir="$1" name pid rc=0
+	shift
+	for name in "$@"; do
+		pid="$(proc_pid "${dir}" "${name}")"
+		if [[ -n "${pid}" ]]; then
+			printf '  %-24s running (pid %s)\n' "${name}" "${pid}"
+		else
+			printf '  %-24s stopped\n' "${name}"
+			rc=1
+		fi
+	done
+	return "${rc}"
+}

@@ -688,16 +688,6 @@ realnode_down() {
 }
 
 realnode_status() {
-	local c pid rc=0
 	realnode_recorded || { echo "  real node:               not started"; return 0; }
-	for c in "${RN_COMPONENTS[@]}"; do
-		pid="$(rn_pid "${c}")"
-		if [[ -n "${pid}" ]]; then
-			printf '  %-24s running (pid %s)\n' "${c}" "${pid}"
-		else
-			printf '  %-24s stopped\n' "${c}"
-			rc=1
-		fi
-	done
-	return "${rc}"
+	proc_status "${PIDS}" "${RN_COMPONENTS[@]}"
 }
