@@ -347,8 +347,8 @@ func (r *LockedJobReconciler) recordRunning(p *pass) {
 	setCondition(lj, batchv1alpha1.ConditionJobRunning, metav1.ConditionTrue, reason, msg)
 }
 
-// recordHeld writes the holder's view of the lock into status; renewal times at most once per
-// StatusInterval, so many held locks do not flood the API server.
+// recordHeld writes the holder's view of the lock into status: what changes only with a new grant,
+// so a pass over a held lock that merely renews writes nothing.
 func (r *LockedJobReconciler) recordHeld(p *pass, lock *redislock.Lock) {
 	lj := p.lj
 	fence := lock.Fence()
@@ -356,11 +356,10 @@ func (r *LockedJobReconciler) recordHeld(p *pass, lock *redislock.Lock) {
 	lj.Status.Holder = r.Config.Identity.Holder(lj)
 	lj.Status.LockKey = lock.RedisKey()
 	lj.Status.BlockedBy, lj.Status.QueuePosition = "", nil
-	granted := lock.GrantedAt()
-	if lj.Status.RenewedAt == nil || granted.Sub(lj.Status.RenewedAt.Time) >= r.Config.StatusInterval || lj.Status.ExpiresAt == nil {
-		lj.Status.RenewedAt = &metav1.Time{Time: granted}
-		lj.Status.ExpiresAt = &metav1.Time{Time: lock.ValidUntil()}
-	}
+	// Renewal times are not status: Redis has them, and writing them would cost the API server a
+	// write per held lock per interval for nothing a user acts on. Objects of earlier versions lose
+	// theirs with the next state change.
+	lj.Status.RenewedAt, lj.Status.ExpiresAt = nil, nil
 	if lj.Status.Phase == "" || lj.Status.Phase == batchv1alpha1.PhaseWaiting {
 		lj.Status.Phase = batchv1alpha1.PhasePending
 	}
@@ -431,7 +430,7 @@ func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.key)
 	r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReleased, "Release", "Released lock %s (fencing token %d)", lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken))
 	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonReleased, "Lock released")
-	lj.Status.ExpiresAt, lj.Status.BlockedBy, lj.Status.QueuePosition = nil, "", nil
+	lj.Status.BlockedBy, lj.Status.QueuePosition = "", nil
 	return nil
 }
 
@@ -478,7 +477,6 @@ func (r *LockedJobReconciler) loseLock(ctx context.Context, p *pass, cause error
 	ctrl.LoggerFrom(ctx).Info("Lock lost", "lock", p.key, "reason", cause.Error(), "policy", policy)
 	lj.Status.Phase = batchv1alpha1.PhaseLockLost
 	lj.Status.Message = msg
-	lj.Status.ExpiresAt = nil
 	setCondition(lj, batchv1alpha1.ConditionLockLost, metav1.ConditionTrue, batchv1alpha1.ReasonLockLost, msg)
 	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonLockLost, msg)
 	setCondition(lj, batchv1alpha1.ConditionJobRunning, metav1.ConditionFalse, batchv1alpha1.ReasonLockLost, msg)

@@ -61,9 +61,6 @@ type Config struct {
 	Identity Identity
 	// ClusterScopeNamespaces may take locks of spec.lock.scope Cluster; "*" allows every namespace.
 	ClusterScopeNamespaces []string
-	// StatusInterval bounds how often renewedAt/expiresAt are written per LockedJob (Redis is the
-	// authority; status is for humans), default 30s.
-	StatusInterval time.Duration
 	// WaitBackoffMin and WaitBackoffMax bound the jittered re-check of a waiting LockedJob, the safety
 	// net behind release wake-ups. Defaults 1s and 15s.
 	WaitBackoffMin, WaitBackoffMax time.Duration
@@ -83,9 +80,6 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.StatusInterval <= 0 {
-		c.StatusInterval = 30 * time.Second
-	}
 	if c.WaitBackoffMin <= 0 {
 		c.WaitBackoffMin = time.Second
 	}
@@ -216,11 +210,12 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 	case stepRunning:
 		r.recordRunning(p)
 		// A pod's waiting reason changes without the Job changing: look again soon while no pod is
-		// ready, so a missing image shows in status within seconds.
+		// ready, so a missing image shows in status within seconds. Otherwise a running Job needs no
+		// pass until something changes: the Job (watched), or the lock (the keeper reports a loss).
 		if mayBeStuck(p.obs.job) {
-			return ctrl.Result{RequeueAfter: min(stuckRecheck, r.Config.StatusInterval)}, false, nil
+			return ctrl.Result{RequeueAfter: stuckRecheck}, false, nil
 		}
-		return ctrl.Result{RequeueAfter: r.Config.StatusInterval}, false, nil
+		return ctrl.Result{}, false, nil
 	case stepDeleteReadopt:
 		return r.deleteReadopt(ctx, p)
 	case stepDeleteJob:

@@ -150,7 +150,8 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(got.Status.Holder).To(HavePrefix("envtest/" + ns + "/migrate/"))
 		Expect(got.Status.LockKey).To(Equal("lockedjob:{ns/" + testIdentity.ClusterID + "/" + ns + "/db}"))
 		Expect(got.Status.AcquiredAt).NotTo(BeNil())
-		Expect(got.Status.ExpiresAt.Time).To(BeTemporally(">", got.Status.AcquiredAt.Time))
+		Expect(got.Status.RenewedAt).To(BeNil(), "renewals are not written to status")
+		Expect(got.Status.ExpiresAt).To(BeNil(), "renewals are not written to status")
 		Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 		for _, c := range []string{batchv1alpha1.ConditionLockAcquired, batchv1alpha1.ConditionJobRunning, batchv1alpha1.ConditionReady, batchv1alpha1.ConditionRedisAvailable} {
 			Expect(condition(got, c)).NotTo(BeNil(), c)
@@ -380,6 +381,28 @@ var _ = Describe("LockedJob controller", func() {
 		finishJob(running, true)
 		waitPhase(waiter, batchv1alpha1.PhaseRunning)
 		Expect(jobsIn(ns)).To(HaveLen(2))
+	})
+
+	It("writes nothing to the API server while a held lock merely renews", func() {
+		lj := create(newLockedJob(ns, "quiet", "steady", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 2 * time.Second}
+			lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: 200 * time.Millisecond}
+		}))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+		// Let the passes that follow the Job's creation settle: the object stops changing.
+		var rv string
+		Eventually(func() bool {
+			prev := rv
+			rv = fetch(lj).ResourceVersion
+			return prev == rv
+		}).WithPolling(time.Second).Should(BeTrue())
+		events := len(eventReasons(running))
+
+		// Two leases long: the keeper renews about 20 times, and the object and its Events stay as
+		// they are.
+		Consistently(func() string { return fetch(lj).ResourceVersion }).WithTimeout(4 * time.Second).Should(Equal(rv))
+		Expect(rdb.PTTL(ctx, running.Status.LockKey).Val()).To(BeNumerically(">", time.Second), "the lock was renewed meanwhile")
+		Expect(eventReasons(running)).To(HaveLen(events))
 	})
 
 	It("rides out a Redis stall shorter than the lease, with a RenewFailed event", func() {

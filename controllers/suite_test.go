@@ -154,7 +154,6 @@ func startOperator(mutate ...func(*Config)) *operator {
 		Config: Config{
 			Identity:               testIdentity,
 			ClusterScopeNamespaces: []string{"trusted"},
-			StatusInterval:         time.Second,
 			WaitBackoffMin:         30 * time.Second,
 			WaitBackoffMax:         30 * time.Second,
 		},

@@ -378,7 +378,7 @@ apply_samples() {
 
 # watch_samples T0_NANOS: print `kubectl get lj -o wide` with a timestamp each time a
 # LockedJob's state changes (phase, holder, blocked-by, fence, queue, job,
-# message; not the Age/Expires clocks). Works without a TTY. Returns when all
+# message; not the Age clock). Works without a TTY. Returns when all
 # samples Succeeded; exits with the manager's log tail on failure or timeout.
 watch_samples() {
 	step "progress: a new table each time something changes (timeout ${TIMEOUT}s)"

@@ -272,11 +272,14 @@ type LockedJobStatus struct {
 	// +optional
 	AcquiredAt *metav1.Time `json:"acquiredAt,omitempty"`
 
-	// renewedAt is the last renewal written to status (writes are rate-bounded; Redis is the authority).
+	// renewedAt is deprecated and no longer written: renewals happen in Redis (the authority) every
+	// spec.lock.renewInterval, and a held lock costs the API server no writes. A failed renewal
+	// shows as a state change (LockLost). Kept so objects written by earlier versions still decode.
 	// +optional
 	RenewedAt *metav1.Time `json:"renewedAt,omitempty"`
 
-	// expiresAt is when the lock expires unless renewed, as of renewedAt.
+	// expiresAt is deprecated and no longer written, for the same reason as renewedAt: a held lock
+	// expires spec.lock.ttl after its last renewal, and the keeper renews it long before.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 
@@ -325,7 +328,8 @@ type LockedJobStatus struct {
 // +kubebuilder:printcolumn:name="Blocked-By",type=string,JSONPath=`.status.blockedBy`
 // +kubebuilder:printcolumn:name="Fence",type=integer,JSONPath=`.status.fencingToken`
 // A string, not a date: kubectl prints a future date as <invalid>.
-// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`,description="When the lease ends unless renewed"
+// +kubebuilder:printcolumn:name="TTL",type=string,JSONPath=`.spec.lock.ttl`,description="Lease length; the operator renews it every renewInterval"
+// +kubebuilder:printcolumn:name="Acquired",type=date,JSONPath=`.status.acquiredAt`,description="When the current holder obtained the lock"
 // +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`
 // +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queuePosition`,priority=10
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.lock.priority`,priority=10

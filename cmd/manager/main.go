@@ -128,7 +128,7 @@ func parseFlags() (options, zap.Options) {
 	flag.StringVar(&o.clusterID, "cluster-id", "", "Name of this cluster in holder names and tokens. Default: the UID of the kube-system namespace.")
 	flag.StringVar(&o.tokenKeyFile, "token-key-file", "", "File holding the HMAC key for lock tokens. Default: the Secret "+tokenSecretName+" in --namespace, created on first start.")
 	flag.StringVar(&o.clusterScopeNamespaces, "cluster-scope-namespaces", "", "Comma-separated namespaces allowed to use spec.lock.scope Cluster; \"*\" allows all.")
-	flag.DurationVar(&o.statusInterval, "status-interval", 30*time.Second, "How often renewedAt/expiresAt are written to a running LockedJob's status.")
+	flag.DurationVar(&o.statusInterval, "status-interval", 0, "Deprecated and ignored: renewals are no longer written to status.")
 	flag.DurationVar(&o.waitBackoffMax, "wait-backoff-max", 15*time.Second, "Longest pause between two lock attempts of a waiting LockedJob (release wake-ups come sooner).")
 	flag.DurationVar(&o.redlockNodeTimeout, "redlock-node-timeout", 50*time.Millisecond, "Per-node timeout of Redlock operations.")
 	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After taking a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not with --redis-cluster).")
@@ -208,6 +208,9 @@ func run(o options) error {
 		return err
 	}
 	setupLog.Info("Starting manager", "namespace", leaseNamespace, "clusterID", identity.ClusterID, "redisNodes", lockClient.Nodes())
+	if o.statusInterval != 0 {
+		setupLog.Info("--status-interval is deprecated and ignored: renewals are no longer written to status")
+	}
 	return mgr.Start(ctx)
 }
 
@@ -228,7 +231,6 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 		Config: controllers.Config{
 			Identity:                id,
 			ClusterScopeNamespaces:  splitList(o.clusterScopeNamespaces),
-			StatusInterval:          o.statusInterval,
 			WaitBackoffMax:          o.waitBackoffMax,
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
 			RedisTimeout:            o.redisTimeout,

@@ -318,7 +318,7 @@ func writeKustomization(d *deployment, img string) error {
 
 	var patch strings.Builder
 	for _, a := range []string{"--cluster-id=e2e", "--key-prefix=" + d.prefix, "--release-channel=" + d.prefix + "released",
-		"--status-interval=1s", "--wait-backoff-max=2s", "--zap-log-level=debug"} {
+		"--wait-backoff-max=2s", "--zap-log-level=debug"} {
 		fmt.Fprintf(&patch, "    - {op: add, path: /spec/template/spec/containers/0/args/-, value: %q}\n", a)
 	}
 	k := fmt.Sprintf(`# Written by the e2e suite (test/e2e/incluster_test.go): make deploy's kustomization, plus the suite's flags.

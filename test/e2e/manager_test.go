@@ -63,7 +63,6 @@ func startManager(o managerOpts) *manager {
 		"--health-probe-bind-address", "0",
 		"--leader-elect=true",
 		"--wait-backoff-max", "2s",
-		"--status-interval", "1s",
 		// 2 cores shared with a whole control plane: a 50ms Redlock node
 		// timeout (the default) would count scheduling hiccups as node failures.
 		"--redlock-node-timeout", "250ms",

@@ -74,7 +74,6 @@ func (o *operator) start() error {
 		// Waiters retry often, so a lease that ends is taken at once: the
 		// contender a Jepsen test wants, and what makes a late stop visible.
 		"--wait-backoff-max", "250ms",
-		"--status-interval", "1s",
 		"--zap-log-level", "debug",
 	}
 	args = append(args, o.redisArgs...)
