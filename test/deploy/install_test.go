@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
@@ -37,7 +39,13 @@ var resources = map[string]schema.GroupVersionResource{
 	"RoleBinding":              {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 	"ClusterRoleBinding":       {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
 	"CustomResourceDefinition": {Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+	"FlowSchema":               {Group: "flowcontrol.apiserver.k8s.io", Version: "v1", Resource: "flowschemas"},
 }
+
+// clusterScoped are the kinds above that live outside namespaces. kustomize's namespace
+// transformer still stamps a namespace on a FlowSchema (the API server drops it).
+var clusterScoped = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true,
+	"CustomResourceDefinition": true, "FlowSchema": true}
 
 const managerDeployment = "lockedjob-controller-manager"
 
@@ -97,7 +105,7 @@ func (c *localCluster) get(ctx context.Context, t *testing.T, o *unstructured.Un
 		t.Fatalf("test does not know where the API serves %s", key(o))
 	}
 	var ri dynamic.ResourceInterface = c.dyn.Resource(gvr)
-	if o.GetNamespace() != "" {
+	if o.GetNamespace() != "" && !clusterScoped[o.GetKind()] {
 		ri = c.dyn.Resource(gvr).Namespace(o.GetNamespace())
 	}
 	live, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
@@ -257,6 +265,7 @@ func TestInstallOnLocalCluster(t *testing.T) {
 		c.checkInstalled(ctx, t, rendered)
 		c.waitAvailable(ctx, t, image)
 		t.Logf("make deploy → Deployment Available (kwok pod) in %s", time.Since(start).Round(time.Millisecond))
+		c.checkLeaseRequestsPrioritised(ctx, t)
 
 		tl.run(t, env, "make", "-s", "-o", "manifests", "undeploy", "IMG="+image)
 		c.waitGone(ctx, t, rendered)
@@ -321,4 +330,39 @@ func (c *localCluster) addFakeRealNode(ctx context.Context, t *testing.T) {
 		pause(ctx, 200*time.Millisecond)
 	}
 	t.Fatalf("kwok gave node %s no InternalIP before the deadline", fakeRealNode)
+}
+
+// checkLeaseRequestsPrioritised asks the API server, as the manager's ServiceAccount, for a Lease in
+// its namespace, and checks from API Priority and Fairness's response header that the request was
+// classified into the built-in leader-election priority level (config/manager/flowschema.yaml), so
+// the manager's own load cannot starve its leader-election renewals.
+func (c *localCluster) checkLeaseRequestsPrioritised(ctx context.Context, t *testing.T) {
+	t.Helper()
+	plc, err := c.cs.FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, "leader-election", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get the leader-election priority level: %v", err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Impersonate.UserName = "system:serviceaccount:" + operatorNS + ":" + managerDeployment
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		cfg.Host+"/apis/coordination.k8s.io/v1/namespaces/"+operatorNS+"/leases/apf-probe", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("get a Lease as the manager: %v", err)
+	}
+	_ = resp.Body.Close()
+	if got := resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID"); got != string(plc.UID) {
+		t.Errorf("the manager's Lease request went to priority level %q (FlowSchema %q), want leader-election (%s); HTTP %d",
+			got, resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID"), plc.UID, resp.StatusCode)
+	}
 }
