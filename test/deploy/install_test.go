@@ -137,8 +137,12 @@ func (c *localCluster) checkInstalled(ctx context.Context, t *testing.T, want []
 }
 
 // waitGone polls until none of objs exists any more.
-func (c *localCluster) waitGone(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured) {
+// Deleting a namespace can take a while on a loaded machine (the namespace controller waits for its
+// pods), so the wait has a deadline of its own rather than what is left of the caller's.
+func (c *localCluster) waitGone(_ context.Context, t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	var left []string
 	for ctx.Err() == nil {
 		left = left[:0]
@@ -152,7 +156,11 @@ func (c *localCluster) waitGone(ctx context.Context, t *testing.T, objs []*unstr
 		}
 		pause(ctx, 200*time.Millisecond)
 	}
-	t.Fatalf("still in the cluster before the deadline: %v", left)
+	ns, err := c.cs.CoreV1().Namespaces().Get(context.Background(), operatorNS, metav1.GetOptions{})
+	if err == nil {
+		t.Fatalf("still in the cluster after 3m: %v; namespace %s: %s %+v", left, operatorNS, ns.Status.Phase, ns.Status.Conditions)
+	}
+	t.Fatalf("still in the cluster after 3m: %v", left)
 }
 
 // waitAvailable polls until the manager Deployment is Available and returns its pod's node.
@@ -295,7 +303,8 @@ func TestInstallOnLocalCluster(t *testing.T) {
 		if node := c.waitAvailable(ctx, t, image); node != fakeRealNode {
 			t.Errorf("the manager's pod runs on %q, want the real node %q", node, fakeRealNode)
 		}
-		tl.run(t, nil, c.kubectl(), "--kubeconfig", c.kubeconfig, "delete", "-f", manifestsFile)
+		// Not kubectl's own wait: waitGone bounds it and says what is left.
+		tl.run(t, nil, c.kubectl(), "--kubeconfig", c.kubeconfig, "delete", "--wait=false", "-f", manifestsFile)
 		c.waitGone(ctx, t, decode(t, manifests))
 	})
 }
