@@ -172,17 +172,27 @@ func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Durat
 	// The acquire script answers with our place in line and the holder's name, so waiting costs one
 	// round trip per pass.
 	var blockedBy string
+	place := "in queue"
 	var qe *redislock.QueuedError
 	if errors.As(notObtained, &qe) {
-		pos := int32(qe.Position)
-		lj.Status.QueuePosition = &pos
 		blockedBy = qe.Holder
+		shown, exact := shownPosition(qe.Position)
+		if exact {
+			pos := int32(shown)
+			lj.Status.QueuePosition = &pos
+			place = fmt.Sprintf("position %d in queue", shown)
+		} else {
+			// Far back, the holder changes with every handoff ahead: naming it would rewrite every
+			// deep waiter's status each time.
+			lj.Status.QueuePosition, blockedBy = nil, ""
+			place = fmt.Sprintf("position >%d in queue", shown)
+		}
 	}
 	r.redisUp(p)
 	r.pending.mark(lj.UID, true)
-	msg := fmt.Sprintf("Waiting for lock %s held by %s (position %d in queue)", lj.Spec.Lock.Name, blockedBy, derefInt32(lj.Status.QueuePosition))
+	msg := fmt.Sprintf("Waiting for lock %s held by %s (%s)", lj.Spec.Lock.Name, blockedBy, place)
 	if blockedBy == "" {
-		msg = fmt.Sprintf("Waiting for lock %s: waiters ahead in queue (position %d)", lj.Spec.Lock.Name, derefInt32(lj.Status.QueuePosition))
+		msg = fmt.Sprintf("Waiting for lock %s: waiters ahead (%s)", lj.Spec.Lock.Name, place)
 	}
 	if lj.Status.Phase != batchv1alpha1.PhaseWaiting {
 		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonWaiting, "Wait", "%s", msg)
@@ -197,6 +207,31 @@ func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Durat
 		next = min(next, max(t.Duration-waited, time.Millisecond))
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// exactPositions is how far back a waiter's queue position is shown exactly.
+const exactPositions = 10
+
+// shownPosition is a queue position as status shows it: exact near the head, where it tells the
+// user what comes next; further back only the bucket it is in (more than 10, 20, 50, 100, 200,
+// 500, ...), so a waiter deep in a long queue rewrites its status O(log depth) times over its wait
+// instead of once per holder ahead of it. exact is false for a bucket's lower bound.
+func shownPosition(position int) (shown int, exact bool) {
+	if position <= exactPositions {
+		return position, true
+	}
+	// Bucket bounds run 10, 20, 50, 100, 200, 500, ...: twice, two and a half times, twice the last.
+	bound := exactPositions
+	for i := 0; ; i++ {
+		next := bound * 2
+		if i%3 == 1 {
+			next = bound * 5 / 2
+		}
+		if position <= next {
+			return bound, false
+		}
+		bound = next
+	}
 }
 
 // waitBackoff grows with the time waited, so long waits cost little, and is jittered so waiters

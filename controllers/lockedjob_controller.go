@@ -366,6 +366,12 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	}); err != nil {
 		return fmt.Errorf("index %s: %w", indexLockKey, err)
 	}
+	// A waiter's queue member is its holder name, derived from the object, not read from status.
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &batchv1alpha1.LockedJob{}, indexQueueMember, func(o client.Object) []string {
+		return []string{r.Config.Identity.Holder(o.(*batchv1alpha1.LockedJob))}
+	}); err != nil {
+		return fmt.Errorf("index %s: %w", indexQueueMember, err)
+	}
 	waker := &releaseWaker{redis: r.Locks.Redis(), reader: mgr.GetClient(), events: make(chan event.GenericEvent, 256)}
 	if err := mgr.Add(waker); err != nil {
 		return err

@@ -218,6 +218,37 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(eventReasons(second)).To(ContainElements(batchv1alpha1.ReasonWaiting, batchv1alpha1.ReasonAcquired))
 	})
 
+	It("shows exact places near the head only, and wakes only the waiter a release hands the lock to", func() {
+		holder := waitPhase(create(newLockedJob(ns, "holder", "deep")), batchv1alpha1.PhaseRunning)
+		var waiters []*batchv1alpha1.LockedJob
+		for i := 1; i <= 12; i++ {
+			waiters = append(waiters, waitPhase(create(newLockedJob(ns, fmt.Sprintf("w%02d", i), "deep")), batchv1alpha1.PhaseWaiting))
+		}
+		Expect(waiters[1].Status.QueuePosition).To(Equal(ptrTo(int32(2))))
+		Expect(waiters[1].Status.BlockedBy).To(Equal(holder.Status.Holder))
+		deep := waiters[11]
+		Expect(deep.Status.QueuePosition).To(BeNil(), "place 12 is past the exact range")
+		Expect(deep.Status.BlockedBy).To(BeEmpty())
+		Expect(deep.Status.Message).To(ContainSubstring("position >10 in queue"))
+
+		// Waiters re-check only every 30s in this suite: the head runs within a second because the
+		// release woke it, and nobody behind it was woken to rewrite its place.
+		versions := map[string]string{}
+		for _, w := range waiters[1:] {
+			versions[w.Name] = fetch(w).ResourceVersion
+		}
+		finishJob(holder, true)
+		Eventually(func() batchv1alpha1.LockedJobPhase { return fetch(waiters[0]).Status.Phase }).
+			WithTimeout(time.Second).WithPolling(10 * time.Millisecond).Should(Equal(batchv1alpha1.PhaseRunning))
+		Consistently(func() map[string]string {
+			now := map[string]string{}
+			for _, w := range waiters[1:] {
+				now[w.Name] = fetch(w).ResourceVersion
+			}
+			return now
+		}).WithTimeout(2 * time.Second).Should(Equal(versions))
+	})
+
 	It("serves waiters by priority, then age", func() {
 		holder := create(newLockedJob(ns, "holder", "queue"))
 		held := waitPhase(holder, batchv1alpha1.PhaseRunning)

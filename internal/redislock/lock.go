@@ -693,15 +693,23 @@ func (c *Client) Inspect(ctx context.Context, key string) (State, error) {
 	return st, nil
 }
 
-// SubscribeReleases delivers the Redis key of every lock released through a client configured with
+// Released is one announcement of the release channel: a lock was freed, and, when its release
+// handed it to the head of its queue, the queue member it went to. Anyone who can publish on the
+// channel can announce anything: act on it only by asking Redis.
+type Released struct {
+	Key      string // the lock's Redis key
+	HandedTo string // the queue member the release handed the lock to; "" when it was simply freed
+}
+
+// SubscribeReleases delivers every release of a lock through a client configured with
 // WithReleaseNotifications(channel). The channel closes when ctx ends. Messages can be lost (Redis
 // pub/sub has no delivery guarantee) and expiries are not announced: use it to act sooner, never
 // as the only way to notice a free lock.
-func (c *Client) SubscribeReleases(ctx context.Context) (<-chan string, error) {
+func (c *Client) SubscribeReleases(ctx context.Context) (<-chan Released, error) {
 	if c.notify == "" {
 		return nil, invalidf("SubscribeReleases needs a client built WithReleaseNotifications")
 	}
-	out := make(chan string, 64)
+	out := make(chan Released, 64)
 	var subs []*redis.PubSub
 	for i, n := range c.nodes {
 		ps := n.Subscribe(ctx, c.notify)
@@ -731,8 +739,9 @@ func (c *Client) SubscribeReleases(ctx context.Context) (<-chan string, error) {
 					if !ok {
 						return
 					}
+					r := parseRelease(m.Payload)
 					select {
-					case out <- parseRelease(m.Payload).key:
+					case out <- Released{Key: r.key, HandedTo: r.member}:
 					case <-ctx.Done():
 						return
 					}

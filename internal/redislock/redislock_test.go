@@ -375,14 +375,47 @@ func TestReleaseNotifications(t *testing.T) {
 	}
 	select {
 	case got := <-releases:
-		if got != l.RedisKey() {
-			t.Fatalf("notified %q, want %q", got, l.RedisKey())
+		if got != (Released{Key: l.RedisKey()}) {
+			t.Fatalf("notified %+v, want the key %q handed to nobody", got, l.RedisKey())
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no release notification")
 	}
 	cancel()
 	for range releases {
+	}
+}
+
+// A release that hands the lock to the head of its queue names the member it went to, so a
+// subscriber can wake that waiter alone.
+func TestReleaseNotificationNamesTheWaiterHandedTo(t *testing.T) {
+	c, _, _ := single(t, WithReleaseNotifications("lockedjob:released"))
+	key := uniqueKey(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	releases, err := c.SubscribeReleases(ctx)
+	if err != nil {
+		t.Fatalf("SubscribeReleases: %v", err)
+	}
+	holder, err := c.Obtain(ctx, key, time.Minute, WithQueue("holder", 1, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"first", "second"} {
+		if _, err := c.Obtain(ctx, key, time.Minute, WithQueue(w, 2, time.Minute)); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("waiter %s: got %v, want ErrNotObtained", w, err)
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-releases:
+		if got != (Released{Key: holder.RedisKey(), HandedTo: "first"}) {
+			t.Fatalf("notified %+v, want the key handed to the head, first", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no release notification")
 	}
 }
 

@@ -1,0 +1,84 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+)
+
+// A release that handed the lock to a waiter wakes that waiter alone; a plain release wakes every
+// waiter of the lock. Waking them all on every handoff cost a queue of D waiters D Redis calls and
+// up to D status writes per release (issue 13).
+func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
+	id := Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
+	const key = "lockedjob:{ns/c/ns/db}"
+	var objs []client.Object
+	for _, name := range []string{"head", "second", "third"} {
+		lj := unitLockedJob(name, types.UID("uid-"+name))
+		lj.Status.Phase, lj.Status.LockKey = batchv1alpha1.PhaseWaiting, key
+		objs = append(objs, lj)
+	}
+	api := fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).WithObjects(objs...).
+		WithIndex(&batchv1alpha1.LockedJob{}, indexLockKey, func(o client.Object) []string {
+			return []string{o.(*batchv1alpha1.LockedJob).Status.LockKey}
+		}).
+		WithIndex(&batchv1alpha1.LockedJob{}, indexQueueMember, func(o client.Object) []string {
+			return []string{id.Holder(o.(*batchv1alpha1.LockedJob))}
+		}).Build()
+	w := &releaseWaker{reader: api, events: make(chan event.GenericEvent, 8)}
+	woken := func() []string {
+		var names []string
+		for len(w.events) > 0 {
+			names = append(names, (<-w.events).Object.GetName())
+		}
+		return names
+	}
+	ctx := context.Background()
+
+	w.wake(ctx, redislock.Released{Key: key, HandedTo: id.Holder(objs[0].(*batchv1alpha1.LockedJob))})
+	if got := woken(); len(got) != 1 || got[0] != "head" {
+		t.Fatalf("a handoff to head woke %v, want [head]", got)
+	}
+	w.wake(ctx, redislock.Released{Key: key, HandedTo: "other-cluster/ns/x/123"})
+	if got := woken(); len(got) != 0 {
+		t.Fatalf("a handoff to another cluster's waiter woke %v, want nobody", got)
+	}
+	w.wake(ctx, redislock.Released{Key: key})
+	if got := woken(); len(got) != 3 {
+		t.Fatalf("a plain release woke %v, want all three waiters", got)
+	}
+}
+
+func TestShownPosition(t *testing.T) {
+	for _, c := range []struct {
+		position, shown int
+		exact           bool
+	}{
+		{1, 1, true}, {10, 10, true}, {11, 10, false}, {20, 10, false}, {21, 20, false}, {50, 20, false},
+		{51, 50, false}, {100, 50, false}, {101, 100, false}, {999, 500, false}, {1001, 1000, false}, {2001, 2000, false},
+	} {
+		shown, exact := shownPosition(c.position)
+		if shown != c.shown || exact != c.exact {
+			t.Errorf("shownPosition(%d) = %d, %v; want %d, %v", c.position, shown, exact, c.shown, c.exact)
+		}
+	}
+	// A waiter walking from the back of a queue of 1,000 to its head sees its status change a
+	// bounded number of times, not 1,000.
+	changes, last := 0, -1
+	for p := 1000; p >= 1; p-- {
+		if shown, _ := shownPosition(p); shown != last {
+			changes, last = changes+1, shown
+		}
+	}
+	if changes > 20 {
+		t.Fatalf("%d shown positions over a queue of 1,000, want at most 20", changes)
+	}
+}
