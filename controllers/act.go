@@ -89,8 +89,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	}
 	p.obs.holding = lock
 	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.key, "fencingToken", lock.Fence())
-	r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonAcquired, "Acquire",
-		"Acquired lock %s with fencing token %d after waiting %s", lj.Spec.Lock.Name, lock.Fence(), waited.Round(time.Millisecond))
+	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d after waiting %s", lj.Spec.Lock.Name, lock.Fence(), waited.Round(time.Millisecond))
 	lj.Status.AcquiredAt = &metav1.Time{Time: lock.GrantedAt()}
 	return ctrl.Result{}, true, nil
 }
@@ -352,14 +351,18 @@ func (r *LockedJobReconciler) createJob(ctx context.Context, p *pass) (ctrl.Resu
 		job = existing
 	case isRefusal(err):
 		r.failJobInvalid(p, err)
-		if err := r.release(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+		if err := r.releaseAndTell(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
 			return ctrl.Result{}, false, err
 		}
 		return ctrl.Result{}, false, nil
 	case err != nil:
 		return ctrl.Result{}, false, fmt.Errorf("create job %s: %w", job.Name, err)
 	default:
-		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonJobCreated, "CreateJob", "Created Job %s with fencing token %d", job.Name, lock.Fence())
+		msg := fmt.Sprintf("Created Job %s with fencing token %d", job.Name, lock.Fence())
+		if p.acquired != "" {
+			msg = fmt.Sprintf("%s; created Job %s", p.acquired, job.Name)
+		}
+		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonJobCreated, "CreateJob", "%s", msg)
 	}
 	lj.Status.JobUID = job.UID
 	p.obs.job, p.obs.jobCreated = job, true
@@ -425,23 +428,35 @@ func (r *LockedJobReconciler) finish(ctx context.Context, p *pass) error {
 	if p.obs.job != nil {
 		ok, msg = jobOutcome(p.obs.job)
 	}
+	// One Event tells the end and the release, which always come together.
+	told := fmt.Sprintf("%s; released lock %s (fencing token %d)", msg, lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken))
 	if ok {
 		lj.Status.Phase = batchv1alpha1.PhaseSucceeded
 		setCondition(lj, batchv1alpha1.ConditionComplete, metav1.ConditionTrue, batchv1alpha1.ReasonJobComplete, msg)
-		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonJobComplete, "Finish", "%s", msg)
+		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonJobComplete, "Finish", "%s", told)
 	} else {
 		lj.Status.Phase = batchv1alpha1.PhaseFailed
 		setCondition(lj, batchv1alpha1.ConditionFailed, metav1.ConditionTrue, batchv1alpha1.ReasonJobFailed, msg)
-		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonJobFailed, "Finish", "%s", msg)
+		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonJobFailed, "Finish", "%s", told)
 	}
 	lj.Status.Message = msg + "; lock released"
 	setCondition(lj, batchv1alpha1.ConditionJobRunning, metav1.ConditionFalse, reasonOf(ok), msg)
 	return nil
 }
 
+// releaseAndTell releases (see release) and says so in a Released Event.
+func (r *LockedJobReconciler) releaseAndTell(ctx context.Context, p *pass) error {
+	if err := r.release(ctx, p); err != nil {
+		return err
+	}
+	r.event(p.lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReleased, "Release", "Released lock %s (fencing token %d)",
+		p.lj.Spec.Lock.Name, derefInt64(p.lj.Status.FencingToken))
+	return nil
+}
+
 // release gives the lock back by compare-and-delete with this LockedJob's token (which works
 // without a *Lock, after a restart) and records it. It returns ErrNotHeld when the lock was not ours;
-// a lock someone else holds is left alone.
+// a lock someone else holds is left alone. The caller tells it: finish in its own Event.
 func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	lj := p.lj
 	lock := r.Locks.Untrack(lj.UID)
@@ -463,7 +478,6 @@ func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	r.Locks.MarkReleased(lj)
 	p.obs.released, p.obs.holding = true, nil
 	ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.key)
-	r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReleased, "Release", "Released lock %s (fencing token %d)", lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken))
 	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonReleased, "Lock released")
 	lj.Status.BlockedBy, lj.Status.QueuePosition = "", nil
 	return nil
@@ -484,7 +498,7 @@ func (r *LockedJobReconciler) releaseAfterEnd(ctx context.Context, p *pass) (ctr
 	if wait, err := r.waitForPods(ctx, p); err != nil || wait {
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
-	err := r.release(ctx, p)
+	err := r.releaseAndTell(ctx, p)
 	switch {
 	case errors.Is(err, redislock.ErrNotHeld):
 		// Expired or taken meanwhile: nothing is ours to release, and status must stop saying so.
@@ -563,7 +577,7 @@ func (r *LockedJobReconciler) jobGone(ctx context.Context, p *pass) (ctrl.Result
 	if wait, err := r.waitForPods(ctx, p); err != nil || wait {
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
-	if err := r.release(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+	if err := r.releaseAndTell(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
 		return ctrl.Result{}, err
 	}
 	msg := fmt.Sprintf("Job %s was deleted before it finished; it is not created again", lj.Status.JobName)
@@ -625,7 +639,7 @@ func (r *LockedJobReconciler) deleteRelease(ctx context.Context, p *pass) (ctrl.
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
 	if mayHoldOrWait(p.obs) {
-		if err := r.release(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+		if err := r.releaseAndTell(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
 			return ctrl.Result{}, err
 		}
 		if err := r.dequeue(ctx, p); err != nil {

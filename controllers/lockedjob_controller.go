@@ -119,6 +119,9 @@ type pass struct {
 	before *batchv1alpha1.LockedJob // what the API server has: base of the status patch
 	key    string                   // the lock's name in the lock library
 	obs    observation
+	// acquired tells the acquisition made by this pass; the JobCreated Event that follows in the
+	// same pass carries it, so one Event tells both (they always come together).
+	acquired string
 }
 
 // +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=lockedjobs,verbs=get;list;watch;update;patch

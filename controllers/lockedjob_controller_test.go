@@ -189,8 +189,12 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(condition(done, batchv1alpha1.ConditionLockAcquired).Reason).To(Equal(batchv1alpha1.ReasonReleased))
 		Expect(rdb.Exists(ctx, got.Status.LockKey).Val()).To(BeZero())
 		Expect(jobsIn(ns)).To(HaveLen(1))
-		Eventually(func() []string { return eventReasons(lj) }).Should(ContainElements(
-			batchv1alpha1.ReasonAcquired, batchv1alpha1.ReasonJobCreated, batchv1alpha1.ReasonJobComplete, batchv1alpha1.ReasonReleased))
+		// Two Events tell the story: the acquisition with the Job it created, the end with the release.
+		Eventually(func() []string { return eventReasons(lj) }).Should(ConsistOf(
+			batchv1alpha1.ReasonJobCreated, batchv1alpha1.ReasonJobComplete))
+		Expect(eventNotes(lj)).To(ContainElements(
+			MatchRegexp(`^JobCreated: Acquired lock db with fencing token %d after waiting .*; created Job %s$`, fence, got.Status.JobName),
+			MatchRegexp(`^JobComplete: .*; released lock db \(fencing token %d\)$`, fence)))
 	})
 
 	It("makes a second LockedJob wait, shows who blocks it, and hands over at once on release", func() {
@@ -215,7 +219,7 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(*after.Status.FencingToken).To(BeNumerically(">", *running.Status.FencingToken))
 		Expect(after.Status.BlockedBy).To(BeEmpty())
 		Expect(after.Status.QueuePosition).To(BeNil())
-		Expect(eventReasons(second)).To(ContainElements(batchv1alpha1.ReasonWaiting, batchv1alpha1.ReasonAcquired))
+		Expect(eventReasons(second)).To(ContainElements(batchv1alpha1.ReasonWaiting, batchv1alpha1.ReasonJobCreated))
 	})
 
 	It("shows exact places near the head only, and wakes only the waiter a release hands the lock to", func() {
@@ -504,6 +508,20 @@ var _ = Describe("LockedJob controller", func() {
 })
 
 // eventReasons lists the reasons of the Events about lj.
+// eventNotes are the LockedJob's Events as "reason: note".
+func eventNotes(lj *batchv1alpha1.LockedJob) []string {
+	GinkgoHelper()
+	var list eventsv1.EventList
+	Expect(k8sClient.List(ctx, &list, client.InNamespace(lj.Namespace))).To(Succeed())
+	var notes []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == lj.Name && e.Regarding.Kind == "LockedJob" {
+			notes = append(notes, e.Reason+": "+e.Note)
+		}
+	}
+	return notes
+}
+
 func eventReasons(lj *batchv1alpha1.LockedJob) []string {
 	GinkgoHelper()
 	var list eventsv1.EventList

@@ -41,7 +41,7 @@ var _ = Describe("Five LockedJobs on one lock", Ordered, func() {
 			Expect(condition(lj, batchv1alpha1.ConditionLockAcquired)).To(HaveField("Reason", batchv1alpha1.ReasonReleased))
 			Expect(lj.Status.ReleasedAt).NotTo(BeNil())
 			s.expectFenceEverywhere(lj)
-			s.eventuallyEvents(n, batchv1alpha1.ReasonAcquired, batchv1alpha1.ReasonJobCreated, batchv1alpha1.ReasonJobComplete, batchv1alpha1.ReasonReleased)
+			s.eventuallyEvents(n, batchv1alpha1.ReasonJobCreated, batchv1alpha1.ReasonJobComplete)
 		}
 
 		// Runs in the order the watch saw the Jobs created.
@@ -421,8 +421,8 @@ var _ = Describe("Redlock with three nodes", Ordered, func() {
 		firstJob := s.seenFinished(first.Status.JobName)
 		secondJob := s.seenFinished(second.Status.JobName)
 		Expect(secondJob.Added).To(BeTemporally(">=", firstJob.Complete))
-		s.eventuallyEvents("first", batchv1alpha1.ReasonReleased)
-		s.eventuallyEvents("second", batchv1alpha1.ReasonAcquired, batchv1alpha1.ReasonReleased)
+		s.eventuallyEvents("first", batchv1alpha1.ReasonJobComplete)
+		s.eventuallyEvents("second", batchv1alpha1.ReasonJobCreated, batchv1alpha1.ReasonJobComplete)
 		s.expectRedisClean(ctx) // on the two live nodes
 	}, SpecTimeout(3*time.Minute))
 
@@ -479,7 +479,7 @@ var _ = Describe("A failing Job", Ordered, func() {
 		Expect(condition(failing, batchv1alpha1.ConditionComplete)).To(BeNil())
 		Expect(condition(failing, batchv1alpha1.ConditionReady)).To(HaveField("Status", metav1.ConditionFalse))
 		Expect(condition(failing, batchv1alpha1.ConditionLockAcquired)).To(HaveField("Reason", batchv1alpha1.ReasonReleased))
-		s.eventuallyEvents("failing", batchv1alpha1.ReasonAcquired, batchv1alpha1.ReasonJobFailed, batchv1alpha1.ReasonReleased)
+		s.eventuallyEvents("failing", batchv1alpha1.ReasonJobCreated, batchv1alpha1.ReasonJobFailed)
 		fJob := s.seenFinished(failing.Status.JobName)
 		Expect(fJob.Failed).NotTo(BeZero(), "Job %s not seen Failed", fJob.Name)
 		pods := s.podsOfJob(failing.Status.JobName)
