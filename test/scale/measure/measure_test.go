@@ -151,22 +151,24 @@ func TestTableArithmetic(t *testing.T) {
 			OperatorCPU:  3 * time.Second,
 			APIServerCPU: 14 * time.Second,
 		},
-		Gaps:   []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond},
-		Delete: &Phase{Wall: 4 * time.Second, Usage: Usage{API: Requests{{"DELETE", "lockedjobs", ""}: 100, {"PATCH", "lockedjobs", ""}: 100}}},
+		Gaps:     []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond},
+		Versions: []int{3, 4, 11},
+		Delete:   &Phase{Wall: 4 * time.Second, Usage: Usage{API: Requests{{"DELETE", "lockedjobs", ""}: 100, {"PATCH", "lockedjobs", ""}: 100}}},
 		Window: &Window{Length: 10 * time.Second, Usage: Usage{API: Requests{{"PATCH", "lockedjobs", "status"}: 25},
 			OperatorCPU: 500 * time.Millisecond}},
 	}
 	table := Table([]Result{plain, locked})
 	for label, want := range map[string][]string{
-		"× plain Jobs":                      {"1.00×", "2.50×"},
-		"API writes / object (all clients)": {"2.00", "7.40"},
-		"of which lockedjobs/status PATCH":  {"0.00", "3.50"},
-		"Redis calls / object (scripts)":    {"0.00 (0.00)", "10.00 (9.00)"}, // INFO left out
-		"kube-apiserver CPU / object":       {"0.0 ms", "140 ms"},
-		"handoff gap p50 / p90 / p99 (n)":   {"—", "20 ms / 30 ms / 30 ms (3)"},
-		"delete all: API writes / object":   {"—", "2.00"},
-		"lockedjobs/status PATCH / s":       {"—", "2.50"},
-		"operator CPU % of a core":          {"—", "5.00 %"},
+		"× plain Jobs":                        {"1.00×", "2.50×"},
+		"API writes / object (all clients)":   {"2.00", "7.40"},
+		"of which lockedjobs/status PATCH":    {"0.00", "3.50"},
+		"Redis calls / object (scripts)":      {"0.00 (0.00)", "10.00 (9.00)"}, // INFO left out
+		"kube-apiserver CPU / object":         {"0.0 ms", "140 ms"},
+		"LockedJob versions seen: mean / max": {"—", "6.00 / 11"},
+		"handoff gap p50 / p90 / p99 (n)":     {"—", "20 ms / 30 ms / 30 ms (3)"},
+		"delete all: API writes / object":     {"—", "2.00"},
+		"lockedjobs/status PATCH / s":         {"—", "2.50"},
+		"operator CPU % of a core":            {"—", "5.00 %"},
 	} {
 		if got := cellsOf(table, label); !slices.Equal(got, want) {
 			t.Errorf("row %q = %q, want %q\n%s", label, got, want, table)

@@ -21,6 +21,9 @@ type Result struct {
 	Usage      // from the first create to the goal
 	Gaps       []time.Duration
 	Violations []string
+	// Versions counts, per LockedJob, the versions its watch saw (creation, metadata and
+	// status writes): the spread shows writes that grow with a queue's depth.
+	Versions []int
 
 	Delete *Phase  // deleting every object until nothing is left
 	Window *Window // steady state after the goal
@@ -118,6 +121,17 @@ var rows = []row{
 	{"API writes / object (all clients)", writes(nil)},
 	{"  lockedjobs (+status) / object", writes(isLocked)},
 	{"  of which lockedjobs/status PATCH", writes(isStatusPatch)},
+	{"  LockedJob versions seen: mean / max", func(r Result, _ *Result) string {
+		if len(r.Versions) == 0 {
+			return "—"
+		}
+		sum, most := 0, 0
+		for _, v := range r.Versions {
+			sum += v
+			most = max(most, v)
+		}
+		return fmt.Sprintf("%.2f / %d", float64(sum)/float64(len(r.Versions)), most)
+	}},
 	{"  events / object", writes(isEvent)},
 	{"  jobs (+status) / object", writes(isJob)},
 	{"  pods (+status, binding) / object", writes(isPod)},
