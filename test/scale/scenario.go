@@ -254,7 +254,7 @@ func (b *bench) deleteAll(ctx context.Context, op *operator, s scenario, ns stri
 		return nil, fmt.Errorf("delete %s objects: %w", s.name, err)
 	}
 	lists := []client.ObjectList{&batchv1alpha1.LockedJobList{}, &batchv1.JobList{}, &corev1.PodList{}}
-	err = poll(ctx, b.timeout, 250*time.Millisecond, func() (bool, error) {
+	err = poll(ctx, b.timeout, 500*time.Millisecond, func() (bool, error) {
 		for _, l := range lists {
 			if err := b.k8s.List(ctx, l, client.InNamespace(ns), client.Limit(1)); err != nil {
 				return false, fmt.Errorf("list %T: %w", l, err)
