@@ -62,6 +62,7 @@ type options struct {
 	portBase     int
 	work         string
 	timeout      time.Duration
+	pauseWhile   string
 }
 
 func parseFlags() options {
@@ -81,6 +82,7 @@ func parseFlags() options {
 	flag.IntVar(&o.portBase, "port-base", 35440, "Preferred first port of the cluster's block (another free block is taken if it is busy).")
 	flag.StringVar(&o.work, "work", "/tmp/sc-work", "Folder for the cluster, the operator binary and logs (emptied first).")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "Longest wait for one scenario's goal or deletion.")
+	flag.StringVar(&o.pauseWhile, "pause-while", "", "Before the cluster starts and before each scenario, wait while a process whose command line holds this text runs (e.g. another heavy job on a shared machine).")
 	flag.Parse()
 	if o.kcmQPS > 0 && o.kcmBurst == 0 {
 		o.kcmBurst = 2 * o.kcmQPS
@@ -140,6 +142,9 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}
 
+	if err := waitQuiet(ctx, o.pauseWhile); err != nil {
+		return err
+	}
 	stopCluster, err := b.startCluster(o)
 	if err != nil {
 		return err
@@ -164,6 +169,9 @@ func run(ctx context.Context, o options) (err error) {
 	fmt.Print(header)
 	var results []measure.Result
 	for _, s := range scenarios {
+		if err := waitQuiet(ctx, o.pauseWhile); err != nil {
+			return err
+		}
 		log.Printf("scenario %s: %d objects, %d locks", s.name, s.objects, s.locks)
 		res, err := b.runScenario(ctx, s)
 		if err != nil {
@@ -411,3 +419,40 @@ func lastLine(s string) string {
 }
 
 func tail(path string) string { return utils.TailFile(path, 30) }
+
+// waitQuiet waits while another process whose command line holds text runs, so a scenario
+// does not share the cores with it. Processes that carry -pause-while themselves (this one, go
+// run) do not count.
+func waitQuiet(ctx context.Context, text string) error {
+	if text == "" {
+		return nil
+	}
+	logged := false
+	return poll(ctx, 24*time.Hour, 5*time.Second, func() (bool, error) {
+		pid, found := findProcess(text)
+		if found && !logged {
+			log.Printf("pausing while pid %d (%q) runs", pid, text)
+			logged = true
+		}
+		return !found, nil
+	})
+}
+
+func findProcess(text string) (int, bool) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmdline, text) && !strings.Contains(cmdline, "-pause-while") {
+			return pid, true
+		}
+	}
+	return 0, false
+}
