@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -272,7 +273,10 @@ func poll(ctx context.Context, timeout, interval time.Duration, cond func() (boo
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("gave up after %s: %w", timeout, ctx.Err())
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("gave up after %s", timeout)
+			}
+			return fmt.Errorf("interrupted: %w", ctx.Err())
 		case <-t.C:
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
@@ -34,6 +35,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
@@ -106,6 +109,8 @@ type bench struct {
 
 func main() {
 	log.SetFlags(log.Ltime)
+	// The benchmark's clients log nothing worth reading; controller-runtime complains without one.
+	ctrllog.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	log.SetOutput(os.Stderr)
 	o := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -374,6 +379,9 @@ func describeRun(o options, src, bin string) string {
 func printDetails(r measure.Result) {
 	fmt.Printf("\n## %s: %d objects, %d locks, %d done, %d failed, wall %s\n", r.Scenario, r.Objects, r.Locks, r.Done, r.Failed,
 		r.Wall.Round(time.Millisecond))
+	if r.Noise != "" {
+		fmt.Println("NOISE: " + r.Noise)
+	}
 	fmt.Println("API writes (first create to goal):")
 	for _, l := range r.API.WriteLines() {
 		fmt.Println("  " + l)
@@ -429,7 +437,7 @@ func waitQuiet(ctx context.Context, text string) error {
 	}
 	logged := false
 	return poll(ctx, 24*time.Hour, 5*time.Second, func() (bool, error) {
-		pid, found := findProcess(text)
+		pid, found := findProcess(text, os.Getpid())
 		if found && !logged {
 			log.Printf("pausing while pid %d (%q) runs", pid, text)
 			logged = true
@@ -438,11 +446,15 @@ func waitQuiet(ctx context.Context, text string) error {
 	})
 }
 
-func findProcess(text string) (int, bool) {
+// findProcess returns a process other than self whose command line holds text.
+func findProcess(text string, self int) (int, bool) {
+	if text == "" {
+		return 0, false
+	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || pid == self {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -161,6 +162,10 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 		if op.exited() {
 			return false, fmt.Errorf("operator exited: %v\n%s", op.waitErr, tail(op.logPath))
 		}
+		if pid, found := findProcess(b.opts.pauseWhile, os.Getpid()); found && res.Noise == "" {
+			res.Noise = fmt.Sprintf("pid %d (%s) ran meanwhile", pid, b.opts.pauseWhile)
+			log.Printf("%s: %s: the numbers of this scenario are noisy", s.name, res.Noise)
+		}
 		done, failed, _ := reached()
 		if time.Since(lastLog) >= 15*time.Second {
 			log.Printf("%s: %d/%d %s, %d failed, %s", s.name, done, s.objects, s.goal, failed, time.Since(start).Round(time.Second))
@@ -193,7 +198,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 		if err != nil {
 			return res, fmt.Errorf("%s: waiting for every pod to be ready: %w", s.name, err)
 		}
-		if res.Window, err = b.measureWindow(ctx, op, s.window); err != nil {
+		if res.Window, err = b.measureWindow(ctx, op, s.window, &res.Noise); err != nil {
 			return res, err
 		}
 	}
@@ -217,17 +222,29 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 
 // measureWindow measures a fixed stretch of steady state. Waiting out the window is the
 // measurement itself, not a synchronisation.
-func (b *bench) measureWindow(ctx context.Context, op *operator, length time.Duration) (*measure.Window, error) {
+func (b *bench) measureWindow(ctx context.Context, op *operator, length time.Duration, noise *string) (*measure.Window, error) {
 	before, err := b.probes.snapshot(ctx, op)
 	if err != nil {
 		return nil, err
 	}
 	_ = op.takeMaxRSS()
 	start := time.Now()
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(length):
+	end := time.After(length)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-end:
+			break wait
+		case <-tick.C:
+			if pid, found := findProcess(b.opts.pauseWhile, os.Getpid()); found && *noise == "" {
+				*noise = fmt.Sprintf("pid %d (%s) ran during the steady window", pid, b.opts.pauseWhile)
+				log.Printf("%s: the steady window is noisy", *noise)
+			}
+		}
 	}
 	after, err := b.probes.snapshot(ctx, op)
 	if err != nil {

@@ -25,6 +25,9 @@ type Result struct {
 	// status writes): the spread shows writes that grow with a queue's depth.
 	Versions []int
 
+	// Noise names another heavy job seen running while the scenario ran ("" if none).
+	Noise string
+
 	Delete *Phase  // deleting every object until nothing is left
 	Window *Window // steady state after the goal
 }
@@ -103,6 +106,12 @@ var rows = []row{
 			return fmt.Sprintf("%d (plain Jobs)", r.Objects)
 		}
 		return fmt.Sprintf("%d (%d)", r.Objects, r.Locks)
+	}},
+	{"machine shared with another job", func(r Result, _ *Result) string {
+		if r.Noise == "" {
+			return "no"
+		}
+		return "yes"
 	}},
 	{"done / failed", func(r Result, _ *Result) string { return fmt.Sprintf("%d / %d", r.Done, r.Failed) }},
 	{"wall: first create to all at goal", func(r Result, _ *Result) string { return seconds(r.Wall) + " (" + r.Goal + ")" }},
