@@ -19,13 +19,20 @@ type RequestKey struct {
 	Verb        string
 	Resource    string
 	Subresource string
+	// DryRun marks requests with ?dryRun: validated and admitted, never stored. The operator
+	// dry-runs every Job before it takes the lock for it.
+	DryRun bool
 }
 
 func (k RequestKey) String() string {
-	if k.Subresource == "" {
-		return k.Verb + " " + k.Resource
+	s := k.Verb + " " + k.Resource
+	if k.Subresource != "" {
+		s += "/" + k.Subresource
 	}
-	return k.Verb + " " + k.Resource + "/" + k.Subresource
+	if k.DryRun {
+		s += " (dry run)"
+	}
+	return s
 }
 
 // Requests counts API requests by verb and resource.
@@ -63,7 +70,9 @@ func ParseRequests(text string) (Requests, error) {
 		if err != nil {
 			return nil, fmt.Errorf("metric line %q: value: %w", line, err)
 		}
-		out[RequestKey{Verb: labels["verb"], Resource: labels["resource"], Subresource: labels["subresource"]}] += v
+		key := RequestKey{Verb: labels["verb"], Resource: labels["resource"], Subresource: labels["subresource"],
+			DryRun: labels["dry_run"] != ""}
+		out[key] += v
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read metrics: %w", err)
@@ -113,18 +122,30 @@ func (r Requests) Sub(before Requests) Requests {
 	return out
 }
 
-// Writes sums the write requests; match, if not nil, narrows them.
+// Writes sums the write requests that were stored (not dry runs); match, if not nil, narrows
+// them.
 func (r Requests) Writes(match func(RequestKey) bool) float64 {
 	var sum float64
 	for k, v := range r {
-		if IsWrite(k.Verb) && (match == nil || match(k)) {
+		if IsWrite(k.Verb) && !k.DryRun && (match == nil || match(k)) {
 			sum += v
 		}
 	}
 	return sum
 }
 
-// Count returns one series' value.
+// DryRuns sums the dry-run requests.
+func (r Requests) DryRuns() float64 {
+	var sum float64
+	for k, v := range r {
+		if k.DryRun {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// Count returns one stored series' value.
 func (r Requests) Count(verb, resource, subresource string) float64 {
 	return r[RequestKey{Verb: verb, Resource: resource, Subresource: subresource}]
 }
@@ -133,7 +154,7 @@ func (r Requests) Count(verb, resource, subresource string) float64 {
 func (r Requests) WriteLines() []string {
 	keys := make([]RequestKey, 0, len(r))
 	for k := range r {
-		if IsWrite(k.Verb) {
+		if IsWrite(k.Verb) || k.DryRun {
 			keys = append(keys, k)
 		}
 	}
@@ -148,7 +169,7 @@ func (r Requests) WriteLines() []string {
 	})
 	out := make([]string, len(keys))
 	for i, k := range keys {
-		out[i] = fmt.Sprintf("%-32s %8.0f", k, r[k])
+		out[i] = fmt.Sprintf("%-42s %8.0f", k, r[k])
 	}
 	return out
 }

@@ -13,6 +13,7 @@ apiserver_request_total{code="201",component="apiserver",dry_run="",group="batch
 apiserver_request_total{code="409",component="apiserver",dry_run="",group="batch",resource="jobs",scope="resource",subresource="",verb="POST",version="v1"} 2
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="batch.lockedjob.dev",resource="lockedjobs",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 7
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 99
+apiserver_request_total{code="201",component="apiserver",dry_run="All",group="batch",resource="jobs",scope="resource",subresource="",verb="POST",version="v1"} 4
 apiserver_request_total_other{verb="POST"} 5
 `
 
@@ -28,7 +29,10 @@ func TestParseRequestsSumsCodesAndKeepsSubresources(t *testing.T) {
 		t.Errorf("PATCH lockedjobs/status = %v, want 7", got)
 	}
 	if got := r.Writes(nil); got != 19 {
-		t.Errorf("writes = %v, want 19 (LIST is not a write, the other metric is not read)", got)
+		t.Errorf("writes = %v, want 19 (LIST is not a write, a dry run is not stored, the other metric is not read)", got)
+	}
+	if got := r.DryRuns(); got != 4 {
+		t.Errorf("dry runs = %v, want 4", got)
 	}
 }
 
@@ -46,8 +50,8 @@ func TestParseRequestsRefusesGarbage(t *testing.T) {
 }
 
 func TestRequestsSubKeepsOnlyChanges(t *testing.T) {
-	before := Requests{{"POST", "jobs", ""}: 10, {"PATCH", "leases", ""}: 4}
-	after := Requests{{"POST", "jobs", ""}: 25, {"PATCH", "leases", ""}: 4, {"DELETE", "pods", ""}: 3}
+	before := Requests{{Verb: "POST", Resource: "jobs", Subresource: ""}: 10, {Verb: "PATCH", Resource: "leases", Subresource: ""}: 4}
+	after := Requests{{Verb: "POST", Resource: "jobs", Subresource: ""}: 25, {Verb: "PATCH", Resource: "leases", Subresource: ""}: 4, {Verb: "DELETE", Resource: "pods", Subresource: ""}: 3}
 	d := after.Sub(before)
 	if len(d) != 2 || d.Count("POST", "jobs", "") != 15 || d.Count("DELETE", "pods", "") != 3 {
 		t.Errorf("delta = %v", d)
@@ -142,19 +146,19 @@ func TestCheckExclusionFindsEveryBreach(t *testing.T) {
 
 func TestTableArithmetic(t *testing.T) {
 	plain := Result{Scenario: "plain", Objects: 100, Goal: "Succeeded", Done: 100, Wall: 20 * time.Second,
-		Usage: Usage{API: Requests{{"POST", "jobs", ""}: 100, {"POST", "pods", ""}: 100, {"GET", "jobs", ""}: 5000}}}
+		Usage: Usage{API: Requests{{Verb: "POST", Resource: "jobs", Subresource: ""}: 100, {Verb: "POST", Resource: "pods", Subresource: ""}: 100, {Verb: "GET", Resource: "jobs", Subresource: ""}: 5000}}}
 	locked := Result{Scenario: "shared", Objects: 100, Locks: 10, Goal: "Succeeded", Done: 100, Wall: 50 * time.Second,
 		Usage: Usage{
-			API: Requests{{"POST", "lockedjobs", ""}: 100, {"PATCH", "lockedjobs", "status"}: 350,
-				{"POST", "events", ""}: 250, {"PATCH", "leases", ""}: 40},
+			API: Requests{{Verb: "POST", Resource: "lockedjobs", Subresource: ""}: 100, {Verb: "PATCH", Resource: "lockedjobs", Subresource: "status"}: 350,
+				{Verb: "POST", Resource: "events", Subresource: ""}: 250, {Verb: "PATCH", Resource: "leases", Subresource: ""}: 40},
 			Redis:        CommandStats{"evalsha": 900, "publish": 100, "info": 7},
 			OperatorCPU:  3 * time.Second,
 			APIServerCPU: 14 * time.Second,
 		},
 		Gaps:     []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond},
 		Versions: []int{3, 4, 11},
-		Delete:   &Phase{Wall: 4 * time.Second, Usage: Usage{API: Requests{{"DELETE", "lockedjobs", ""}: 100, {"PATCH", "lockedjobs", ""}: 100}}},
-		Window: &Window{Length: 10 * time.Second, Usage: Usage{API: Requests{{"PATCH", "lockedjobs", "status"}: 25},
+		Delete:   &Phase{Wall: 4 * time.Second, Usage: Usage{API: Requests{{Verb: "DELETE", Resource: "lockedjobs", Subresource: ""}: 100, {Verb: "PATCH", Resource: "lockedjobs", Subresource: ""}: 100}}},
+		Window: &Window{Length: 10 * time.Second, Usage: Usage{API: Requests{{Verb: "PATCH", Resource: "lockedjobs", Subresource: "status"}: 25},
 			OperatorCPU: 500 * time.Millisecond}},
 	}
 	table := Table([]Result{plain, locked})

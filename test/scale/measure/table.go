@@ -128,6 +128,7 @@ var rows = []row{
 		return seconds(Percentile(r.FirstJob, 50)) + " / " + seconds(Percentile(r.FirstJob, 100))
 	}},
 	{"API writes / object (all clients)", writes(nil)},
+	{"  dry runs / object (not stored)", func(r Result, _ *Result) string { return perObject(r.API.DryRuns(), r) }},
 	{"  lockedjobs (+status) / object", writes(isLocked)},
 	{"  of which lockedjobs/status PATCH", writes(isStatusPatch)},
 	{"  LockedJob versions seen: mean / max", func(r Result, _ *Result) string {
