@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -85,8 +86,11 @@ func parseFlags() options {
 	flag.IntVar(&o.portBase, "port-base", 35440, "Preferred first port of the cluster's block (another free block is taken if it is busy).")
 	flag.StringVar(&o.work, "work", "/tmp/sc-work", "Folder for the cluster, the operator binary and logs (emptied first).")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "Longest wait for one scenario's goal or deletion.")
-	flag.StringVar(&o.pauseWhile, "pause-while", "", "Before the cluster starts and before each scenario, wait while a process whose command line holds this text runs (e.g. another heavy job on a shared machine).")
+	flag.StringVar(&o.pauseWhile, "pause-while", "", "Before the cluster starts and before each scenario, wait while a process whose command line matches this regular expression runs (another heavy job on a shared machine). Write it so it does not match itself, e.g. '\\.ci/ru[n]', or pgrep -f .ci/run finds this benchmark too.")
 	flag.Parse()
+	if _, err := regexp.Compile(o.pauseWhile); err != nil {
+		log.Fatalf("-pause-while: %v", err)
+	}
 	if o.kcmQPS > 0 && o.kcmBurst == 0 {
 		o.kcmBurst = 2 * o.kcmQPS
 	}
@@ -428,9 +432,9 @@ func lastLine(s string) string {
 
 func tail(path string) string { return utils.TailFile(path, 30) }
 
-// waitQuiet waits while another process whose command line holds text runs, so a scenario
-// does not share the cores with it. Processes that carry -pause-while themselves (this one, go
-// run) do not count.
+// waitQuiet waits while another process whose command line matches the expression text runs, so
+// a scenario does not share the cores with it. Processes that carry -pause-while themselves (this
+// one, go run, make) do not count.
 func waitQuiet(ctx context.Context, text string) error {
 	if text == "" {
 		return nil
@@ -446,11 +450,12 @@ func waitQuiet(ctx context.Context, text string) error {
 	})
 }
 
-// findProcess returns a process other than self whose command line holds text.
+// findProcess returns a process other than self whose command line matches the expression text.
 func findProcess(text string, self int) (int, bool) {
 	if text == "" {
 		return 0, false
 	}
+	re := regexp.MustCompile(text) // checked in parseFlags
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -462,7 +467,7 @@ func findProcess(text string, self int) (int, bool) {
 			continue
 		}
 		cmdline := strings.ReplaceAll(string(b), "\x00", " ")
-		if strings.Contains(cmdline, text) && !strings.Contains(cmdline, "-pause-while") {
+		if re.MatchString(cmdline) && !strings.Contains(cmdline, "-pause-while") {
 			return pid, true
 		}
 	}
