@@ -194,12 +194,11 @@ func (o *operator) stop() {
 
 // snapshot is the counters at one moment.
 type snapshot struct {
-	api          measure.Requests
-	redis        measure.CommandStats
-	operator     time.Duration
-	apiserver    time.Duration
-	kcm          time.Duration
-	operatorGone bool
+	api       measure.Requests
+	redis     measure.CommandStats
+	operator  time.Duration
+	apiserver time.Duration
+	kcm       time.Duration
 }
 
 // probes reads the counters of the API server, Redis and the processes.
@@ -238,9 +237,9 @@ func (p probes) snapshot(ctx context.Context, op *operator) (snapshot, error) {
 		return s, nil
 	}
 	if s.operator, err = procCPU(op.pid()); err != nil {
-		// The operator may have died (the issue saw it lose its lease and exit): say so in
-		// the result instead of losing the whole run.
-		s.operatorGone = true
+		// The issue saw the operator lose its lease and exit under load: a scenario without it
+		// measures nothing.
+		return s, fmt.Errorf("the operator is gone: %w", err)
 	}
 	return s, nil
 }
