@@ -51,6 +51,7 @@ vet: ## Run go vet (the operator and hack/imgtool).
 lint: actionlint helm-lint ## Check formatting (gofmt), go vet, the GitHub workflows and the Helm chart; fails instead of rewriting.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	go vet -tags scale ./test/scale/
 	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
 
 .PHONY: actionlint
