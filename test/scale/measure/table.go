@@ -196,7 +196,7 @@ var rows = []row{
 		}
 		return fmt.Sprintf("%.2f %%", 100*r.Window.OperatorCPU.Seconds()/r.Window.Length.Seconds())
 	}},
-	{"  operator max RSS", func(r Result, _ *Result) string {
+	{"  operator max RSS in the window", func(r Result, _ *Result) string {
 		if r.Window == nil {
 			return "—"
 		}
