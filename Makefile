@@ -51,6 +51,7 @@ vet: ## Run go vet (the operator and hack/imgtool).
 lint: actionlint helm-lint ## Check formatting (gofmt), go vet, the GitHub workflows and the Helm chart; fails instead of rewriting.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	go vet -tags scale ./test/scale/
 	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
 
 .PHONY: actionlint
@@ -91,6 +92,14 @@ test-fault: redis k8s-bin ## Run the fault suite: two local clusters sharing one
 .PHONY: bench
 bench: redis ## Run the lock library's benchmarks (side by side with redsync and bsm/redislock in test/bench).
 	cd test/bench && go test -run '^$$' -bench . -benchmem -count 6 ./...
+
+# SCALE_ARGS are the scale benchmark's flags, e.g. SCALE_ARGS='-n 100 -scenarios plain,shared -kcm-qps 500'
+# (go run -tags scale ./test/scale -h lists them).
+SCALE_ARGS ?=
+
+.PHONY: bench-scale
+bench-scale: redis k8s-bin ## Run the scale benchmark (issue 13): its own local cluster, plain Jobs vs LockedJobs, one table (docs/benchmarks.md, Scale). Takes many minutes.
+	go run -tags scale ./test/scale $(SCALE_ARGS)
 
 ##@ Demo
 

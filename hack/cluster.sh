@@ -24,6 +24,9 @@
 #                                +6 kubelet (on its bridge IP), +7 kubelet healthz,
 #                                +8 containerd stream server (exec, attach)
 #   LOCKEDJOB_CLUSTER_NODES      number of fake nodes (default 2)
+#   LOCKEDJOB_KCM_API_QPS,       kube-controller-manager's client limits (--kube-api-qps,
+#   LOCKEDJOB_KCM_API_BURST      --kube-api-burst; default: its own, 20/30), raised by the
+#                                scale benchmark so the cluster is not what it measures
 #   LOCKEDJOB_REAL_NODE          auto (default): add the real node when root, cgroups
 #                                are usable and the packages are present or installable,
 #                                else say why not; 1: fail if it cannot; 0: no real node
@@ -43,6 +46,10 @@ NODES="${LOCKEDJOB_CLUSTER_NODES:-2}"
 [[ "${PORT_BASE}" =~ ^[0-9]+$ && PORT_BASE -ge 1024 && PORT_BASE -le 65526 ]] ||
 	die "LOCKEDJOB_CLUSTER_PORT_BASE must be a port number in 1024..65526"
 [[ "${NODES}" =~ ^[0-9]+$ && NODES -ge 1 ]] || die "LOCKEDJOB_CLUSTER_NODES must be >= 1"
+KCM_API_QPS="${LOCKEDJOB_KCM_API_QPS:-}"
+KCM_API_BURST="${LOCKEDJOB_KCM_API_BURST:-}"
+[[ -z "${KCM_API_QPS}" || "${KCM_API_QPS}" =~ ^[0-9]+$ ]] || die "LOCKEDJOB_KCM_API_QPS must be a whole number"
+[[ -z "${KCM_API_BURST}" || "${KCM_API_BURST}" =~ ^[0-9]+$ ]] || die "LOCKEDJOB_KCM_API_BURST must be a whole number"
 
 ETCD_PORT=$((PORT_BASE + 0))
 ETCD_PEER_PORT=$((PORT_BASE + 1))
@@ -363,6 +370,8 @@ cmd_up() {
 		--use-service-account-credentials=true \
 		--leader-elect=false \
 		--flex-volume-plugin-dir="${CLUSTER_DIR}/run/flexvolume" \
+		${KCM_API_QPS:+--kube-api-qps="${KCM_API_QPS}"} \
+		${KCM_API_BURST:+--kube-api-burst="${KCM_API_BURST}"} \
 		--profiling=false
 
 	start kube-scheduler \

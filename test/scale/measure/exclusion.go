@@ -1,0 +1,90 @@
+package measure
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Run is one Job of a lock as a watch saw it: when it appeared and when it first showed a
+// terminal condition (zero if never).
+type Run struct {
+	Lock      string
+	Job       string
+	Fence     int64
+	Created   time.Time
+	Completed time.Time
+}
+
+// byLock groups runs per lock, each group in the order the watch saw the Jobs appear.
+func byLock(runs []Run) map[string][]Run {
+	out := map[string][]Run{}
+	for _, r := range runs {
+		out[r.Lock] = append(out[r.Lock], r)
+	}
+	for _, rs := range out {
+		slices.SortStableFunc(rs, func(a, b Run) int { return a.Created.Compare(b.Created) })
+	}
+	return out
+}
+
+// CheckExclusion returns every breach of mutual exclusion: per lock, in the order the Jobs
+// appeared, each fence must be higher than the one before, and a Job may appear only after its
+// predecessor was seen finished. A predecessor never seen finished overlaps everything after it.
+func CheckExclusion(runs []Run) []string {
+	var out []string
+	groups := byLock(runs)
+	for _, lock := range sortedKeys(groups) {
+		rs := groups[lock]
+		for i := 1; i < len(rs); i++ {
+			prev, cur := rs[i-1], rs[i]
+			if cur.Fence <= prev.Fence {
+				out = append(out, fmt.Sprintf("lock %s: Job %s (fence %d) ran after %s (fence %d)", lock, cur.Job, cur.Fence, prev.Job, prev.Fence))
+			}
+			switch {
+			case prev.Completed.IsZero():
+				out = append(out, fmt.Sprintf("lock %s: Job %s appeared while %s had not finished", lock, cur.Job, prev.Job))
+			case cur.Created.Before(prev.Completed):
+				out = append(out, fmt.Sprintf("lock %s: Job %s appeared %s before %s finished", lock, cur.Job, prev.Completed.Sub(cur.Created), prev.Job))
+			}
+		}
+	}
+	return out
+}
+
+// HandoffGaps returns, for every Job that followed another of its lock, the time from the
+// predecessor seen finished to the Job seen created. Breaches (negative or open gaps) are left to
+// CheckExclusion.
+func HandoffGaps(runs []Run) []time.Duration {
+	var out []time.Duration
+	for _, rs := range byLock(runs) {
+		for i := 1; i < len(rs); i++ {
+			prev, cur := rs[i-1], rs[i]
+			if prev.Completed.IsZero() || cur.Created.Before(prev.Completed) || cur.Fence <= prev.Fence {
+				continue
+			}
+			out = append(out, cur.Created.Sub(prev.Completed))
+		}
+	}
+	return out
+}
+
+// FirstJobDelays returns, per lock, how long after start its first Job appeared.
+func FirstJobDelays(runs []Run, start time.Time) []time.Duration {
+	groups := byLock(runs)
+	out := make([]time.Duration, 0, len(groups))
+	for _, rs := range groups {
+		out = append(out, rs[0].Created.Sub(start))
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, cmp.Compare)
+	return keys
+}

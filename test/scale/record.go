@@ -1,0 +1,232 @@
+//go:build scale
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/test/scale/measure"
+)
+
+// recorder keeps what the watches of one scenario's namespace saw, stamped with the time the
+// benchmark saw it: every Job (lock, fence, appeared, finished) and every LockedJob's phase.
+type recorder struct {
+	mu        sync.Mutex
+	runs      map[string]*measure.Run // by Job name
+	succeeded map[string]bool         // Jobs seen Complete (false: Failed)
+	ready     map[string]bool         // Jobs seen with a ready pod
+	phases    map[string]batchv1alpha1.LockedJobPhase
+	since     map[string]time.Time // when each LockedJob was seen entering its phase
+	versions  map[string]int       // how many versions of each LockedJob were seen
+	errs      []error
+}
+
+func newRecorder() *recorder {
+	return &recorder{
+		runs:      map[string]*measure.Run{},
+		succeeded: map[string]bool{},
+		ready:     map[string]bool{},
+		phases:    map[string]batchv1alpha1.LockedJobPhase{},
+		since:     map[string]time.Time{},
+		versions:  map[string]int{},
+	}
+}
+
+func (r *recorder) job(j *batchv1.Job, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	run, ok := r.runs[j.Name]
+	if !ok {
+		run = &measure.Run{Lock: j.Name, Job: j.Name, Created: now}
+		if lock, ok := j.Annotations[batchv1alpha1.AnnotationLock]; ok {
+			run.Lock = lock
+			fence, err := strconv.ParseInt(j.Annotations[batchv1alpha1.AnnotationFencingToken], 10, 64)
+			if err != nil {
+				r.errs = append(r.errs, fmt.Errorf("job %s: fencing token annotation: %w", j.Name, err))
+			}
+			run.Fence = fence
+		}
+		r.runs[j.Name] = run
+	}
+	if j.Status.Ready != nil && *j.Status.Ready > 0 {
+		r.ready[j.Name] = true
+	}
+	if !run.Completed.IsZero() {
+		return
+	}
+	for _, c := range j.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
+			run.Completed = now
+			r.succeeded[j.Name] = c.Type == batchv1.JobComplete
+			return
+		}
+	}
+}
+
+func (r *recorder) lockedJob(lj *batchv1alpha1.LockedJob, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.versions[lj.Name]++
+	if r.phases[lj.Name] != lj.Status.Phase {
+		r.phases[lj.Name] = lj.Status.Phase
+		r.since[lj.Name] = now
+	}
+}
+
+// jobsReady counts the Jobs seen with a ready pod.
+func (r *recorder) jobsReady() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ready)
+}
+
+// plainDone counts Jobs seen Complete and seen Failed, and when the last of them finished.
+func (r *recorder) plainDone() (complete, failed int, last time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, ok := range r.succeeded {
+		if ok {
+			complete++
+		} else {
+			failed++
+		}
+		if t := r.runs[name].Completed; t.After(last) {
+			last = t
+		}
+	}
+	return complete, failed, last
+}
+
+// reached counts LockedJobs in phase and those that ended otherwise (Failed, LockLost), and
+// when the last of them entered its phase.
+func (r *recorder) reached(phase batchv1alpha1.LockedJobPhase) (in, failed int, last time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, p := range r.phases {
+		switch p {
+		case phase:
+			in++
+		case batchv1alpha1.PhaseFailed, batchv1alpha1.PhaseLockLost:
+			failed++
+		default:
+			continue
+		}
+		if t := r.since[name]; t.After(last) {
+			last = t
+		}
+	}
+	return in, failed, last
+}
+
+// lockedJobVersions returns how many versions of each LockedJob were seen up to now.
+func (r *recorder) lockedJobVersions() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]int, 0, len(r.versions))
+	for _, n := range r.versions {
+		out = append(out, n)
+	}
+	return out
+}
+
+func (r *recorder) allRuns() []measure.Run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]measure.Run, 0, len(r.runs))
+	for _, run := range r.runs {
+		out = append(out, *run)
+	}
+	return out
+}
+
+func (r *recorder) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d recording errors, first: %w", len(r.errs), r.errs[0])
+}
+
+func (r *recorder) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, err)
+}
+
+// startWatch watches one kind in ns until ctx ends. The first watch is open when it returns, so
+// nothing created afterwards is missed; when the API server closes the stream (it does so every
+// few minutes) the watch resumes from the last resourceVersion seen.
+func startWatch(ctx context.Context, c client.WithWatch, list client.ObjectList, ns string, rec *recorder, handle func(client.Object, time.Time)) error {
+	open := func(rv string) (watch.Interface, error) {
+		w, err := c.Watch(ctx, list, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{
+			ResourceVersion: rv, AllowWatchBookmarks: true,
+		}})
+		if err != nil {
+			return nil, fmt.Errorf("watch %T in %s: %w", list, ns, err)
+		}
+		return w, nil
+	}
+	w, err := open("")
+	if err != nil {
+		return err
+	}
+	go func() {
+		rv := drain(ctx, w, rec, handle, "")
+		w.Stop()
+		for ctx.Err() == nil {
+			if w, err = open(rv); err != nil {
+				if ctx.Err() == nil {
+					rec.fail(err)
+				}
+				return
+			}
+			rv = drain(ctx, w, rec, handle, rv)
+			w.Stop()
+		}
+	}()
+	return nil
+}
+
+// drain handles one watch stream's events and returns the last resourceVersion seen.
+func drain(ctx context.Context, w watch.Interface, rec *recorder, handle func(client.Object, time.Time), rv string) string {
+	for {
+		select {
+		case <-ctx.Done():
+			return rv
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return rv
+			}
+			now := time.Now()
+			switch ev.Type {
+			case watch.Error:
+				// An expired resourceVersion cannot be resumed: start over from a fresh list
+				// (the recorder keeps its first sightings) and flag the run, as its history
+				// may have a hole.
+				rec.fail(fmt.Errorf("watch error: %v", ev.Object))
+				return ""
+			case watch.Bookmark, watch.Added, watch.Modified, watch.Deleted:
+				obj, ok := ev.Object.(client.Object)
+				if !ok {
+					continue
+				}
+				rv = obj.GetResourceVersion()
+				if ev.Type != watch.Bookmark && ev.Type != watch.Deleted {
+					handle(obj, now)
+				}
+			}
+		}
+	}
+}

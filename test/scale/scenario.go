@@ -1,0 +1,294 @@
+//go:build scale
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/test/scale/measure"
+)
+
+// scenario is one workload: objects created at once, each with one pod.
+type scenario struct {
+	name    string
+	objects int
+	locks   int                          // 0: plain Jobs
+	lockOf  func(i int) string           // the lock of the i-th object
+	run     time.Duration                // pod lifetime (kwok pod-complete delay)
+	goal    batchv1alpha1.LockedJobPhase // Succeeded, or Running for a steady state
+	window  time.Duration                // steady state measured after the goal
+}
+
+// podTemplate gives every pod the same exact kwok timing (delay == jitter-delay turns the
+// jitter off), plain or locked, so the two differ only in the operator.
+func podTemplate(run time.Duration) corev1.PodTemplateSpec {
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
+	annotations := map[string]string{}
+	for stage, d := range map[string]time.Duration{
+		"pod-create":   100 * time.Millisecond,
+		"pod-ready":    100 * time.Millisecond,
+		"pod-complete": run,
+		"pod-delete":   100 * time.Millisecond,
+	} {
+		annotations[stage+".stage.kwok.x-k8s.io/delay"] = ms(d)
+		annotations[stage+".stage.kwok.x-k8s.io/jitter-delay"] = ms(d)
+	}
+	grace := int64(1)
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "scale"}, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			// kwok deletes a terminating pod within its grace period.
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "work", Image: "busybox:1.36",
+				Command: []string{"sh", "-c", fmt.Sprintf("sleep %.0f", run.Seconds())},
+			}},
+		},
+	}
+}
+
+func (s scenario) object(ns string, i int) client.Object {
+	name := fmt.Sprintf("%s-%05d", s.name, i)
+	zero := int32(0)
+	spec := batchv1.JobSpec{BackoffLimit: &zero, Template: podTemplate(s.run)}
+	if s.locks == 0 {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+	}
+	return &batchv1alpha1.LockedJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: batchv1alpha1.LockedJobSpec{
+			Lock:        batchv1alpha1.LockSpec{Name: s.lockOf(i)},
+			JobTemplate: batchv1alpha1.JobTemplate{Spec: spec},
+		},
+	}
+}
+
+// parallel runs do(i) for i in [0,n) on workers goroutines and returns the first error.
+func parallel(ctx context.Context, n, workers int, do func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := do(ctx, i); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// createWorkers is how many creates run at once: enough that the benchmark's own client never
+// paces the burst.
+const createWorkers = 32
+
+func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, error) {
+	res := measure.Result{Scenario: s.name, Objects: s.objects, Locks: s.locks, Goal: string(s.goal)}
+	ns := "scale-" + s.name
+	if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return res, fmt.Errorf("create namespace %s: %w", ns, err)
+	}
+	rec := newRecorder()
+	wctx, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	if err := startWatch(wctx, b.k8s, &batchv1.JobList{}, ns, rec, func(o client.Object, now time.Time) {
+		rec.job(o.(*batchv1.Job), now)
+	}); err != nil {
+		return res, err
+	}
+	if s.locks > 0 {
+		if err := startWatch(wctx, b.k8s, &batchv1alpha1.LockedJobList{}, ns, rec, func(o client.Object, now time.Time) {
+			rec.lockedJob(o.(*batchv1alpha1.LockedJob), now)
+		}); err != nil {
+			return res, err
+		}
+	}
+
+	op, err := startOperator(ctx, b.operatorBin, b.operatorArgs(), fmt.Sprintf("%s/operator-%s.log", b.work, s.name))
+	if err != nil {
+		return res, err
+	}
+	defer op.stop()
+	log.Printf("%s: operator pid %d up; load average %s", s.name, op.pid(), loadAvg())
+
+	before, err := b.probes.snapshot(ctx, op)
+	if err != nil {
+		return res, err
+	}
+	_ = op.takeMaxRSS()
+	start := time.Now()
+	if err := parallel(ctx, s.objects, createWorkers, func(ctx context.Context, i int) error {
+		return b.k8s.Create(ctx, s.object(ns, i))
+	}); err != nil {
+		return res, fmt.Errorf("create %s objects: %w", s.name, err)
+	}
+	log.Printf("%s: %d objects created in %s", s.name, s.objects, time.Since(start).Round(time.Millisecond))
+
+	reached := func() (done, failed int, last time.Time) {
+		if s.locks == 0 {
+			return rec.plainDone()
+		}
+		return rec.reached(s.goal)
+	}
+	lastLog := time.Now()
+	err = poll(ctx, b.timeout, 500*time.Millisecond, func() (bool, error) {
+		if op.exited() {
+			return false, fmt.Errorf("operator exited: %v\n%s", op.waitErr, tail(op.logPath))
+		}
+		if pid, found := findProcess(b.opts.pauseWhile, os.Getpid()); found && res.Noise == "" {
+			res.Noise = fmt.Sprintf("pid %d (%s) ran meanwhile", pid, b.opts.pauseWhile)
+			log.Printf("%s: %s: the numbers of this scenario are noisy", s.name, res.Noise)
+		}
+		done, failed, _ := reached()
+		if time.Since(lastLog) >= 15*time.Second {
+			log.Printf("%s: %d/%d %s, %d failed, %s", s.name, done, s.objects, s.goal, failed, time.Since(start).Round(time.Second))
+			lastLog = time.Now()
+		}
+		if s.goal == batchv1alpha1.PhaseSucceeded {
+			return done+failed >= s.objects, nil
+		}
+		return done >= s.objects, nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("%s: waiting for %s: %w", s.name, s.goal, err)
+	}
+	after, err := b.probes.snapshot(ctx, op)
+	if err != nil {
+		return res, err
+	}
+	var last time.Time
+	res.Done, res.Failed, last = reached()
+	res.Wall = last.Sub(start)
+	res.Usage = usage(before, after, op.takeMaxRSS())
+	// Counted at the goal, so the steady window and the deletion do not blur the lifecycle.
+	res.Versions = rec.lockedJobVersions()
+	log.Printf("%s: all %s after %s", s.name, s.goal, res.Wall.Round(time.Millisecond))
+
+	if s.window > 0 {
+		// Steady means nothing changes: the Job controller still records the pods' readiness
+		// just after the LockedJobs turn Running, so the window opens once every pod is ready.
+		err := poll(ctx, b.timeout, 500*time.Millisecond, func() (bool, error) { return rec.jobsReady() >= s.objects, nil })
+		if err != nil {
+			return res, fmt.Errorf("%s: waiting for every pod to be ready: %w", s.name, err)
+		}
+		if res.Window, err = b.measureWindow(ctx, op, s.window, &res.Noise); err != nil {
+			return res, err
+		}
+	}
+	if res.Delete, err = b.deleteAll(ctx, op, s, ns); err != nil {
+		return res, err
+	}
+	log.Printf("%s: deleted in %s", s.name, res.Delete.Wall.Round(time.Millisecond))
+	stopWatches()
+	if err := rec.err(); err != nil {
+		return res, fmt.Errorf("%s: the watches' history is incomplete: %w", s.name, err)
+	}
+
+	runs := rec.allRuns()
+	res.FirstJob = measure.FirstJobDelays(runs, start)
+	if s.locks > 0 {
+		res.Gaps = measure.HandoffGaps(runs)
+		res.Violations = measure.CheckExclusion(runs)
+	}
+	return res, nil
+}
+
+// measureWindow measures a fixed stretch of steady state. Waiting out the window is the
+// measurement itself, not a synchronisation.
+func (b *bench) measureWindow(ctx context.Context, op *operator, length time.Duration, noise *string) (*measure.Window, error) {
+	before, err := b.probes.snapshot(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	_ = op.takeMaxRSS()
+	start := time.Now()
+	end := time.After(length)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-end:
+			break wait
+		case <-tick.C:
+			if pid, found := findProcess(b.opts.pauseWhile, os.Getpid()); found && *noise == "" {
+				*noise = fmt.Sprintf("pid %d (%s) ran during the steady window", pid, b.opts.pauseWhile)
+				log.Printf("%s: the steady window is noisy", *noise)
+			}
+		}
+	}
+	after, err := b.probes.snapshot(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	if op.exited() {
+		return nil, fmt.Errorf("operator exited during the steady window: %v", op.waitErr)
+	}
+	return &measure.Window{Length: time.Since(start), Usage: usage(before, after, op.takeMaxRSS())}, nil
+}
+
+// deleteAll deletes every object of the scenario and waits until no LockedJob, Job or pod is
+// left in its namespace.
+func (b *bench) deleteAll(ctx context.Context, op *operator, s scenario, ns string) (*measure.Phase, error) {
+	before, err := b.probes.snapshot(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	_ = op.takeMaxRSS()
+	start := time.Now()
+	if err := parallel(ctx, s.objects, createWorkers, func(ctx context.Context, i int) error {
+		return client.IgnoreNotFound(b.k8s.Delete(ctx, s.object(ns, i), client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	}); err != nil {
+		return nil, fmt.Errorf("delete %s objects: %w", s.name, err)
+	}
+	lists := []client.ObjectList{&batchv1alpha1.LockedJobList{}, &batchv1.JobList{}, &corev1.PodList{}}
+	err = poll(ctx, b.timeout, 500*time.Millisecond, func() (bool, error) {
+		for _, l := range lists {
+			if err := b.k8s.List(ctx, l, client.InNamespace(ns), client.Limit(1)); err != nil {
+				return false, fmt.Errorf("list %T: %w", l, err)
+			}
+			if meta.LenList(l) > 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: waiting for deletion: %w", s.name, err)
+	}
+	wall := time.Since(start)
+	after, err := b.probes.snapshot(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	return &measure.Phase{Wall: wall, Usage: usage(before, after, op.takeMaxRSS())}, nil
+}
