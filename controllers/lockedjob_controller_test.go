@@ -511,26 +511,32 @@ var _ = Describe("LockedJob controller", func() {
 // eventNotes are the LockedJob's Events as "reason: note".
 func eventNotes(lj *batchv1alpha1.LockedJob) []string {
 	GinkgoHelper()
-	var list eventsv1.EventList
-	Expect(k8sClient.List(ctx, &list, client.InNamespace(lj.Namespace))).To(Succeed())
 	var notes []string
-	for _, e := range list.Items {
-		if e.Regarding.Name == lj.Name && e.Regarding.Kind == "LockedJob" {
-			notes = append(notes, e.Reason+": "+e.Note)
-		}
+	for _, e := range eventsOf(lj) {
+		notes = append(notes, e.Reason+": "+e.Note)
 	}
 	return notes
 }
 
-func eventReasons(lj *batchv1alpha1.LockedJob) []string {
+// eventsOf are the Events regarding the LockedJob.
+func eventsOf(lj *batchv1alpha1.LockedJob) []eventsv1.Event {
 	GinkgoHelper()
 	var list eventsv1.EventList
 	Expect(k8sClient.List(ctx, &list, client.InNamespace(lj.Namespace))).To(Succeed())
-	var reasons []string
+	var out []eventsv1.Event
 	for _, e := range list.Items {
 		if e.Regarding.Name == lj.Name && e.Regarding.Kind == "LockedJob" {
-			reasons = append(reasons, e.Reason)
+			out = append(out, e)
 		}
+	}
+	return out
+}
+
+func eventReasons(lj *batchv1alpha1.LockedJob) []string {
+	GinkgoHelper()
+	var reasons []string
+	for _, e := range eventsOf(lj) {
+		reasons = append(reasons, e.Reason)
 	}
 	return reasons
 }

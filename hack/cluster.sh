@@ -157,8 +157,10 @@ EOF
 
 token_for() { awk -F, -v u="$1" '$2 == u { print $1 }' "${PKI}/tokens.csv"; }
 
-write_kubeconfig() { # path user
-	local ca
+# write_kubeconfig PATH USER [CREDENTIALS]: a kubeconfig for USER on this cluster. CREDENTIALS are
+# the user's lines (indented by 4); by default USER's token from tokens.csv.
+write_kubeconfig() {
+	local ca creds="${3:-    token: $(token_for "$2")}"
 	ca="$(base64 -w0 <"${PKI}/ca.crt")"
 	umask 077
 	cat >"$1.tmp" <<EOF
@@ -172,7 +174,7 @@ clusters:
 users:
 - name: $2
   user:
-    token: $(token_for "$2")
+${creds}
 contexts:
 - name: lockedjob-local
   context:

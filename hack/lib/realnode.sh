@@ -394,27 +394,8 @@ rn_node_identity() {
 			mv -f "${crt}.tmp" "${crt}"
 		) || die "creating the node client certificate failed"
 	fi
-	umask 077
-	cat >"${RN_DIR}/kubelet.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: lockedjob-local
-  cluster:
-    server: https://127.0.0.1:${APISERVER_PORT}
-    certificate-authority-data: $(base64 -w0 <"${PKI}/ca.crt")
-users:
-- name: system:node:${RN_NODE_NAME}
-  user:
-    client-certificate-data: $(base64 -w0 <"${crt}")
-    client-key-data: $(base64 -w0 <"${key}")
-contexts:
-- name: lockedjob-local
-  context:
-    cluster: lockedjob-local
-    user: system:node:${RN_NODE_NAME}
-current-context: lockedjob-local
-EOF
+	write_kubeconfig "${RN_DIR}/kubelet.kubeconfig" "system:node:${RN_NODE_NAME}" \
+		"$(printf '    client-certificate-data: %s\n    client-key-data: %s' "$(base64 -w0 <"${crt}")" "$(base64 -w0 <"${key}")")"
 	umask 022
 }
 
