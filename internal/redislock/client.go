@@ -142,6 +142,11 @@ func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Opt
 // different waiters on different nodes would leave nobody with a majority until the leases ran out.
 func (c *Client) handsOff() bool { return len(c.nodes) == 1 }
 
+// HandsOff reports whether a release hands a queued lock straight to the head of its queue and
+// announces whom it went to (Released.HandedTo): a single deployment (one Redis, Sentinel or
+// Cluster), not Redlock.
+func (c *Client) HandsOff() bool { return c.handsOff() }
+
 // memberToken is the token of a queued waiter that brings none: stable for one member of one Client,
 // so a lock that a release handed to member is claimed by member's next Obtain, and unguessable
 // for anyone without the Client's secret.
@@ -223,6 +228,12 @@ func (k keys) withFence() []string { return k[:3] }
 // withQueue is what a queued obtain, a handoff and dequeue touch. The keys must come from
 // keysFor(key, true).
 func (k keys) withQueue() []string { return k[:6] }
+
+// queueWaiters is what KeepQueued touches: the queue and the waiters' deadlines.
+func (k keys) queueWaiters() []string { return k[3:5] }
+
+// queueOnly is what Lineup reads.
+func (k keys) queueOnly() []string { return k[3:4] }
 
 func validateKey(key string) error {
 	switch {

@@ -699,12 +699,15 @@ func (c *Client) Inspect(ctx context.Context, key string) (State, error) {
 type Released struct {
 	Key      string // the lock's Redis key
 	HandedTo string // the queue member the release handed the lock to; "" when it was simply freed
+	// Missed says the subscription broke and was made again: releases in between went unannounced.
+	// Key and HandedTo are empty; whoever waits should ask Redis.
+	Missed bool
 }
 
 // SubscribeReleases delivers every release of a lock through a client configured with
 // WithReleaseNotifications(channel). The channel closes when ctx ends. Messages can be lost (Redis
-// pub/sub has no delivery guarantee) and expiries are not announced: use it to act sooner, never
-// as the only way to notice a free lock.
+// pub/sub has no delivery guarantee; a broken subscription is made again and told as Missed) and
+// expiries are not announced: use it to act sooner, never as the only way to notice a free lock.
 func (c *Client) SubscribeReleases(ctx context.Context) (<-chan Released, error) {
 	if c.notify == "" {
 		return nil, invalidf("SubscribeReleases needs a client built WithReleaseNotifications")
@@ -730,8 +733,11 @@ func (c *Client) SubscribeReleases(ctx context.Context) (<-chan Released, error)
 	for _, ps := range subs {
 		wg.Go(func() {
 			defer ps.Close()
-			msgs := ps.Channel()
+			// With subscriptions, so a reconnection shows: go-redis subscribes again by itself, and
+			// the confirmation is all that tells of the messages lost in between.
+			msgs := ps.ChannelWithSubscriptions()
 			for {
+				var rel Released
 				select {
 				case <-ctx.Done():
 					return
@@ -739,12 +745,20 @@ func (c *Client) SubscribeReleases(ctx context.Context) (<-chan Released, error)
 					if !ok {
 						return
 					}
-					r := parseRelease(m.Payload)
-					select {
-					case out <- Released{Key: r.key, HandedTo: r.member}:
-					case <-ctx.Done():
-						return
+					switch m := m.(type) {
+					case *redis.Message:
+						r := parseRelease(m.Payload)
+						rel = Released{Key: r.key, HandedTo: r.member}
+					case *redis.Subscription:
+						rel = Released{Missed: true}
+					default:
+						continue
 					}
+				}
+				select {
+				case out <- rel:
+				case <-ctx.Done():
+					return
 				}
 			}
 		})

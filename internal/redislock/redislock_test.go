@@ -419,6 +419,42 @@ func TestReleaseNotificationNamesTheWaiterHandedTo(t *testing.T) {
 	}
 }
 
+// A subscription that breaks is made again, and says so: the releases in between were lost, and a
+// subscriber must ask Redis instead of waiting for a message that never comes.
+func TestReleaseNotificationsTellAMissedGap(t *testing.T) {
+	c, _, rc := single(t, WithReleaseNotifications("lockedjob:released"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	releases, err := c.SubscribeReleases(ctx)
+	if err != nil {
+		t.Fatalf("SubscribeReleases: %v", err)
+	}
+	if n, err := rc.ClientKillByFilter(ctx, "TYPE", "pubsub").Result(); err != nil || n != 1 {
+		t.Fatalf("killing the subscriber's connection: %d killed, %v", n, err)
+	}
+	select {
+	case got := <-releases:
+		if got != (Released{Missed: true}) {
+			t.Fatalf("notified %+v, want Missed", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a broken subscription was not told")
+	}
+	// And it works again.
+	l := mustObtain(t, c, uniqueKey(t), time.Minute)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-releases:
+		if got != (Released{Key: l.RedisKey()}) {
+			t.Fatalf("notified %+v after the gap, want the key %q", got, l.RedisKey())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no release notification after the gap")
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	c, _, _ := single(t)
 	ctx := context.Background()

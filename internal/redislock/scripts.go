@@ -25,6 +25,10 @@ var (
 	dequeueSrc string
 	//go:embed undo.lua
 	undoSrc string
+	//go:embed keepqueued.lua
+	keepQueuedSrc string
+	//go:embed lineup.lua
+	lineupSrc string
 	// Lua scripts cannot include one another, so shared helpers are put in front of the scripts that
 	// use them: holder.lua (who holds a lock), clock.lua (server clock, fence counter) and queue.lua
 	// (the waiter queue and handoff). Each variant carries only the helpers its paths reach, since
@@ -47,4 +51,6 @@ var (
 	scriptPTTL           = redis.NewScript(holderSrc + pttlSrc)
 	scriptDequeue        = redis.NewScript(holderSrc + clockSrc + queueSrc + dequeueSrc)
 	scriptUndo           = redis.NewScript(undoSrc)
+	scriptKeepQueued     = redis.NewScript(clockSrc + keepQueuedSrc)
+	scriptLineup         = redis.NewScript(lineupSrc)
 )

@@ -1,0 +1,90 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The verbs of a waiter that does not ask for the lock again while it waits: its process keeps it
+// queued (KeepQueued) and learns its place from whoever watches the releases (Lineup). Asking again
+// (Obtain WithQueue) costs a script per waiter; these cost one call per lock, however long the queue.
+
+// KeepQueued pushes back, to liveness from now, the deadline of each member that still stands in
+// the queue of the lock named key (see WithQueue), as if each had asked again, and returns the
+// members that do not stand in it: they left, were handed the lock, or dropped out because nobody
+// kept them in time. Only Obtain puts a member back. On Redlock a member counts as gone when any
+// node lost it, since a node without it would hand its majority vote to someone behind.
+func (c *Client) KeepQueued(ctx context.Context, key string, liveness time.Duration, members ...string) (gone []string, err error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	if liveness < MinTTL {
+		return nil, invalidf("queue liveness %v: must be at least %v", liveness, MinTTL)
+	}
+	if len(members) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, 1+len(members))
+	args = append(args, liveness.Milliseconds())
+	for _, m := range members {
+		args = append(args, m)
+	}
+	k := c.keysFor(key, true).queueWaiters()
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return scriptKeepQueued.Run(ctx, n, k, args...).StringSlice()
+	})
+	seen := map[string]bool{}
+	failed := 0
+	var errs []error
+	for _, r := range replies {
+		if r.err != nil {
+			failed++
+			errs = append(errs, r.err)
+			continue
+		}
+		for _, m := range r.val.([]string) {
+			if !seen[m] {
+				seen[m] = true
+				gone = append(gone, m)
+			}
+		}
+	}
+	if failed > len(c.nodes)-c.quorum {
+		return gone, fmt.Errorf("keep queued %s: %w", key, c.unavailable(len(replies)-failed, errs))
+	}
+	return gone, nil
+}
+
+// Lineup returns the members standing at the given positions of the queue of the lock named key
+// (1 is the head; ascending), in one call: after a handoff, the waiters whose place changed learn it
+// without asking Redis each. The answer stops before the first position past the end of the queue.
+// Positions count as Obtain's QueuedError does. Only a single deployment keeps one queue (see
+// HandsOff); on Redlock, Lineup is refused.
+func (c *Client) Lineup(ctx context.Context, key string, positions ...int) ([]string, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	if !c.handsOff() {
+		return nil, invalidf("lineup: Redlock nodes keep separate queues")
+	}
+	args := make([]any, 0, len(positions))
+	last := 0
+	for _, p := range positions {
+		if p <= last {
+			return nil, invalidf("lineup: positions must ascend from 1, got %v", positions)
+		}
+		last = p
+		args = append(args, p)
+	}
+	if len(args) == 0 {
+		return nil, nil
+	}
+	members, err := scriptLineup.Run(ctx, c.nodes[0], c.keysFor(key, true).queueOnly(), args...).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("lineup %s: %w", key, &NodeError{Node: 0, Addr: nodeAddr(c.nodes[0]), Err: err})
+	}
+	return members, nil
+}
