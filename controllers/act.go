@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -13,8 +12,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/redislock"
@@ -54,6 +55,12 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		return ctrl.Result{}, false, r.giveUp(ctx, p, t.Duration)
 	}
 
+	// A handoff told this waiter its new place: record it without asking Redis (see waiting.go).
+	if hint, ok := r.hints.take(r.Config.Identity.Holder(lj), now); ok && !first {
+		res, err := r.wait(p, &redislock.QueuedError{Position: hint.position, Holder: hint.holder}, waited)
+		return res, false, err
+	}
+
 	if holder, busy, err := r.legacyHolder(ctx, p); err != nil {
 		return ctrl.Result{}, false, r.redisDown(p, err)
 	} else if busy {
@@ -77,7 +84,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	}
 
 	r.redisUp(p)
-	r.pending.mark(lj.UID, false)
+	r.waiting.remove(lj.UID)
 	locksTakenTotal.Inc()
 	lockWaitSeconds.Observe(waited.Seconds())
 	r.recordHeld(p, lock)
@@ -188,7 +195,7 @@ func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Durat
 		}
 	}
 	r.redisUp(p)
-	r.pending.mark(lj.UID, true)
+	r.waiting.add(lj.UID, waiter{obj: client.ObjectKeyFromObject(lj), key: p.key, member: r.Config.Identity.Holder(lj)})
 	msg := fmt.Sprintf("Waiting for lock %s held by %s (%s)", lj.Spec.Lock.Name, blockedBy, place)
 	if blockedBy == "" {
 		msg = fmt.Sprintf("Waiting for lock %s: waiters ahead (%s)", lj.Spec.Lock.Name, place)
@@ -202,10 +209,15 @@ func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Durat
 	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonWaiting, msg)
 
 	next := r.waitBackoff(waited)
+	if qe != nil && qe.Position > 1 && r.Locks.Redis().HandsOff() {
+		// Behind the head: handoffs tell this waiter its place and the queue keeper keeps it queued.
+		next = jitter(r.Config.QueueRecheck)
+	}
 	if t := lj.Spec.Lock.AcquireTimeout; t != nil {
 		next = min(next, max(t.Duration-waited, time.Millisecond))
 	}
-	return ctrl.Result{RequeueAfter: next}, nil
+	// A re-check is a safety net: under a burst it yields to the passes that events asked for.
+	return ctrl.Result{RequeueAfter: next, Priority: ptr.To(handler.LowPriority)}, nil
 }
 
 // exactPositions is how far back a waiter's queue position is shown exactly.
@@ -219,13 +231,9 @@ func shownPosition(position int) (shown int, exact bool) {
 	if position <= exactPositions {
 		return position, true
 	}
-	// Bucket bounds run 10, 20, 50, 100, 200, 500, ...: twice, two and a half times, twice the last.
 	bound := exactPositions
 	for i := 0; ; i++ {
-		next := bound * 2
-		if i%3 == 1 {
-			next = bound * 5 / 2
-		}
+		next := nextBound(bound, i)
 		if position <= next {
 			return bound, false
 		}
@@ -233,11 +241,19 @@ func shownPosition(position int) (shown int, exact bool) {
 	}
 }
 
+// nextBound is the i-th bucket bound after bound (the first is exactPositions): they run 10, 20,
+// 50, 100, 200, 500, ...: twice, two and a half times, twice the last.
+func nextBound(bound, i int) int {
+	if i%3 == 1 {
+		return bound * 5 / 2
+	}
+	return bound * 2
+}
+
 // waitBackoff grows with the time waited, so long waits cost little, and is jittered so waiters
 // woken together do not ask Redis in lockstep.
 func (r *LockedJobReconciler) waitBackoff(waited time.Duration) time.Duration {
-	d := min(max(waited/4, r.Config.WaitBackoffMin), r.Config.WaitBackoffMax)
-	return d/2 + rand.N(d/2+1)
+	return jitter(min(max(waited/4, r.Config.WaitBackoffMin), r.Config.WaitBackoffMax))
 }
 
 // giveUp fails a LockedJob that waited longer than spec.lock.acquireTimeout.
@@ -246,7 +262,7 @@ func (r *LockedJobReconciler) giveUp(ctx context.Context, p *pass, timeout time.
 	if err := r.dequeue(ctx, p); err != nil {
 		return err
 	}
-	r.pending.mark(lj.UID, false)
+	r.waiting.remove(lj.UID)
 	msg := fmt.Sprintf("Lock %s not obtained within spec.lock.acquireTimeout (%s)", lj.Spec.Lock.Name, timeout)
 	lj.Status.Phase = batchv1alpha1.PhaseFailed
 	lj.Status.Message = msg
@@ -460,7 +476,7 @@ func (r *LockedJobReconciler) releaseAndTell(ctx context.Context, p *pass) error
 func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	lj := p.lj
 	lock := r.Locks.Untrack(lj.UID)
-	r.pending.mark(lj.UID, false)
+	r.waiting.remove(lj.UID)
 	rctx, cancel := r.redisCtx(ctx)
 	err := r.Locks.Redis().ReleaseToken(rctx, p.key, r.Config.Identity.Token(lj))
 	cancel()
@@ -521,7 +537,7 @@ func (r *LockedJobReconciler) loseLock(ctx context.Context, p *pass, cause error
 			return err
 		}
 	}
-	r.pending.mark(lj.UID, false)
+	r.waiting.remove(lj.UID)
 	msg := fmt.Sprintf("Lock %s lost while the Job ran (%v); policy %s applied", lj.Spec.Lock.Name, cause, policy)
 	ctrl.LoggerFrom(ctx).Info("Lock lost", "lock", p.key, "reason", cause.Error(), "policy", policy)
 	lj.Status.Phase = batchv1alpha1.PhaseLockLost

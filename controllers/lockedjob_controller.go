@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,6 +39,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -61,9 +64,14 @@ type Config struct {
 	Identity Identity
 	// ClusterScopeNamespaces may take locks of spec.lock.scope Cluster; "*" allows every namespace.
 	ClusterScopeNamespaces []string
-	// WaitBackoffMin and WaitBackoffMax bound the jittered re-check of a waiting LockedJob, the safety
-	// net behind release wake-ups. Defaults 1s and 15s.
+	// WaitBackoffMin and WaitBackoffMax bound the jittered re-check of a LockedJob at the head of its
+	// queue (or without a queue that hands off), the safety net behind release wake-ups and the way
+	// to notice a lock freed by an expiry. Defaults 1s and 15s.
 	WaitBackoffMin, WaitBackoffMax time.Duration
+	// QueueRecheck is how often a LockedJob behind the head of its queue asks Redis again (jittered,
+	// default 4 × WaitBackoffMax): handoffs tell it its new place without a call, and the queue
+	// keeper keeps it queued, so this only catches what nothing announces (a waiter ahead that left).
+	QueueRecheck time.Duration
 	// MaxConcurrentReconciles is how many LockedJobs are reconciled at once (default 1).
 	MaxConcurrentReconciles int
 	// RedisTimeout bounds every Redis call of a pass (default 2s), so a Redis that stopped answering
@@ -89,13 +97,17 @@ func (c *Config) defaults() {
 	if c.RedisTimeout <= 0 {
 		c.RedisTimeout = 2 * time.Second
 	}
+	if c.QueueRecheck <= 0 {
+		c.QueueRecheck = 4 * c.WaitBackoffMax
+	}
 }
 
 // stuckRecheck is how often a running LockedJob without a ready pod looks for a stuck one.
 const stuckRecheck = 5 * time.Second
 
-// waiterLiveness is how long a waiter stays queued in Redis without asking again: well past the
-// longest backoff, so only a waiter whose operator stopped drops out.
+// waiterLiveness is how long a waiter stays queued in Redis when nobody keeps it: the queue keeper
+// refreshes it every third of that, and the head's backoff stays well inside it, so only a waiter
+// whose operator stopped drops out.
 func (c *Config) waiterLiveness() time.Duration { return 4*c.WaitBackoffMax + 30*time.Second }
 
 // LockedJobReconciler reconciles a LockedJob: it obtains the lock, runs the Job under it, and
@@ -110,7 +122,8 @@ type LockedJobReconciler struct {
 	Config    Config
 	Clock     clock.PassiveClock
 
-	pending pendingSet
+	waiting waitingSet
+	hints   placeHints
 }
 
 // pass is one run of Reconcile: the object as read, what it observed, and the status it records.
@@ -140,6 +153,7 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if apierrors.IsNotFound(err) {
 			// Gone: whatever the book still knows of it (a pass that raced the last one) is moot.
 			r.Locks.ForgetObject(req.NamespacedName)
+			r.waiting.removeObject(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -189,7 +203,7 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 		return ctrl.Result{}, false, r.addFinalizer(ctx, p)
 	case stepForget:
 		r.Locks.Forget(p.lj.UID)
-		r.pending.mark(p.lj.UID, false)
+		r.waiting.remove(p.lj.UID)
 		return ctrl.Result{}, false, nil
 	case stepReleaseAfterEnd:
 		res, err = r.releaseAfterEnd(ctx, p)
@@ -375,18 +389,47 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	}); err != nil {
 		return fmt.Errorf("index %s: %w", indexQueueMember, err)
 	}
-	waker := &releaseWaker{redis: r.Locks.Redis(), reader: mgr.GetClient(), events: make(chan event.GenericEvent, 256)}
-	if err := mgr.Add(waker); err != nil {
-		return err
+	handed, moved := make(chan event.GenericEvent, 256), make(chan event.GenericEvent, 256)
+	waker := &releaseWaker{redis: r.Locks.Redis(), reader: mgr.GetClient(), hints: &r.hints,
+		handed: handed, moved: moved, timeout: r.Config.RedisTimeout}
+	keeper := &queueKeeper{redis: r.Locks.Redis(), waiting: &r.waiting, liveness: r.Config.waiterLiveness(),
+		timeout: r.Config.RedisTimeout, wake: handed}
+	for _, runnable := range []manager.Runnable{waker, keeper} {
+		if err := mgr.Add(runnable); err != nil {
+			return err
+		}
 	}
+	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1alpha1.LockedJob{}, handler.OnlyControllerOwner())
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&batchv1alpha1.LockedJob{}).
-		Owns(&batchv1.Job{}).
-		WatchesRawSource(source.Channel(r.Locks.Events(), &handler.EnqueueRequestForObject{})).
-		WatchesRawSource(source.Channel(waker.events, &handler.EnqueueRequestForObject{})).
+		Watches(&batchv1.Job{}, jobEndedFirst(owner)).
+		WatchesRawSource(source.Channel(r.Locks.Events(), enqueueAt(priorityUrgent))).
+		WatchesRawSource(source.Channel(handed, enqueueAt(priorityUrgent))).
+		WatchesRawSource(source.Channel(moved, enqueueAt(0))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Named("lockedjob").
 		Complete(r)
+}
+
+// jobEndedFirst passes Job events to the owning LockedJob, ahead of other work when the Job just
+// finished: that pass releases the lock and hands it to the next waiter.
+func jobEndedFirst(owner handler.EventHandler) handler.EventHandler {
+	return handler.Funcs{
+		CreateFunc:  owner.Create,
+		DeleteFunc:  owner.Delete,
+		GenericFunc: owner.Generic,
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if ended(e.ObjectNew) && !ended(e.ObjectOld) {
+				q = atPriority(q, priorityJobEnded)
+			}
+			owner.Update(ctx, e, q)
+		},
+	}
+}
+
+func ended(o client.Object) bool {
+	job, ok := o.(*batchv1.Job)
+	return ok && jobFinished(job)
 }
 
 func (r *LockedJobReconciler) clusterScopeAllowed(ns string) bool {

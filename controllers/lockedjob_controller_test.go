@@ -222,7 +222,7 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(eventReasons(second)).To(ContainElements(batchv1alpha1.ReasonWaiting, batchv1alpha1.ReasonJobCreated))
 	})
 
-	It("shows exact places near the head only, and wakes only the waiter a release hands the lock to", func() {
+	It("shows exact places near the head only, and after a handoff tells only the waiters whose shown place changed", func() {
 		holder := waitPhase(create(newLockedJob(ns, "holder", "deep")), batchv1alpha1.PhaseRunning)
 		var waiters []*batchv1alpha1.LockedJob
 		for i := 1; i <= 12; i++ {
@@ -235,22 +235,23 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(deep.Status.BlockedBy).To(BeEmpty())
 		Expect(deep.Status.Message).To(ContainSubstring("position >10 in queue"))
 
-		// Waiters re-check only every 30s in this suite: the head runs within a second because the
-		// release woke it, and nobody behind it was woken to rewrite its place.
-		versions := map[string]string{}
-		for _, w := range waiters[1:] {
-			versions[w.Name] = fetch(w).ResourceVersion
-		}
+		// Waiters behind the head re-check only every 30s in this suite: the head runs within a second
+		// because the release woke it, the ten now in exact places learn them from the handoff's
+		// lineup, and the one still past the exact range is not rewritten.
+		deepVersion := fetch(deep).ResourceVersion
 		finishJob(holder, true)
 		Eventually(func() batchv1alpha1.LockedJobPhase { return fetch(waiters[0]).Status.Phase }).
 			WithTimeout(time.Second).WithPolling(10 * time.Millisecond).Should(Equal(batchv1alpha1.PhaseRunning))
-		Consistently(func() map[string]string {
-			now := map[string]string{}
-			for _, w := range waiters[1:] {
-				now[w.Name] = fetch(w).ResourceVersion
-			}
-			return now
-		}).WithTimeout(2 * time.Second).Should(Equal(versions))
+		newHolder := fetch(waiters[0]).Status.Holder
+		for i, w := range waiters[1:11] {
+			Eventually(func(g Gomega) {
+				st := fetch(w).Status
+				g.Expect(st.QueuePosition).To(Equal(ptrTo(int32(i + 1))))
+				g.Expect(st.BlockedBy).To(Equal(newHolder))
+			}).WithTimeout(2*time.Second).WithPolling(10*time.Millisecond).Should(Succeed(), w.Name)
+		}
+		Consistently(func() string { return fetch(deep).ResourceVersion }).
+			WithTimeout(time.Second).Should(Equal(deepVersion), "place 11 is still past the exact range")
 	})
 
 	It("serves waiters by priority, then age", func() {

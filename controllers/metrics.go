@@ -1,10 +1,7 @@
 package controllers
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/lockedjob/lockedjob/internal/redislock"
@@ -48,24 +45,4 @@ func onRenewMetric(_ *redislock.Lock, err error) {
 		return
 	}
 	lockRenewalsTotal.WithLabelValues("success").Inc()
-}
-
-// pendingSet counts waiting LockedJobs for lockedjob_locks_pending.
-type pendingSet struct {
-	mu  sync.Mutex
-	set map[types.UID]struct{}
-}
-
-func (p *pendingSet) mark(uid types.UID, waiting bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.set == nil {
-		p.set = map[types.UID]struct{}{}
-	}
-	if waiting {
-		p.set[uid] = struct{}{}
-	} else {
-		delete(p.set, uid)
-	}
-	locksPending.Set(float64(len(p.set)))
 }

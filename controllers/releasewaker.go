@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -21,14 +22,18 @@ const (
 
 // releaseWaker wakes a waiter as soon as a release frees its lock, so a handoff does not wait for
 // the waiter's next backoff. A release that handed the lock to the head of its queue wakes that
-// waiter alone: the others gain a place in line but have nothing to do, and waking them all would
-// cost every release a Redis call and a status write per waiter. A plain release (nobody queued, or
-// a Redlock deployment, which has no handoff) wakes every waiter of the lock. Redis pub/sub may drop
-// a message; the waiters' backoff stays as the safety net.
+// waiter first (handed, at the highest priority), then reads the new lineup once and wakes the
+// waiters whose shown place changed (moved) with a hint of their place, so they record it without a
+// Redis call each (see waiting.go). A plain release (nobody queued, or Redlock, which has no
+// handoff) wakes every waiter of the lock, and so does a broken subscription (Missed) for every
+// lock. Redis pub/sub may drop a message; the waiters' re-checks stay as the safety net.
 type releaseWaker struct {
-	redis  *redislock.Client
-	reader client.Reader
-	events chan event.GenericEvent
+	redis   *redislock.Client
+	reader  client.Reader
+	hints   *placeHints
+	handed  chan event.GenericEvent
+	moved   chan event.GenericEvent
+	timeout time.Duration // of the lineup read
 }
 
 // Start implements manager.Runnable; it runs only on the leader.
@@ -49,22 +54,79 @@ func (w *releaseWaker) Start(ctx context.Context) error {
 }
 
 func (w *releaseWaker) wake(ctx context.Context, r redislock.Released) {
-	var list batchv1alpha1.LockedJobList
-	match := client.MatchingFields{indexLockKey: r.Key}
-	if r.HandedTo != "" {
-		// The member may be another cluster's waiter on a shared Redis: then nobody here wakes.
-		match = client.MatchingFields{indexQueueMember: r.HandedTo}
-	}
-	if err := w.reader.List(ctx, &list, match); err != nil {
+	if r.Missed {
+		// Releases went unannounced: every waiter asks Redis once, as after a restart.
+		w.send(ctx, w.moved, w.waiting(ctx))
 		return
 	}
-	for i := range list.Items {
-		lj := &list.Items[i]
-		if lj.Status.Phase != batchv1alpha1.PhaseWaiting {
+	if r.HandedTo == "" {
+		w.send(ctx, w.moved, w.waiting(ctx, client.MatchingFields{indexLockKey: r.Key}))
+		return
+	}
+	// The hint must not outlive the handoff: the member's next pass claims the lock.
+	w.hints.drop(r.HandedTo)
+	// The member may be another cluster's waiter on a shared Redis: then nobody here wakes.
+	w.send(ctx, w.handed, w.waiting(ctx, client.MatchingFields{indexQueueMember: r.HandedTo}))
+	w.tellPlaces(ctx, r)
+}
+
+// placesTold are the places whose shown value changes when a waiter moves up by one: every exact
+// place, and each bucket bound of shownPosition (the waiter at a bound just left the bucket above).
+var placesTold = func() []int {
+	places := make([]int, 0, exactPositions+20)
+	for p := 1; p <= exactPositions; p++ {
+		places = append(places, p)
+	}
+	for bound, i := nextBound(exactPositions, 0), 1; bound <= 10_000_000; bound, i = nextBound(bound, i), i+1 {
+		places = append(places, bound)
+	}
+	return places
+}()
+
+// tellPlaces reads who now stands at placesTold, one Redis call for the whole queue, and wakes
+// those waiters of this operator with a hint of their place.
+func (w *releaseWaker) tellPlaces(ctx context.Context, r redislock.Released) {
+	key, ok := libraryKey(r.Key, w.redis.RedisKey(""))
+	if !ok {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.timeout)
+	members, err := w.redis.Lineup(cctx, key, placesTold...)
+	cancel()
+	if err != nil {
+		ctrl.Log.WithName("releasewaker").V(1).Info("Reading the lineup after a handoff failed; waiters learn their place at their re-check", "lock", key, "error", err.Error())
+		return
+	}
+	now := time.Now()
+	for i, m := range members {
+		waiters := w.waiting(ctx, client.MatchingFields{indexQueueMember: m})
+		if len(waiters) == 0 {
 			continue
 		}
+		w.hints.put(m, placeHint{position: placesTold[i], holder: r.HandedTo, at: now})
+		w.send(ctx, w.moved, waiters)
+	}
+}
+
+// waiting lists the Waiting LockedJobs that match.
+func (w *releaseWaker) waiting(ctx context.Context, opts ...client.ListOption) []*batchv1alpha1.LockedJob {
+	var list batchv1alpha1.LockedJobList
+	if err := w.reader.List(ctx, &list, opts...); err != nil {
+		return nil
+	}
+	var out []*batchv1alpha1.LockedJob
+	for i := range list.Items {
+		if list.Items[i].Status.Phase == batchv1alpha1.PhaseWaiting {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out
+}
+
+func (w *releaseWaker) send(ctx context.Context, ch chan event.GenericEvent, ljs []*batchv1alpha1.LockedJob) {
+	for _, lj := range ljs {
 		select {
-		case w.events <- event.GenericEvent{Object: lj}:
+		case ch <- event.GenericEvent{Object: lj}:
 		case <-ctx.Done():
 			return
 		}

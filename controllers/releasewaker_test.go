@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -12,6 +13,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
 // A release that handed the lock to a waiter wakes that waiter alone; a plain release wakes every
@@ -33,11 +35,18 @@ func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
 		WithIndex(&batchv1alpha1.LockedJob{}, indexQueueMember, func(o client.Object) []string {
 			return []string{id.Holder(o.(*batchv1alpha1.LockedJob))}
 		}).Build()
-	w := &releaseWaker{reader: api, events: make(chan event.GenericEvent, 8)}
+	lockClient, err := redislock.New(redisserver.Start(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &releaseWaker{redis: lockClient, reader: api, hints: &placeHints{}, timeout: time.Second,
+		handed: make(chan event.GenericEvent, 8), moved: make(chan event.GenericEvent, 8)}
 	woken := func() []string {
 		var names []string
-		for len(w.events) > 0 {
-			names = append(names, (<-w.events).Object.GetName())
+		for _, ch := range []chan event.GenericEvent{w.handed, w.moved} {
+			for len(ch) > 0 {
+				names = append(names, (<-ch).Object.GetName())
+			}
 		}
 		return names
 	}
@@ -54,6 +63,10 @@ func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
 	w.wake(ctx, redislock.Released{Key: key})
 	if got := woken(); len(got) != 3 {
 		t.Fatalf("a plain release woke %v, want all three waiters", got)
+	}
+	w.wake(ctx, redislock.Released{Missed: true})
+	if got := woken(); len(got) != 3 {
+		t.Fatalf("a gap in the announcements woke %v, want all three waiters", got)
 	}
 }
 

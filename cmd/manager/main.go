@@ -91,6 +91,7 @@ type options struct {
 	clusterScopeNamespaces  string
 	statusInterval          time.Duration
 	waitBackoffMax          time.Duration
+	queueRecheck            time.Duration
 	redlockNodeTimeout      time.Duration
 	waitReplicas            int
 	waitReplicasTimeout     time.Duration
@@ -131,7 +132,8 @@ func parseFlags() (options, zap.Options) {
 	flag.StringVar(&o.tokenKeyFile, "token-key-file", "", "File holding the HMAC key for lock tokens. Default: the Secret "+tokenSecretName+" in --namespace, created on first start.")
 	flag.StringVar(&o.clusterScopeNamespaces, "cluster-scope-namespaces", "", "Comma-separated namespaces allowed to use spec.lock.scope Cluster; \"*\" allows all.")
 	flag.DurationVar(&o.statusInterval, "status-interval", 0, "Deprecated and ignored: renewals are no longer written to status.")
-	flag.DurationVar(&o.waitBackoffMax, "wait-backoff-max", 15*time.Second, "Longest pause between two lock attempts of a waiting LockedJob (release wake-ups come sooner).")
+	flag.DurationVar(&o.waitBackoffMax, "wait-backoff-max", 15*time.Second, "Longest pause between two lock attempts of the LockedJob at the head of a lock's queue (release wake-ups come sooner).")
+	flag.DurationVar(&o.queueRecheck, "queue-recheck", 0, "How often a LockedJob behind the head of its queue asks Redis again; handoffs tell it its place in between. Default: 4 × --wait-backoff-max.")
 	flag.DurationVar(&o.redlockNodeTimeout, "redlock-node-timeout", 50*time.Millisecond, "Per-node timeout of Redlock operations.")
 	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After taking a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not with --redis-cluster).")
 	flag.DurationVar(&o.waitReplicasTimeout, "redis-wait-timeout", 500*time.Millisecond, "How long --redis-wait-replicas waits.")
@@ -238,6 +240,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 			Identity:                id,
 			ClusterScopeNamespaces:  splitList(o.clusterScopeNamespaces),
 			WaitBackoffMax:          o.waitBackoffMax,
+			QueueRecheck:            o.queueRecheck,
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
 			RedisTimeout:            o.redisTimeout,
 			LegacyLockKeys:          o.legacyLockKeys,

@@ -1,0 +1,213 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+)
+
+var scriptCallsRe = regexp.MustCompile(`cmdstat_(?:evalsha|eval):calls=(\d+)`)
+
+// scriptCalls counts the scripts Redis ran: every lock verb is one.
+func scriptCalls(t *testing.T, rc *redis.Client) int {
+	t.Helper()
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range scriptCallsRe.FindAllStringSubmatch(info, -1) {
+		c, _ := strconv.Atoi(m[1])
+		n += c
+	}
+	return n
+}
+
+// TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis (#13): after a handoff, one lineup read
+// tells every waiter whose shown place changed; their passes record it without a Redis call each,
+// and only the head keeps re-checking on the short backoff.
+func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
+	ctx := context.Background()
+	rc := redisserver.Start(t).Client(t)
+	lockClient, err := redislock.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	book := NewLockBook(lockClient)
+	t.Cleanup(book.Stop)
+	id := Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
+	const n = 13
+	var objs []client.Object
+	for i := range n {
+		objs = append(objs, unitLockedJob(fmt.Sprintf("lj%02d", i), types.UID(fmt.Sprintf("uid-%02d", i))))
+	}
+	api := fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).
+		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(objs...).
+		WithIndex(&batchv1alpha1.LockedJob{}, indexQueueMember, func(o client.Object) []string {
+			return []string{id.Holder(o.(*batchv1alpha1.LockedJob))}
+		}).Build()
+	r := &LockedJobReconciler{Client: api, APIReader: api, Scheme: api.Scheme(), Locks: book,
+		Recorder: &reasonRecorder{}, Clock: clock.RealClock{}, Config: Config{Identity: id}}
+	r.Config.defaults()
+	get := func(name string) *batchv1alpha1.LockedJob {
+		lj := &batchv1alpha1.LockedJob{}
+		if err := api.Get(ctx, types.NamespacedName{Namespace: "ns", Name: name}, lj); err != nil {
+			t.Fatal(err)
+		}
+		return lj
+	}
+	pass := func(name string) ctrl.Result {
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})
+		if err != nil {
+			t.Fatalf("reconcile %s: %v", name, err)
+		}
+		return res
+	}
+
+	var holder string
+	waiters := map[string]string{} // queue member -> LockedJob
+	for _, o := range objs {
+		pass(o.GetName()) // the finalizer
+		res := pass(o.GetName())
+		lj := get(o.GetName())
+		if lj.Status.FencingToken != nil {
+			holder = lj.Name
+			continue
+		}
+		waiters[id.Holder(lj)] = lj.Name
+		// Only the head re-checks soon: behind it, handoffs tell the place.
+		pos := derefInt32(lj.Status.QueuePosition)
+		if pos == 1 && res.RequeueAfter > r.Config.WaitBackoffMax {
+			t.Fatalf("the head re-checks after %v, want within %v", res.RequeueAfter, r.Config.WaitBackoffMax)
+		}
+		if pos != 1 && res.RequeueAfter < r.Config.QueueRecheck/2 {
+			t.Fatalf("waiter at %d re-checks after %v, want at least %v", pos, res.RequeueAfter, r.Config.QueueRecheck/2)
+		}
+	}
+	if holder == "" || len(waiters) != n-1 {
+		t.Fatalf("holder %q, waiters %v: want one holder and %d waiters", holder, waiters, n-1)
+	}
+	key := id.LockKey(get(holder))
+	members, err := lockClient.Lineup(ctx, key, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+	if err != nil || len(members) != n-1 {
+		t.Fatalf("lineup %v (%v)", members, err)
+	}
+	byPosition := map[int32]string{}
+	for i, m := range members {
+		byPosition[int32(i+1)] = waiters[m]
+	}
+
+	head := get(byPosition[1])
+	if err := lockClient.ReleaseToken(ctx, key, id.Token(get(holder))); err != nil {
+		t.Fatal(err)
+	}
+	w := &releaseWaker{redis: lockClient, reader: api, hints: &r.hints, timeout: time.Second,
+		handed: make(chan event.GenericEvent, n), moved: make(chan event.GenericEvent, n)}
+	drain := func(ch chan event.GenericEvent) []string {
+		var names []string
+		for len(ch) > 0 {
+			names = append(names, (<-ch).Object.GetName())
+		}
+		slices.Sort(names)
+		return names
+	}
+	before := scriptCalls(t, rc)
+	w.wake(ctx, redislock.Released{Key: lockClient.RedisKey(key), HandedTo: id.Holder(head)})
+	if got := drain(w.handed); !slices.Equal(got, []string{head.Name}) {
+		t.Fatalf("handed wakes %v, want [%s]", got, head.Name)
+	}
+	var want []string // now at places 1..10; the two behind them keep ">10"
+	for pos := int32(2); pos <= 11; pos++ {
+		want = append(want, byPosition[pos])
+	}
+	slices.Sort(want)
+	moved := drain(w.moved)
+	if !slices.Equal(moved, want) {
+		t.Fatalf("moved wakes %v, want %v", moved, want)
+	}
+	for pos := int32(2); pos <= 11; pos++ {
+		pass(byPosition[pos])
+		lj := get(byPosition[pos])
+		if got := derefInt32(lj.Status.QueuePosition); got != pos-1 || lj.Status.BlockedBy != id.Holder(head) {
+			t.Fatalf("%s: position %d blocked by %q, want %d blocked by %q", lj.Name, got, lj.Status.BlockedBy, pos-1, id.Holder(head))
+		}
+	}
+	if calls := scriptCalls(t, rc) - before; calls != 1 {
+		t.Fatalf("the handoff cost the waiters %d Redis scripts, want 1 (the lineup)", calls)
+	}
+
+	pass(head.Name)
+	if got := get(head.Name); got.Status.FencingToken == nil || got.Status.JobName == "" {
+		t.Fatalf("the head did not claim the lock handed to it: %+v", got.Status)
+	}
+}
+
+// TestQueueKeeperKeepsWaitersQueued: waiters that do not ask again stay queued while the keeper
+// keeps them, and one that is not queued any more (here: handed the lock) is woken to claim it.
+func TestQueueKeeperKeepsWaitersQueued(t *testing.T) {
+	ctx := context.Background()
+	rc := redisserver.Start(t).Client(t)
+	lockClient, err := redislock.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key, short = "ns/db", 300 * time.Millisecond
+	holder, err := lockClient.Obtain(ctx, key, time.Minute, redislock.WithQueue("holder", 0, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range []string{"a", "b"} {
+		if _, err := lockClient.Obtain(ctx, key, time.Minute, redislock.WithQueue(m, float64(i+1), short)); err == nil {
+			t.Fatalf("%s got a held lock", m)
+		}
+	}
+	wake := make(chan event.GenericEvent, 4)
+	k := &queueKeeper{redis: lockClient, waiting: &waitingSet{}, liveness: time.Minute, timeout: time.Second, wake: wake}
+	for _, m := range []string{"a", "b"} {
+		k.waiting.add(types.UID(m), waiter{obj: types.NamespacedName{Namespace: "ns", Name: m}, key: key, member: m})
+	}
+	k.keep(ctx)
+	if len(wake) != 0 {
+		t.Fatalf("woke %d waiters that are still queued", len(wake))
+	}
+	joined := time.Now()
+	// Past the liveness the waiters joined with, had nobody kept them.
+	eventuallyTrue(t, func() bool { return time.Since(joined) > 2*short })
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k.keep(ctx)
+	if len(wake) != 1 || (<-wake).Object.GetName() != "a" {
+		t.Fatal("the waiter handed the lock was not woken to claim it")
+	}
+	if st, err := lockClient.Inspect(ctx, key); err != nil || !st.Held {
+		t.Fatalf("the lock went to nobody (%+v, %v): the kept waiters dropped out", st, err)
+	}
+}
+
+// eventuallyTrue polls cond for up to 10 s.
+func eventuallyTrue(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
