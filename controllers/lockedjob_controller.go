@@ -313,6 +313,9 @@ func (r *LockedJobReconciler) record(ctx context.Context, p *pass, reterr error)
 	if !p.obs.hasFinalizer && !p.obs.deleting {
 		return false, nil // the finalizer pass writes metadata only
 	}
+	if p.obs.deleting && !controllerutil.ContainsFinalizer(p.lj, finalizer) {
+		return false, nil // this pass let the object go: there is nobody left to read its status
+	}
 	if reterr == nil {
 		p.lj.Status.ObservedGeneration = p.lj.Generation
 	}

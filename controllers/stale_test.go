@@ -280,3 +280,52 @@ func TestStaleStatusWriteIsRefused(t *testing.T) {
 		t.Fatalf("a stale pass overwrote Succeeded with %s", got)
 	}
 }
+
+// TestDeletionWritesNoStatus (#13): the pass that lets a finished LockedJob go removes the finalizer
+// and writes nothing else; a status patch of an object that is gone costs the API server a request
+// per deletion and tells nobody anything.
+func TestDeletionWritesNoStatus(t *testing.T) {
+	statusPatches := 0
+	u := newUnitRig(t, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			statusPatches++
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	// The API server bumps the generation when it marks an object for deletion; the fake does not.
+	markDeleted := func(lj *batchv1alpha1.LockedJob) {
+		if err := u.api.Delete(context.Background(), lj); err != nil {
+			t.Fatal(err)
+		}
+		lj = u.get()
+		lj.Generation++
+		if err := u.api.Update(context.Background(), lj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := u.runToRunning()
+	job := &batchv1.Job{}
+	if err := u.api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: running.Status.JobName}, job); err != nil {
+		t.Fatal(err)
+	}
+	job.Status.Conditions = append(job.Status.Conditions,
+		batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue},
+		batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue})
+	if err := u.api.Status().Update(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	u.reconcile()
+	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseSucceeded {
+		t.Fatalf("phase %s, want Succeeded", got.Status.Phase)
+	}
+	u.reconcile() // forget: nothing to write
+	markDeleted(u.get())
+	before := statusPatches
+	u.reconcile()
+	if err := u.api.Get(context.Background(), u.req.NamespacedName, &batchv1alpha1.LockedJob{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the LockedJob is still there (%v): the finalizer was not removed", err)
+	}
+	if n := statusPatches - before; n != 0 {
+		t.Fatalf("deleting a finished LockedJob patched its status %d times, want 0", n)
+	}
+}
