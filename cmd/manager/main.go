@@ -138,9 +138,10 @@ func parseFlags() (options, zap.Options) {
 	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After taking a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not with --redis-cluster).")
 	flag.DurationVar(&o.waitReplicasTimeout, "redis-wait-timeout", 500*time.Millisecond, "How long --redis-wait-replicas waits.")
 	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LockedJobs reconciled in parallel.")
-	// controller-runtime's own defaults; docs/benchmarks.md ("Scale") shows what more buys.
-	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 20, "Queries per second the manager's API client may send (client-side rate limit).")
-	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", 30, "Burst of the manager's API client above --kube-api-qps.")
+	// controller-runtime's default: no client-side limit; the API server's priority and fairness
+	// queues the operator's requests (and config/ gives its Lease requests their own level).
+	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", -1, "Queries per second the manager's API client may send; -1 (default) sets no client-side limit and leaves it to the API server's priority and fairness.")
+	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", 30, "Burst of the manager's API client above a positive --kube-api-qps.")
 	flag.BoolVar(&o.allowEviction, "allow-redis-eviction", false, "Start even when a Redis node's maxmemory-policy may evict keys (an evicted lock can have two holders). Off: refuse to start.")
 	flag.BoolVar(&o.legacyLockKeys, "legacy-lock-keys", true, "Before taking a Namespace-scoped lock, wait while it is held under the key layout of versions before the cluster ID was part of it (docs/design.md, Migration). Turn off once no LockedJob acquired before the upgrade is left.")
 	flag.DurationVar(&o.redisTimeout, "redis-timeout", 2*time.Second, "Deadline of each Redis call a reconcile makes (renewals have their own budget, from the lease).")
