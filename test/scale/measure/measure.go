@@ -241,6 +241,10 @@ func (c CommandStats) Scripts() int64 {
 	return sum
 }
 
+// Renewals counts the keeper's renewals: refresh.lua is the only script that runs PEXPIRE, twice
+// (the lock and its metadata).
+func (c CommandStats) Renewals() int64 { return c["pexpire"] / 2 }
+
 // Percentile returns the p-th percentile (0..100) of ds by nearest rank, 0 for none.
 func Percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {

@@ -146,8 +146,13 @@ var rows = []row{
 	{"  jobs (+status) / object", writes(isJob)},
 	{"  pods (+status, binding) / object", writes(isPod)},
 	{"  leases (background, total)", func(r Result, _ *Result) string { return fmt.Sprintf("%.0f", r.API.Writes(isLease)) }},
-	{"Redis calls / object (scripts)", func(r Result, _ *Result) string {
+	{"Redis commands / object (scripts)", func(r Result, _ *Result) string {
 		return perObject(float64(r.Redis.Operations()), r) + " (" + perObject(float64(r.Redis.Scripts()), r) + ")"
+	}},
+	// The calls the operator makes for a LockedJob, one script each (acquire, wait, release, ...),
+	// without the keeper's renewals, which last as long as the Job runs.
+	{"  scripts beyond renewals / object", func(r Result, _ *Result) string {
+		return perObject(float64(r.Redis.Scripts()-r.Redis.Renewals()), r)
 	}},
 	{"operator CPU (per object)", func(r Result, _ *Result) string {
 		return seconds(r.OperatorCPU) + " (" + perObjectDuration(r.OperatorCPU, r) + ")"
