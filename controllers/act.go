@@ -55,10 +55,15 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		return ctrl.Result{}, false, r.giveUp(ctx, p, t.Duration)
 	}
 
-	// A handoff told this waiter its new place: record it without asking Redis (see waiting.go).
-	if hint, ok := r.hints.take(r.Config.Identity.Holder(lj), now); ok && !first {
-		res, err := r.wait(p, &redislock.QueuedError{Position: hint.position, Holder: hint.holder}, waited)
-		return res, false, err
+	// A waiter asks Redis only when something may have changed (see waiting.go).
+	if !first {
+		switch what, hint, left := r.waiting.next(r.Config.Identity.Holder(lj), now); what {
+		case askHint:
+			res, err := r.wait(p, &redislock.QueuedError{Position: hint.position, Holder: hint.holder}, waited)
+			return res, false, err
+		case askNothing:
+			return ctrl.Result{RequeueAfter: left, Priority: ptr.To(handler.LowPriority)}, false, nil
+		}
 	}
 
 	if holder, busy, err := r.legacyHolder(ctx, p); err != nil {
@@ -84,7 +89,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	}
 
 	r.redisUp(p)
-	r.waiting.remove(lj.UID)
+	r.waiting.done(r.Config.Identity.Holder(lj))
 	locksTakenTotal.Inc()
 	lockWaitSeconds.Observe(waited.Seconds())
 	r.recordHeld(p, lock)
@@ -195,7 +200,6 @@ func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Durat
 		}
 	}
 	r.redisUp(p)
-	r.waiting.add(lj.UID, waiter{obj: client.ObjectKeyFromObject(lj), key: p.key, member: r.Config.Identity.Holder(lj)})
 	msg := fmt.Sprintf("Waiting for lock %s held by %s (%s)", lj.Spec.Lock.Name, blockedBy, place)
 	if blockedBy == "" {
 		msg = fmt.Sprintf("Waiting for lock %s: waiters ahead (%s)", lj.Spec.Lock.Name, place)
@@ -216,6 +220,7 @@ func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Durat
 	if t := lj.Spec.Lock.AcquireTimeout; t != nil {
 		next = min(next, max(t.Duration-waited, time.Millisecond))
 	}
+	r.waiting.waiting(r.Config.Identity.Holder(lj), client.ObjectKeyFromObject(lj), p.key, r.Clock.Now().Add(next))
 	// A re-check is a safety net: under a burst it yields to the passes that events asked for.
 	return ctrl.Result{RequeueAfter: next, Priority: ptr.To(handler.LowPriority)}, nil
 }
@@ -262,7 +267,7 @@ func (r *LockedJobReconciler) giveUp(ctx context.Context, p *pass, timeout time.
 	if err := r.dequeue(ctx, p); err != nil {
 		return err
 	}
-	r.waiting.remove(lj.UID)
+	r.waiting.done(r.Config.Identity.Holder(lj))
 	msg := fmt.Sprintf("Lock %s not obtained within spec.lock.acquireTimeout (%s)", lj.Spec.Lock.Name, timeout)
 	lj.Status.Phase = batchv1alpha1.PhaseFailed
 	lj.Status.Message = msg
@@ -476,7 +481,7 @@ func (r *LockedJobReconciler) releaseAndTell(ctx context.Context, p *pass) error
 func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	lj := p.lj
 	lock := r.Locks.Untrack(lj.UID)
-	r.waiting.remove(lj.UID)
+	r.waiting.done(r.Config.Identity.Holder(lj))
 	rctx, cancel := r.redisCtx(ctx)
 	err := r.Locks.Redis().ReleaseToken(rctx, p.key, r.Config.Identity.Token(lj))
 	cancel()
@@ -537,7 +542,7 @@ func (r *LockedJobReconciler) loseLock(ctx context.Context, p *pass, cause error
 			return err
 		}
 	}
-	r.waiting.remove(lj.UID)
+	r.waiting.done(r.Config.Identity.Holder(lj))
 	msg := fmt.Sprintf("Lock %s lost while the Job ran (%v); policy %s applied", lj.Spec.Lock.Name, cause, policy)
 	ctrl.LoggerFrom(ctx).Info("Lock lost", "lock", p.key, "reason", cause.Error(), "policy", policy)
 	lj.Status.Phase = batchv1alpha1.PhaseLockLost

@@ -54,8 +54,9 @@ const (
 	// conflictRequeue is how soon a pass whose write lost an optimistic-lock race runs again, with
 	// the object as the API server has it now.
 	conflictRequeue = 50 * time.Millisecond
-	// maxStepsPerPass bounds the steps one pass chains (acquire → create the Job is the longest).
-	maxStepsPerPass = 4
+	// maxStepsPerPass bounds the steps one pass chains (add the finalizer → acquire → create the
+	// Job → running is the longest).
+	maxStepsPerPass = 5
 )
 
 // Config is the operator-wide behaviour of the reconciler.
@@ -122,8 +123,7 @@ type LockedJobReconciler struct {
 	Config    Config
 	Clock     clock.PassiveClock
 
-	waiting waitingSet
-	hints   placeHints
+	waiting waitBook
 }
 
 // pass is one run of Reconcile: the object as read, what it observed, and the status it records.
@@ -153,7 +153,7 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if apierrors.IsNotFound(err) {
 			// Gone: whatever the book still knows of it (a pass that raced the last one) is moot.
 			r.Locks.ForgetObject(req.NamespacedName)
-			r.waiting.removeObject(req.NamespacedName)
+			r.waiting.doneObject(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -200,10 +200,16 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 	case stepIdle:
 		return ctrl.Result{}, false, nil
 	case stepAddFinalizer:
-		return ctrl.Result{}, false, r.addFinalizer(ctx, p)
+		if err := r.addFinalizer(ctx, p); err != nil {
+			return ctrl.Result{}, false, err
+		}
+		// Go on in this pass: waiting for the finalizer's own update event put every LockedJob of a
+		// burst behind the finalizers of all the others before its first Job.
+		p.before, p.obs.hasFinalizer = p.lj.DeepCopy(), true
+		return ctrl.Result{}, true, nil
 	case stepForget:
 		r.Locks.Forget(p.lj.UID)
-		r.waiting.remove(p.lj.UID)
+		r.waiting.done(r.Config.Identity.Holder(p.lj))
 		return ctrl.Result{}, false, nil
 	case stepReleaseAfterEnd:
 		res, err = r.releaseAfterEnd(ctx, p)
@@ -393,7 +399,7 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		return fmt.Errorf("index %s: %w", indexQueueMember, err)
 	}
 	handed, moved := make(chan event.GenericEvent, 256), make(chan event.GenericEvent, 256)
-	waker := &releaseWaker{redis: r.Locks.Redis(), reader: mgr.GetClient(), hints: &r.hints,
+	waker := &releaseWaker{redis: r.Locks.Redis(), identity: r.Config.Identity, reader: mgr.GetClient(), waiting: &r.waiting,
 		handed: handed, moved: moved, timeout: r.Config.RedisTimeout}
 	keeper := &queueKeeper{redis: r.Locks.Redis(), waiting: &r.waiting, liveness: r.Config.waiterLiveness(),
 		timeout: r.Config.RedisTimeout, wake: handed}

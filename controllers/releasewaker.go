@@ -28,12 +28,13 @@ const (
 // handoff) wakes every waiter of the lock, and so does a broken subscription (Missed) for every
 // lock. Redis pub/sub may drop a message; the waiters' re-checks stay as the safety net.
 type releaseWaker struct {
-	redis   *redislock.Client
-	reader  client.Reader
-	hints   *placeHints
-	handed  chan event.GenericEvent
-	moved   chan event.GenericEvent
-	timeout time.Duration // of the lineup read
+	redis    *redislock.Client
+	identity Identity
+	reader   client.Reader
+	waiting  *waitBook
+	handed   chan event.GenericEvent
+	moved    chan event.GenericEvent
+	timeout  time.Duration // of the lineup read
 }
 
 // Start implements manager.Runnable; it runs only on the leader.
@@ -56,17 +57,16 @@ func (w *releaseWaker) Start(ctx context.Context) error {
 func (w *releaseWaker) wake(ctx context.Context, r redislock.Released) {
 	if r.Missed {
 		// Releases went unannounced: every waiter asks Redis once, as after a restart.
-		w.send(ctx, w.moved, w.waiting(ctx))
+		w.waiting.wakeAll()
+		w.send(ctx, w.moved, w.waiters(ctx))
 		return
 	}
 	if r.HandedTo == "" {
-		w.send(ctx, w.moved, w.waiting(ctx, client.MatchingFields{indexLockKey: r.Key}))
+		w.send(ctx, w.moved, w.wakeEach(w.waiters(ctx, client.MatchingFields{indexLockKey: r.Key})))
 		return
 	}
-	// The hint must not outlive the handoff: the member's next pass claims the lock.
-	w.hints.drop(r.HandedTo)
 	// The member may be another cluster's waiter on a shared Redis: then nobody here wakes.
-	w.send(ctx, w.handed, w.waiting(ctx, client.MatchingFields{indexQueueMember: r.HandedTo}))
+	w.send(ctx, w.handed, w.wakeEach(w.waiters(ctx, client.MatchingFields{indexQueueMember: r.HandedTo})))
 	w.tellPlaces(ctx, r)
 }
 
@@ -99,17 +99,23 @@ func (w *releaseWaker) tellPlaces(ctx context.Context, r redislock.Released) {
 	}
 	now := time.Now()
 	for i, m := range members {
-		waiters := w.waiting(ctx, client.MatchingFields{indexQueueMember: m})
-		if len(waiters) == 0 {
-			continue
+		if !w.waiting.tell(m, placeHint{position: placesTold[i], holder: r.HandedTo, at: now}) {
+			continue // not ours, or not known to wait: its next pass asks Redis anyway
 		}
-		w.hints.put(m, placeHint{position: placesTold[i], holder: r.HandedTo, at: now})
-		w.send(ctx, w.moved, waiters)
+		w.send(ctx, w.moved, w.waiters(ctx, client.MatchingFields{indexQueueMember: m}))
 	}
 }
 
+// wakeEach makes the next pass of each LockedJob ask Redis.
+func (w *releaseWaker) wakeEach(ljs []*batchv1alpha1.LockedJob) []*batchv1alpha1.LockedJob {
+	for _, lj := range ljs {
+		w.waiting.wake(w.identity.Holder(lj))
+	}
+	return ljs
+}
+
 // waiting lists the Waiting LockedJobs that match.
-func (w *releaseWaker) waiting(ctx context.Context, opts ...client.ListOption) []*batchv1alpha1.LockedJob {
+func (w *releaseWaker) waiters(ctx context.Context, opts ...client.ListOption) []*batchv1alpha1.LockedJob {
 	var list batchv1alpha1.LockedJobList
 	if err := w.reader.List(ctx, &list, opts...); err != nil {
 		return nil

@@ -231,8 +231,7 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.reconcile() // finalizer
-	u.reconcile()
+	u.reconcile() // the finalizer, then the attempt
 	got := u.get()
 	if got.Status.Phase != batchv1alpha1.PhaseWaiting || got.Status.BlockedBy != "old-holder" {
 		t.Fatalf("phase %s blocked by %q, want Waiting behind old-holder", got.Status.Phase, got.Status.BlockedBy)
@@ -248,6 +247,7 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 	if _, err := rdb.Obtain(ctx, legacy, time.Minute, redislock.WithToken(u.r.Config.Identity.Token(u.lj))); err != nil {
 		t.Fatal(err)
 	}
+	u.r.waiting.wake(u.r.Config.Identity.Holder(u.lj)) // as its re-check falls due
 	u.runToRunning()
 	if st, _ := rdb.Inspect(ctx, legacy); st.Held {
 		t.Fatal("the old key handed to this LockedJob was not given back")

@@ -39,58 +39,17 @@ const (
 	priorityJobEnded = 50
 )
 
-// waiter is one waiting LockedJob, as the queue keeper needs it.
+// waiter is one waiting LockedJob of this operator, by its queue member (Identity.Holder).
 type waiter struct {
-	obj    types.NamespacedName
-	key    string // the lock's name in the lock library
-	member string // its queue member (Identity.Holder)
-}
-
-// waitingSet is this operator's waiting LockedJobs: the queue keeper keeps them queued, and
-// lockedjob_locks_pending counts them.
-type waitingSet struct {
-	mu  sync.Mutex
-	set map[types.UID]waiter
-}
-
-func (s *waitingSet) add(uid types.UID, w waiter) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.set == nil {
-		s.set = map[types.UID]waiter{}
-	}
-	s.set[uid] = w
-	locksPending.Set(float64(len(s.set)))
-}
-
-func (s *waitingSet) remove(uid types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.set, uid)
-	locksPending.Set(float64(len(s.set)))
-}
-
-// removeObject drops a LockedJob that is gone, whatever its UID was.
-func (s *waitingSet) removeObject(obj types.NamespacedName) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for uid, w := range s.set {
-		if w.obj == obj {
-			delete(s.set, uid)
-		}
-	}
-	locksPending.Set(float64(len(s.set)))
-}
-
-// byLock groups the waiters by lock, one KeepQueued call each.
-func (s *waitingSet) byLock() map[string][]waiter {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string][]waiter{}
-	for _, w := range s.set {
-		out[w.key] = append(out[w.key], w)
-	}
-	return out
+	obj types.NamespacedName
+	key string // the lock's name in the lock library
+	// due is when the waiter asks Redis again unless something wakes it first: a pass that runs
+	// before (its own status write, a resync) has nothing new to ask about.
+	due time.Time
+	// woken: a release or the queue keeper says something changed; the next pass asks Redis.
+	woken bool
+	// hint: a lineup told the waiter its new place; the next pass records it without asking.
+	hint *placeHint
 }
 
 // placeHint is what a lineup read after a handoff told of one waiter's place.
@@ -100,47 +59,129 @@ type placeHint struct {
 	at       time.Time
 }
 
-// hintMaxAge bounds how old a hint a pass trusts: a hint nobody took (the LockedJob went away) must
-// not describe a later wait.
+// hintMaxAge bounds how old a hint a pass trusts, so a hint describes the queue as it is.
 const hintMaxAge = 30 * time.Second
 
-// placeHints holds, per queue member, the last place a lineup told, until the member's next pass
-// takes it. A hint only spares a Redis call: a pass without one asks Redis as always.
-type placeHints struct {
-	mu    sync.Mutex
-	hints map[string]placeHint
+// waitBook is this operator's waiting LockedJobs: when each asks Redis next, and what the release
+// waker and the queue keeper told it since. The queue keeper keeps them queued, and
+// lockedjob_locks_pending counts them. A LockedJob the book does not know asks Redis: the book only
+// ever spares calls.
+type waitBook struct {
+	mu  sync.Mutex
+	set map[string]*waiter // by queue member
 }
 
-func (h *placeHints) put(member string, hint placeHint) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.hints == nil {
-		h.hints = map[string]placeHint{}
+// ask is what a waiting LockedJob's pass does about Redis (see next).
+type ask int
+
+const (
+	askRedis   ask = iota // obtain or learn its place: first pass, woken, or due
+	askHint               // record the place a lineup told
+	askNothing            // nothing changed since it last asked: wait on until due
+)
+
+// waiting records that member waits for lock key and asks again at due.
+func (b *waitBook) waiting(member string, obj types.NamespacedName, key string, due time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.set == nil {
+		b.set = map[string]*waiter{}
 	}
-	if len(h.hints) > 1024 {
-		for m, old := range h.hints {
-			if hint.at.Sub(old.at) > hintMaxAge {
-				delete(h.hints, m)
-			}
+	w := &waiter{obj: obj, key: key, due: due}
+	if old := b.set[member]; old != nil {
+		// next consumed what the pass started with; anything here came while it ran and is news.
+		w.woken, w.hint = old.woken, old.hint
+	}
+	b.set[member] = w
+	locksPending.Set(float64(len(b.set)))
+}
+
+// done forgets a member that no longer waits (it holds its lock, gave up, or is gone).
+func (b *waitBook) done(member string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.set, member)
+	locksPending.Set(float64(len(b.set)))
+}
+
+// doneObject forgets a LockedJob that is gone, whatever its member was.
+func (b *waitBook) doneObject(obj types.NamespacedName) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for m, w := range b.set {
+		if w.obj == obj {
+			delete(b.set, m)
 		}
 	}
-	h.hints[member] = hint
+	locksPending.Set(float64(len(b.set)))
 }
 
-// take returns and forgets the member's hint, if one is fresh enough.
-func (h *placeHints) take(member string, now time.Time) (placeHint, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	hint, ok := h.hints[member]
-	delete(h.hints, member)
-	return hint, ok && now.Sub(hint.at) <= hintMaxAge
+// wake makes member's next pass ask Redis, and drops any hint: the lock may be its now.
+func (b *waitBook) wake(member string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w := b.set[member]; w != nil {
+		w.woken, w.hint = true, nil
+	}
 }
 
-// drop forgets the member's hint: the lock was handed to it, and its next pass must claim it.
-func (h *placeHints) drop(member string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.hints, member)
+// wakeAll makes every waiter ask Redis at its next pass (releases went unannounced).
+func (b *waitBook) wakeAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range b.set {
+		w.woken, w.hint = true, nil
+	}
+}
+
+// tell leaves member a hint of its place; it reports false for a member the book does not know,
+// whose next pass asks Redis anyway.
+func (b *waitBook) tell(member string, hint placeHint) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.set[member]
+	if w == nil {
+		return false
+	}
+	w.hint = &hint
+	return true
+}
+
+// next says what member's pass does now, and hands over the hint or the time to wait on. It
+// consumes what it returns: a wake-up or hint counts once.
+func (b *waitBook) next(member string, now time.Time) (ask, placeHint, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.set[member]
+	switch {
+	case w == nil:
+		return askRedis, placeHint{}, 0
+	case w.woken:
+		w.woken, w.hint = false, nil
+		return askRedis, placeHint{}, 0
+	case w.hint != nil && now.Sub(w.hint.at) <= hintMaxAge:
+		hint := *w.hint
+		w.hint = nil
+		return askHint, hint, 0
+	case now.Before(w.due):
+		return askNothing, placeHint{}, w.due.Sub(now)
+	default:
+		return askRedis, placeHint{}, 0
+	}
+}
+
+// byLock groups the waiters by lock, for one KeepQueued call each.
+func (b *waitBook) byLock() map[string]map[string]types.NamespacedName {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]map[string]types.NamespacedName{}
+	for m, w := range b.set {
+		if out[w.key] == nil {
+			out[w.key] = map[string]types.NamespacedName{}
+		}
+		out[w.key][m] = w.obj
+	}
+	return out
 }
 
 // queueKeeper keeps this operator's waiters in their queues while they do not ask Redis themselves,
@@ -148,13 +189,13 @@ func (h *placeHints) drop(member string) {
 // that is not queued any more (handed the lock, or dropped while nobody kept it) is woken to ask.
 type queueKeeper struct {
 	redis    *redislock.Client
-	waiting  *waitingSet
+	waiting  *waitBook
 	liveness time.Duration
 	timeout  time.Duration // of one call
 	wake     chan<- event.GenericEvent
 }
 
-// Start implements manager.Runnable; it runs only on the leader, whose passes fill the set.
+// Start implements manager.Runnable; it runs only on the leader, whose passes fill the book.
 func (k *queueKeeper) Start(ctx context.Context) error {
 	t := time.NewTicker(k.liveness / 3)
 	defer t.Stop()
@@ -171,9 +212,9 @@ func (k *queueKeeper) Start(ctx context.Context) error {
 func (k *queueKeeper) keep(ctx context.Context) {
 	log := ctrl.Log.WithName("queuekeeper")
 	for key, waiters := range k.waiting.byLock() {
-		members := make([]string, len(waiters))
-		for i, w := range waiters {
-			members[i] = w.member
+		members := make([]string, 0, len(waiters))
+		for m := range waiters {
+			members = append(members, m)
 		}
 		cctx, cancel := context.WithTimeout(ctx, k.timeout)
 		gone, err := k.redis.KeepQueued(cctx, key, k.liveness, members...)
@@ -185,11 +226,8 @@ func (k *queueKeeper) keep(ctx context.Context) {
 			continue
 		}
 		for _, m := range gone {
-			for _, w := range waiters {
-				if w.member == m {
-					send(ctx, k.wake, w.obj)
-				}
-			}
+			k.waiting.wake(m)
+			send(ctx, k.wake, waiters[m])
 		}
 	}
 }

@@ -117,7 +117,7 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	if err := lockClient.ReleaseToken(ctx, key, id.Token(get(holder))); err != nil {
 		t.Fatal(err)
 	}
-	w := &releaseWaker{redis: lockClient, reader: api, hints: &r.hints, timeout: time.Second,
+	w := &releaseWaker{redis: lockClient, identity: id, reader: api, waiting: &r.waiting, timeout: time.Second,
 		handed: make(chan event.GenericEvent, n), moved: make(chan event.GenericEvent, n)}
 	drain := func(ch chan event.GenericEvent) []string {
 		var names []string
@@ -143,6 +143,7 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	}
 	for pos := int32(2); pos <= 11; pos++ {
 		pass(byPosition[pos])
+		pass(byPosition[pos]) // as its own status write triggers: nothing new to ask
 		lj := get(byPosition[pos])
 		if got := derefInt32(lj.Status.QueuePosition); got != pos-1 || lj.Status.BlockedBy != id.Holder(head) {
 			t.Fatalf("%s: position %d blocked by %q, want %d blocked by %q", lj.Name, got, lj.Status.BlockedBy, pos-1, id.Holder(head))
@@ -178,9 +179,9 @@ func TestQueueKeeperKeepsWaitersQueued(t *testing.T) {
 		}
 	}
 	wake := make(chan event.GenericEvent, 4)
-	k := &queueKeeper{redis: lockClient, waiting: &waitingSet{}, liveness: time.Minute, timeout: time.Second, wake: wake}
+	k := &queueKeeper{redis: lockClient, waiting: &waitBook{}, liveness: time.Minute, timeout: time.Second, wake: wake}
 	for _, m := range []string{"a", "b"} {
-		k.waiting.add(types.UID(m), waiter{obj: types.NamespacedName{Namespace: "ns", Name: m}, key: key, member: m})
+		k.waiting.waiting(m, types.NamespacedName{Namespace: "ns", Name: m}, key, time.Now().Add(time.Hour))
 	}
 	k.keep(ctx)
 	if len(wake) != 0 {
@@ -196,6 +197,9 @@ func TestQueueKeeperKeepsWaitersQueued(t *testing.T) {
 	if len(wake) != 1 || (<-wake).Object.GetName() != "a" {
 		t.Fatal("the waiter handed the lock was not woken to claim it")
 	}
+	if what, _, _ := k.waiting.next("a", time.Now()); what != askRedis {
+		t.Fatal("the waiter handed the lock would not ask Redis at its next pass")
+	}
 	if st, err := lockClient.Inspect(ctx, key); err != nil || !st.Held {
 		t.Fatalf("the lock went to nobody (%+v, %v): the kept waiters dropped out", st, err)
 	}
@@ -209,5 +213,56 @@ func eventuallyTrue(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// TestWaitBookAsksOnlyWhenSomethingChanged: a waiter's pass asks Redis when the book does not know
+// it, when woken, or when due; records a hint without asking; and otherwise waits on. News that
+// comes while a pass runs is kept for the next one.
+func TestWaitBookAsksOnlyWhenSomethingChanged(t *testing.T) {
+	var b waitBook
+	now := time.Now()
+	obj := types.NamespacedName{Namespace: "ns", Name: "w"}
+	expect := func(want ask, at time.Time) placeHint {
+		t.Helper()
+		got, hint, left := b.next("w", at)
+		if got != want {
+			t.Fatalf("next = %d, want %d", got, want)
+		}
+		if got == askNothing && left <= 0 {
+			t.Fatalf("waits on for %v", left)
+		}
+		return hint
+	}
+	expect(askRedis, now) // unknown
+	b.waiting("w", obj, "db", now.Add(time.Minute))
+	expect(askNothing, now)
+	expect(askRedis, now.Add(2*time.Minute)) // due
+
+	b.wake("w")
+	expect(askRedis, now)
+	expect(askNothing, now) // a wake-up counts once
+
+	b.tell("w", placeHint{position: 3, holder: "h", at: now})
+	if hint := expect(askHint, now); hint.position != 3 || hint.holder != "h" {
+		t.Fatalf("hint %+v", hint)
+	}
+	expect(askNothing, now)
+	b.tell("w", placeHint{position: 2, at: now.Add(-2 * hintMaxAge)})
+	expect(askNothing, now) // too old to trust, and nothing else changed
+
+	b.tell("w", placeHint{position: 2, at: now})
+	b.wake("w") // handed the lock after the lineup: claiming beats the hint
+	expect(askRedis, now)
+
+	expect(askNothing, now)
+	b.wake("w")                                     // comes while a pass runs ...
+	b.waiting("w", obj, "db", now.Add(time.Minute)) // ... which then records its wait
+	expect(askRedis, now)
+
+	b.done("w")
+	expect(askRedis, now)
+	if b.tell("w", placeHint{position: 1, at: now}) {
+		t.Fatal("a hint was kept for a LockedJob that no longer waits")
 	}
 }
