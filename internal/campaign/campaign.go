@@ -38,7 +38,7 @@ func Run(ctx context.Context, build func() (Manager, error), pause time.Duration
 			return nil // the process stops anyway: leadership no longer matters
 		}
 		log.Info("Lost leadership; campaigning again with a new manager while the held locks keep renewing",
-			"term", term, "pause", pause)
+			"term", term, "reason", err.Error(), "pause", pause)
 		select {
 		case <-ctx.Done():
 			return nil

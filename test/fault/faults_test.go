@@ -32,6 +32,7 @@ func scenarios() []scenario {
 		{name: "job-deleted", run: jobDeleted},
 		{name: "apiserver-a-down", run: apiserverDown},
 		{name: "operator-a-sigstop", overlapAllowed: true, run: operatorPause},
+		{name: "apiserver-a-slow", leaseA: fastLease, run: apiserverSlow, verify: leadershipSurvived},
 		{name: "operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, run: operatorKill},
 		{name: "operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion},
 		{name: "sentinel-failover", overlapAllowed: true, run: sentinelFailover},
@@ -249,4 +250,98 @@ func sentinelFailover(r *run) (time.Time, error) {
 			fmt.Sprintf("sentinel has not promoted %s: %v %v", replica.Addr(), addr, err)
 	})
 	return time.Now(), err
+}
+
+// slowAPI is the latency added each way on operator a's path to its API server in
+// apiserver-a-slow: a 4 s round trip, past the fast lease's 3 s renew deadline.
+const slowAPI = 2 * time.Second
+
+// apiserverSlow makes operator a's API server slow (slowAPI each way, through the proxy its
+// kubeconfig names) while a1 (20 s) holds the lock and b1 waits, until operator a has lost its
+// leader lease, and 2 s more, so its next campaign starts against the slow server too. Redis is
+// not touched: the lock book must renew a1's lock throughout, and the process, which no longer
+// exits, must lead again and finish a1 under the same lease; then b1 runs.
+func apiserverSlow(r *run) (time.Time, error) {
+	if err := r.holderAndWaiter(20*time.Second, ljOpts{}); err != nil {
+		return time.Time{}, err
+	}
+	o := env.operators["a"]
+	r.faultAt = time.Now()
+	env.clusters["a"].apiProxy.Delay(slowAPI)
+	if err := poll(60*time.Second, func() (bool, string) {
+		return o.exited() || strings.Contains(o.logSince(r.marks["a"]), "leader election lost"),
+			"operator a still leads through a slow API server"
+	}); err != nil {
+		return time.Time{}, err
+	}
+	logf("%s: operator a lost its leadership %s after the API server became slow", r.sc.name, since(r.faultAt))
+	hold(2 * time.Second)
+	env.clusters["a"].apiProxy.Pass()
+	return time.Now(), nil
+}
+
+// leadershipSurvived judges apiserver-a-slow: operator a lost its leadership and led again
+// without exiting (a crash is a failure of check already); a1 kept one lease in Redis from before
+// the fault until after it healed, so its lock was never lost; a1 and b1 both succeeded. It
+// logs the time without a leader, the longest gap between renewals of a1's lease, and how soon
+// the new leader re-observed a1.
+func leadershipSurvived(r *run, h history) []string {
+	var fails []string
+	logs := env.operators["a"].logSince(r.marks["a"])
+	stepped, led := logTime(logs, "Not leading: renewing held locks only"), time.Time{}
+	if i := strings.Index(logs, "leader election lost"); i < 0 {
+		fails = append(fails, "operator a never logged that it lost its leadership: the fault did not bite")
+	} else {
+		led = logTime(logs[i:], "Leading: acting on lock losses again")
+	}
+	if led.IsZero() {
+		fails = append(fails, "operator a did not lead again after it lost its leadership")
+	} else {
+		readopted := logTime(logs[strings.Index(logs, "leader election lost"):], `"step": "Running"`)
+		logf("%s: operator a without leadership for %s (from its old manager's stop to its new manager's election); "+
+			"a1 re-observed as Running %s after the election", r.sc.name, led.Sub(stepped).Round(time.Millisecond),
+			readopted.Sub(led).Round(time.Millisecond))
+	}
+	if strings.Contains(logs, "Dropped a lock while not leading") {
+		fails = append(fails, "operator a dropped a lock while it did not lead, although Redis answered")
+	}
+	a1 := holder("a", r.ns, "a1")
+	var a1Leases []lease
+	for _, l := range h.Leases {
+		if l.Holder == a1 {
+			a1Leases = append(a1Leases, l)
+		}
+	}
+	switch {
+	case len(a1Leases) != 1:
+		fails = append(fails, fmt.Sprintf("a1 held %d leases in Redis, want one unbroken lease across the fault", len(a1Leases)))
+	case !a1Leases[0].Start.Before(r.faultAt) || (!a1Leases[0].End.IsZero() && a1Leases[0].End.Before(h.HealedAt)):
+		fails = append(fails, fmt.Sprintf("a1's lease (%s .. %s) does not span the fault (%s .. %s)", rel(a1Leases[0].Start, r.start),
+			rel(a1Leases[0].End, r.start), rel(r.faultAt, r.start), rel(h.HealedAt, r.start)))
+	default:
+		logf("%s: a1's lease: longest gap between renewals %s, least time left %s", r.sc.name,
+			a1Leases[0].LongestGap.Round(time.Millisecond), a1Leases[0].LeastLeft.Round(time.Millisecond))
+	}
+	for _, l := range h.LockedJobs {
+		if l.Phase != string(batchv1alpha1.PhaseSucceeded) {
+			fails = append(fails, fmt.Sprintf("%s ended %s (%s), want Succeeded", l.holder(), l.Phase, l.Message))
+		}
+	}
+	return fails
+}
+
+// logTime is the time of the first line of logs that contains what (zero if none): the
+// operators log with --zap-time-encoding=rfc3339nano, the time first on the line.
+func logTime(logs, what string) time.Time {
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, what) {
+			continue
+		}
+		stamp, _, _ := strings.Cut(line, "\t")
+		t, err := time.Parse(time.RFC3339Nano, stamp)
+		if err == nil {
+			return t
+		}
+	}
+	return time.Time{}
 }

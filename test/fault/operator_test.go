@@ -62,7 +62,7 @@ func (o *operator) start() error {
 	o.logs = append(o.logs, o.logPath)
 	o.stopping = false
 	args := []string{
-		"--kubeconfig", o.c.kubeconfig,
+		"--kubeconfig", o.c.operatorKubeconfig,
 		"--namespace", operatorNamespace,
 		"--cluster-id", o.c.name,
 		"--cluster-scope-namespaces", "*",
@@ -75,6 +75,8 @@ func (o *operator) start() error {
 		// contender a Jepsen test wants, and what makes a late stop visible.
 		"--wait-backoff-max", "250ms",
 		"--zap-log-level", "debug",
+		// Scenarios time what the operator logged (apiserver-a-slow: the time without a leader).
+		"--zap-time-encoding", "rfc3339nano",
 	}
 	args = append(args, o.redisArgs...)
 	if o.mode == fastLease {
@@ -266,4 +268,20 @@ func (o *operator) takeCrashes(m logMark) []string {
 		}
 	}
 	return out
+}
+
+// logSince returns what the operator logged since m, across restarts.
+func (o *operator) logSince(m logMark) string {
+	o.mu.Lock()
+	logs := slices.Clone(o.logs)
+	o.mu.Unlock()
+	var b strings.Builder
+	for i := max(m.log, 0); i < len(logs); i++ {
+		data, _ := os.ReadFile(logs[i])
+		if i == m.log && int64(len(data)) >= m.offset {
+			data = data[m.offset:]
+		}
+		b.Write(data)
+	}
+	return b.String()
 }
