@@ -25,8 +25,8 @@ type leaseMode int
 
 const (
 	// steadyLease survives a SIGSTOP and an API server outage of ~15 s: a
-	// leader that cannot renew steps down and exits, which these scenarios
-	// must not turn into a crash.
+	// leader that cannot renew steps down (and campaigns again), which these
+	// scenarios must not turn into a time without a leader.
 	steadyLease leaseMode = iota
 	// fastLease lets a successor of a SIGKILLed operator lead within ~4 s.
 	fastLease
