@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,8 +49,9 @@ func TestLeadershipLostCampaignsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	probeAddr, metricsAddr := freeAddr(t), freeAddr(t)
 	o := options{
-		metricsAddr: "0", probeAddr: "0", namespace: ns, tokenKeyFile: keyFile,
+		metricsAddr: metricsAddr, probeAddr: probeAddr, namespace: ns, tokenKeyFile: keyFile,
 		leaderElect: true, leaseDuration: 3 * time.Second, renewDeadline: 2 * time.Second, retryPeriod: 500 * time.Millisecond,
 		redisAddr: redisSrv.Addr(), keyPrefix: "lockedjob:", releaseChannel: "lockedjob:released",
 		clusterID: "test", waitBackoffMax: time.Second, redlockNodeTimeout: 50 * time.Millisecond,
@@ -115,9 +121,13 @@ func TestLeadershipLostCampaignsAgain(t *testing.T) {
 	stolenAt := time.Now()
 	missing := 0 // observations of Redis without the lock's key
 	second := ""
+	var endpointErrs []string // the process's endpoints must answer between managers too
 	pollUntil(time.Minute, "the process did not lead again with a new manager", func() bool {
 		if rdb.Exists(ctx, key).Val() == 0 {
 			missing++
+		}
+		if err := endpointsAnswer(probeAddr, metricsAddr); err != nil {
+			endpointErrs = append(endpointErrs, err.Error())
 		}
 		h := holder()
 		if h != first && h != "thief" && h != "" {
@@ -130,6 +140,9 @@ func TestLeadershipLostCampaignsAgain(t *testing.T) {
 	if missing > 0 {
 		t.Fatalf("the lock's key was missing from Redis in %d observations while nobody led", missing)
 	}
+	if len(endpointErrs) > 0 {
+		t.Fatalf("health or metrics endpoints failed %d times around the leadership change, first: %s", len(endpointErrs), endpointErrs[0])
+	}
 
 	finishJob(ctx, t, c, ns, lj.Status.JobName)
 	pollUntil(time.Minute, "the new manager did not carry the LockedJob to Succeeded", func() bool {
@@ -141,6 +154,37 @@ func TestLeadershipLostCampaignsAgain(t *testing.T) {
 	if rdb.Exists(ctx, key).Val() != 0 {
 		t.Fatal("the lock is still held after the LockedJob succeeded")
 	}
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String()
+}
+
+// endpointsAnswer checks /healthz, /readyz (Redis answers) and /metrics (the book's gauge).
+func endpointsAnswer(probeAddr, metricsAddr string) error {
+	c := &http.Client{Timeout: 2 * time.Second}
+	for _, url := range []string{"http://" + probeAddr + "/healthz", "http://" + probeAddr + "/readyz", "http://" + metricsAddr + "/metrics"} {
+		resp, err := c.Get(url)
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %d %v", url, resp.StatusCode, err)
+		}
+		if strings.HasSuffix(url, "/metrics") && !strings.Contains(string(body), "lockedjob_locks_held") {
+			return fmt.Errorf("GET %s: no lockedjob_locks_held", url)
+		}
+	}
+	return nil
 }
 
 // steal makes holder the Lease's holder for leaseSeconds from now, as another candidate would.
