@@ -56,8 +56,8 @@ type cluster struct {
 	portBase   int
 	kubeconfig string
 	// operatorKubeconfig is kubeconfig with the API server behind apiProxy: the operator's own
-	// path to its API server, which a scenario can slow down or cut. TLS passes through the byte
-	// proxy untouched (the serving certificate names 127.0.0.1, whatever the port).
+	// path to its API server, which a scenario can slow down or cut (operator.slowable). TLS passes
+	// through the byte proxy untouched (the serving certificate names 127.0.0.1, whatever the port).
 	operatorKubeconfig string
 	apiProxy           *faultproxy.Proxy
 	k8s                client.Client

@@ -32,7 +32,7 @@ func scenarios() []scenario {
 		{name: "job-deleted", run: jobDeleted},
 		{name: "apiserver-a-down", run: apiserverDown},
 		{name: "operator-a-sigstop", overlapAllowed: true, run: operatorPause},
-		{name: "apiserver-a-slow", leaseA: fastLease, run: apiserverSlow, verify: leadershipSurvived},
+		{name: "apiserver-a-slow", leaseA: fastLease, slowableA: true, run: apiserverSlow, verify: leadershipSurvived},
 		{name: "operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, run: operatorKill},
 		{name: "operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion},
 		{name: "sentinel-failover", overlapAllowed: true, run: sentinelFailover},

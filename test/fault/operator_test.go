@@ -38,6 +38,11 @@ type operator struct {
 	c         *cluster
 	redisArgs []string // --redis-addr <proxy> or the Sentinel flags
 	mode      leaseMode
+	// slowable: the operator reaches its API server through the cluster's API proxy, so a scenario
+	// can slow its path down. Off by default: through the proxy the operator sees an API server that
+	// came back sooner than the recorder does, and apiserver-a-down's history would show pods that
+	// ran on only in the recorder's late view (the recorder errs towards overlaps).
+	slowable bool
 
 	mu       sync.Mutex
 	seq      int
@@ -62,7 +67,7 @@ func (o *operator) start() error {
 	o.logs = append(o.logs, o.logPath)
 	o.stopping = false
 	args := []string{
-		"--kubeconfig", o.c.operatorKubeconfig,
+		"--kubeconfig", o.kubeconfig(),
 		"--namespace", operatorNamespace,
 		"--cluster-id", o.c.name,
 		"--cluster-scope-namespaces", "*",
@@ -221,12 +226,22 @@ func (o *operator) restart(mode leaseMode) error {
 }
 
 // ensure starts the operator again if it is not running (after a crash the
-// scenario reported), in mode.
-func (o *operator) ensure(mode leaseMode) error {
-	if !o.exited() && o.mode == mode {
+// scenario reported), in mode and on the API path slowable asks for.
+func (o *operator) ensure(mode leaseMode, slowable bool) error {
+	if !o.exited() && o.mode == mode && o.slowable == slowable {
 		return nil
 	}
+	o.slowable = slowable
 	return o.restart(mode)
+}
+
+// kubeconfig is the operator's path to its API server: through the cluster's API proxy when
+// slowable, else direct.
+func (o *operator) kubeconfig() string {
+	if o.slowable {
+		return o.c.operatorKubeconfig
+	}
+	return o.c.kubeconfig
 }
 
 // logMark is a place in an operator's logs: the index of a log and an offset in it.

@@ -43,6 +43,8 @@ type scenario struct {
 	overlapAllowed bool
 	// leaseA is operator a's leader-election setting for this scenario.
 	leaseA leaseMode
+	// slowableA puts operator a's path to its API server through the cluster's API proxy.
+	slowableA bool
 	// run injects the fault and returns when it healed.
 	run func(r *run) (healedAt time.Time, err error)
 	// verify, if set, judges what only this scenario promises, from the recorded history and the
@@ -77,11 +79,11 @@ type run struct {
 func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 	t.Run(sc.name, func(t *testing.T) {
 		for name, o := range env.operators {
-			mode := steadyLease
+			mode, slowable := steadyLease, false
 			if name == "a" {
-				mode = sc.leaseA
+				mode, slowable = sc.leaseA, sc.slowableA
 			}
-			if err := o.ensure(mode); err != nil {
+			if err := o.ensure(mode, slowable); err != nil {
 				t.Fatalf("operator %s: %v", name, err)
 			}
 		}
