@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/redislock"
@@ -23,6 +26,10 @@ const maxConcurrentStops = 16
 // independent of API-server traffic and reconcile queues; it stops the Job of a lost lock at once,
 // outside the reconcile queue; and it turns a loss into an event for the LockedJob's reconciler.
 // Its state is rebuilt after a restart by re-adoption; nothing in it needs to survive the process.
+//
+// The book outlives a leadership: it keeps renewing its locks while the process does not lead
+// (renew-only mode, see Leadership), and acts on a loss only while it leads (docs/design.md,
+// "Leadership").
 type LockBook struct {
 	redis  *redislock.Client
 	keeper *redislock.Keeper
@@ -31,17 +38,25 @@ type LockBook struct {
 	entries map[types.UID]*bookEntry
 	byLk    map[*redislock.Lock]*bookEntry
 
+	// term is the leadership the book acts for: 0 while the process does not lead (renew-only), -1
+	// for a book without leader election (it always leads), else the number of the Leadership
+	// runnable that runs; terms counts the runnables made. A runnable that ends clears only its own
+	// term, so a late end cannot demote a newer one.
+	term  int64
+	terms int64
+
 	// events wakes the reconciler of a LockedJob whose lock was lost.
 	events chan event.GenericEvent
 	stops  chan struct{} // semaphore of maxConcurrentStops
 
 	// OnRenewFailed, if set, hears of the first failed renewal in a run of failures of one lock
 	// (the keeper retries; the lock counts as lost only when its validity runs out). Set it before
-	// the first Track.
+	// the first Track, or later with SetHandlers.
 	OnRenewFailed func(lj *batchv1alpha1.LockedJob, err error)
 	// StopWorkload, if set, applies the lock-lost policy to the Job of a lock that was lost or whose
 	// lease is at risk, before the reconciler is woken: a loss must not wait for a free worker while
-	// the next holder may already start. It runs on its own goroutine. Set it before the first Track.
+	// the next holder may already start. It runs on its own goroutine. Set it before the first
+	// Track, or later with SetHandlers.
 	StopWorkload func(ctx context.Context, w Workload, cause error)
 }
 
@@ -67,8 +82,12 @@ type bookEntry struct {
 }
 
 // NewLockBook starts a book (and its keeper) over c. Stop it when the manager stops.
+//
+// A new book leads: without leader election (tests, --leader-elect=false) it always acts. Adding
+// its Leadership runnable to a manager makes it follow that manager's election.
 func NewLockBook(c *redislock.Client) *LockBook {
 	b := &LockBook{
+		term:    -1,
 		redis:   c,
 		entries: map[types.UID]*bookEntry{},
 		byLk:    map[*redislock.Lock]*bookEntry{},
@@ -265,6 +284,76 @@ func (b *LockBook) setGauge() { locksHeld.Set(float64(len(b.byLk))) }
 // Stop stops renewing. Locks stay in Redis until they expire, so a successor can re-adopt them.
 func (b *LockBook) Stop() { b.keeper.Stop() }
 
+// SetHandlers replaces OnRenewFailed and StopWorkload while the keeper may be calling back: each
+// manager a process builds after losing its leadership brings a reconciler of its own, and the
+// book must stop Jobs through that one's clients, not through a stopped manager's cache.
+func (b *LockBook) SetHandlers(onRenewFailed func(*batchv1alpha1.LockedJob, error), stop func(context.Context, Workload, error)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.OnRenewFailed, b.StopWorkload = onRenewFailed, stop
+}
+
+// Leading reports whether the book acts on losses (stops Jobs, emits, wakes the reconciler) or
+// only renews.
+func (b *LockBook) Leading() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.term != 0
+}
+
+// Leadership returns a runnable for a manager with leader election: the book leads from the
+// moment the manager is elected (the runnable starts) until the manager stops (its context ends),
+// and renews only before and after. From this call on the book no longer leads until then.
+func (b *LockBook) Leadership() manager.Runnable {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.terms++
+	b.term = 0
+	return &leadership{book: b, term: b.terms}
+}
+
+// leadership is the runnable of one manager's term; it needs the leader election.
+type leadership struct {
+	book *LockBook
+	term int64
+}
+
+var _ manager.LeaderElectionRunnable = (*leadership)(nil)
+
+func (l *leadership) NeedLeaderElection() bool { return true }
+
+func (l *leadership) Start(ctx context.Context) error {
+	log := ctrl.Log.WithName("lockbook")
+	l.book.mu.Lock()
+	l.book.term = l.term
+	held := len(l.book.byLk)
+	l.book.mu.Unlock()
+	log.Info("Leading: acting on lock losses again", "locksHeld", held)
+	<-ctx.Done()
+	l.book.mu.Lock()
+	if l.book.term == l.term {
+		l.book.term = 0
+	}
+	held = len(l.book.byLk)
+	l.book.mu.Unlock()
+	log.Info("Not leading: renewing held locks only", "locksHeld", held)
+	return nil
+}
+
+// dropQuietly removes a lock the book no longer leads for: no Event, no Job stop, no reconcile,
+// since a process that does not lead must not write to the API server. The leader (this process
+// again, or another) re-observes the LockedJob on its start: it re-adopts the lock or finds it lost.
+// b.mu is held; the caller stops renewing the returned lock after unlocking.
+func (b *LockBook) dropQuietly(e *bookEntry, why string, cause error) *redislock.Lock {
+	l := b.detach(e)
+	if b.entries[e.UID] == e {
+		delete(b.entries, e.UID)
+	}
+	ctrl.Log.WithName("lockbook").Info("Dropped a lock while not leading; the leader re-observes its LockedJob",
+		"LockedJob", klog.KRef(e.LockedJob.Namespace, e.LockedJob.Name), "why", why, "cause", cause.Error())
+	return l
+}
+
 // onRenew runs on the keeper's goroutine: count, and report the start of a run of failures.
 func (b *LockBook) onRenew(l *redislock.Lock, err error) {
 	onRenewMetric(l, err)
@@ -278,9 +367,12 @@ func (b *LockBook) onRenew(l *redislock.Lock, err error) {
 	if first {
 		obj = e.object()
 	}
+	// The keeper retries a failed renewal; only the leader tells the user (an Event is a write).
+	onRenewFailed := b.OnRenewFailed
+	leading := b.term != 0
 	b.mu.Unlock()
-	if first && b.OnRenewFailed != nil {
-		b.OnRenewFailed(obj, err)
+	if first && leading && onRenewFailed != nil {
+		onRenewFailed(obj, err)
 	}
 }
 
@@ -294,14 +386,21 @@ func (e *bookEntry) object() *batchv1alpha1.LockedJob {
 // onLost runs on the keeper's goroutine when a lock is gone (or could not be renewed before its
 // validity ended): record it, stop the Job, and wake the reconciler, without blocking the renewal of
 // the other locks.
+//
+// While the book does not lead, the loss is dropped quietly instead: most often the new leader
+// released a lock whose Job ended, and this process's compare-and-expire found another value.
 func (b *LockBook) onLost(l *redislock.Lock, err error) {
 	b.mu.Lock()
 	e, ok := b.byLk[l]
-	if ok {
+	leading := b.term != 0
+	switch {
+	case ok && !leading:
+		b.dropQuietly(e, "lost", err) // the keeper has dropped it already
+	case ok:
 		b.detach(e) // the keeper has dropped it already
 	}
 	b.mu.Unlock()
-	if ok {
+	if ok && leading {
 		b.reportLoss(e, err)
 	}
 }
@@ -310,11 +409,20 @@ func (b *LockBook) onLost(l *redislock.Lock, err error) {
 // the Job is stopped now, while the lock is still ours, so its pods are gone before anyone else can
 // take the lock. The keeper goes on renewing: if Redis comes back, the lock covers the pods until
 // they are gone and the reconciler releases it.
+//
+// While the book does not lead it cannot stop the Job: it drops the lock quietly, and the leader
+// finds it lost (or re-adopts it, if Redis came back in time) when it re-observes the LockedJob.
 func (b *LockBook) onAtRisk(l *redislock.Lock, err error) {
 	b.mu.Lock()
 	e, ok := b.byLk[l]
+	leading := b.term != 0
+	var dropped *redislock.Lock
+	if ok && !leading {
+		dropped = b.dropQuietly(e, "lease at risk", err)
+	}
 	b.mu.Unlock()
-	if ok {
+	b.stopRenewing(dropped)
+	if ok && leading {
 		b.reportLoss(e, fmt.Errorf("renewals failing and the lease ends in less than its at-risk margin, so the Job is stopped while the lock still covers it: %w", err))
 	}
 }
@@ -328,16 +436,17 @@ func (b *LockBook) reportLoss(e *bookEntry, cause error) {
 	}
 	w := e.Workload
 	obj := e.object()
+	stopWorkload := b.StopWorkload
 	b.mu.Unlock()
 	if !first {
 		return
 	}
 	lockLostTotal.Inc()
 	go func() {
-		if b.StopWorkload != nil && w.Job != "" && w.Policy != batchv1alpha1.LockLostIgnore {
+		if stopWorkload != nil && w.Job != "" && w.Policy != batchv1alpha1.LockLostIgnore {
 			b.stops <- struct{}{}
 			ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-			b.StopWorkload(ctx, w, cause)
+			stopWorkload(ctx, w, cause)
 			cancel()
 			<-b.stops
 		}

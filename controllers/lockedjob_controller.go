@@ -373,7 +373,9 @@ func (r *LockedJobReconciler) removeFinalizer(ctx context.Context, p *pass) erro
 }
 
 // SetupWithManager wires the reconciler: LockedJobs, the Jobs they own, lost-lock events from the
-// keeper and release wake-ups from Redis.
+// keeper and release wake-ups from Redis. It may be called again with a new manager after the
+// previous one lost its leadership: everything it registers belongs to the manager, and the book's
+// handlers are replaced.
 func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.Config.defaults()
 	if r.Clock == nil {
@@ -382,11 +384,15 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
-	r.Locks.OnRenewFailed = func(lj *batchv1alpha1.LockedJob, err error) {
+	r.Locks.SetHandlers(func(lj *batchv1alpha1.LockedJob, err error) {
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonRenewFailed, "Renew",
 			"Renewing the lock failed (%v); retrying until the lease runs out", err)
+	}, r.stopWorkload)
+	// The book acts on losses only while this manager leads; before the election and after a lost
+	// one it only renews (a process that builds a new manager keeps its book).
+	if err := mgr.Add(r.Locks.Leadership()); err != nil {
+		return fmt.Errorf("add lock book leadership: %w", err)
 	}
-	r.Locks.StopWorkload = r.stopWorkload
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &batchv1alpha1.LockedJob{}, indexLockKey, func(o client.Object) []string {
 		return []string{o.(*batchv1alpha1.LockedJob).Status.LockKey}
 	}); err != nil {

@@ -27,6 +27,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -39,16 +41,21 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers"
+	"github.com/lockedjob/lockedjob/internal/campaign"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	// +kubebuilder:scaffold:imports
 )
@@ -154,14 +161,16 @@ func parseFlags() (options, zap.Options) {
 func main() {
 	o, zapOpts := parseFlags()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	if err := run(o); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
 		setupLog.Error(err, "Manager stopped with an error")
 		os.Exit(1)
 	}
 }
 
-func run(o options) error {
-	ctx := ctrl.SetupSignalHandler()
+// run runs the operator until ctx ends. The lock book, the health and metrics endpoints live as
+// long as the process; a manager lives as long as its leadership, and a lost one is replaced by a
+// new manager that campaigns again (docs/design.md, "Leadership").
+func run(ctx context.Context, o options) error {
 	// o.namespace stays as told: only the lease may fall back to the kubeconfig's namespace.
 	leaseNamespace := o.namespace
 	if leaseNamespace == "" {
@@ -179,23 +188,11 @@ func run(o options) error {
 	if err := checkEviction(ctx, lockClient, o.allowEviction); err != nil {
 		return err
 	}
-	cfg := ctrl.GetConfigOrDie()
-	cfg.QPS, cfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsOptions(o),
-		HealthProbeBindAddress:        o.probeAddr,
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              "lockedjob.batch.lockedjob.dev",
-		LeaderElectionNamespace:       leaseNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &o.leaseDuration,
-		RenewDeadline:                 &o.renewDeadline,
-		RetryPeriod:                   &o.retryPeriod,
-	})
+	cfg, err := ctrl.GetConfig()
 	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
+		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	cfg.QPS, cfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
 
 	// The manager's client reads from a cache that has not started yet; these one-off reads and the
 	// Secret create go straight to the API server.
@@ -210,17 +207,49 @@ func run(o options) error {
 	book := controllers.NewLockBook(lockClient)
 	defer book.Stop()
 
-	if err := setupReconcilers(ctx, mgr, o, identity, book); err != nil {
-		return err
-	}
-	if err := setupChecks(mgr, lockClient); err != nil {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	if err := serveEndpoints(ctx, stop, o, cfg, lockClient); err != nil {
 		return err
 	}
 	setupLog.Info("Starting manager", "namespace", leaseNamespace, "clusterID", identity.ClusterID, "redisNodes", lockClient.Nodes())
 	if o.statusInterval != 0 {
 		setupLog.Info("--status-interval is deprecated and ignored: renewals are no longer written to status")
 	}
-	return mgr.Start(ctx)
+	build := func() (campaign.Manager, error) { return newManager(ctx, cfg, o, leaseNamespace, identity, book) }
+	err = campaign.Run(ctx, build, o.retryPeriod, setupLog)
+	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause // an endpoint failed
+	}
+	return err
+}
+
+// newManager builds one manager with its reconciler over the process's lock book. Everything it
+// registers belongs to this manager, so the next one (after a lost leadership) registers it again.
+func newManager(ctx context.Context, cfg *rest.Config, o options, leaseNamespace string, id controllers.Identity, book *controllers.LockBook) (ctrl.Manager, error) {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme,
+		// Served by serveEndpoints for the whole process, not per manager.
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "lockedjob.batch.lockedjob.dev",
+		LeaderElectionNamespace:       leaseNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &o.renewDeadline,
+		RetryPeriod:                   &o.retryPeriod,
+		// controller-runtime refuses a controller name used before in the process; the next
+		// manager's controller is the same one, started again.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	if err := setupReconcilers(ctx, mgr, o, id, book); err != nil {
+		return nil, err
+	}
+	return mgr, nil
 }
 
 func metricsOptions(o options) metricsserver.Options {
@@ -256,14 +285,48 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 	return nil
 }
 
-// setupChecks: alive while the process runs; ready only while Redis answers, since a replica that
-// cannot reach Redis cannot take or renew locks.
-func setupChecks(mgr ctrl.Manager, c *redislock.Client) error {
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return fmt.Errorf("health check: %w", err)
+// serveEndpoints starts the health probe and metrics servers for the life of the process rather
+// than of one manager: they must stay up while a process that lost its leadership builds the next
+// manager, and a manager's own servers would bind their ports again before the last ones closed.
+// A server that fails stops the process through stop.
+//
+// Alive while the process runs; ready only while Redis answers, since a replica that cannot reach
+// Redis cannot take or renew locks.
+func serveEndpoints(ctx context.Context, stop context.CancelCauseFunc, o options, cfg *rest.Config, c *redislock.Client) error {
+	var servers []manager.Runnable
+	if o.probeAddr != "" && o.probeAddr != "0" {
+		ln, err := net.Listen("tcp", o.probeAddr)
+		if err != nil {
+			return fmt.Errorf("health probe address %s: %w", o.probeAddr, err)
+		}
+		mux := http.NewServeMux()
+		handle := func(path string, checks map[string]healthz.Checker) {
+			h := http.StripPrefix(path, &healthz.Handler{Checks: checks})
+			mux.Handle(path, h)
+			mux.Handle(path+"/", h) // one check by name: /readyz/redis
+		}
+		handle("/healthz", map[string]healthz.Checker{"healthz": healthz.Ping})
+		handle("/readyz", map[string]healthz.Checker{"redis": controllers.RedisReadyCheck(c)})
+		servers = append(servers, &manager.Server{Name: "health probe", Listener: ln,
+			Server: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}})
 	}
-	if err := mgr.AddReadyzCheck("redis", controllers.RedisReadyCheck(c)); err != nil {
-		return fmt.Errorf("ready check: %w", err)
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return fmt.Errorf("metrics server client: %w", err)
+	}
+	metrics, err := metricsserver.NewServer(metricsOptions(o), cfg, httpClient)
+	if err != nil {
+		return fmt.Errorf("metrics server: %w", err)
+	}
+	if metrics != nil {
+		servers = append(servers, metrics)
+	}
+	for _, srv := range servers {
+		go func() {
+			if err := srv.Start(ctx); err != nil {
+				stop(fmt.Errorf("serve endpoints: %w", err))
+			}
+		}()
 	}
 	return nil
 }

@@ -24,24 +24,7 @@ import (
 // kubeconfig names, where it would make a second key that nobody guards and that a deployed
 // operator does not use (issue 9 item 24). It runs the real run() against a real API server.
 func TestTokenKeyOnlyInAToldNamespace(t *testing.T) {
-	assets, err := k8sassets.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, c := startAPIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -60,7 +43,7 @@ func TestTokenKeyOnlyInAToldNamespace(t *testing.T) {
 		redlockNodeTimeout: 50 * time.Millisecond, maxConcurrentReconciles: 1,
 	}
 	done := make(chan error, 1)
-	go func() { done <- run(o) }()
+	go func() { done <- run(ctx, o) }()
 
 	secret := client.ObjectKey{Namespace: kubeconfigNS, Name: tokenSecretName}
 	poll := time.NewTicker(50 * time.Millisecond)
@@ -83,6 +66,30 @@ func TestTokenKeyOnlyInAToldNamespace(t *testing.T) {
 			t.Fatal("run neither refused nor created the Secret within a minute")
 		}
 	}
+}
+
+// startAPIServer starts a real API server with the LockedJob CRD and returns an admin client.
+func startAPIServer(t *testing.T) (*envtest.Environment, client.Client) {
+	t.Helper()
+	assets, err := k8sassets.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, c
 }
 
 // writeKubeconfig writes a kubeconfig for an admin of env whose context names namespace.

@@ -83,6 +83,10 @@ func (l lockedJobEntry) holder() string { return holder(l.Cluster, l.Namespace, 
 type lease struct {
 	Holder     string
 	Start, End time.Time
+	// LongestGap is the longest time between two renewals seen (a renewal pushes the expiry
+	// later), from the lease's start; LeastLeft is the least time to expiry any observation saw.
+	// Reported, not judged.
+	LongestGap, LeastLeft time.Duration
 }
 
 // history is what one scenario recorded.

@@ -5,6 +5,7 @@ package fault
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,12 +21,30 @@ import (
 	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
-// portBases are the preferred port blocks of the two clusters, away from the
+// defaultPortBase is cluster a's preferred port block; b's is 20 above. They are away from the
 // developer's cluster (26440) and the e2e suite's (27440).
-var portBases = map[string]int{"a": 28440, "b": 28460}
+const defaultPortBase = 28440
+
+// portBaseEnv moves both clusters' port blocks (b = base+20), so a second run of the suite on the
+// same machine (a helper's, beside CI's) does not take the first one's ports.
+const portBaseEnv = "LOCKEDJOB_FAULT_PORT_BASE"
+
+// portBase is the preferred port block of the cluster named name.
+func portBase(name string) (int, error) {
+	base := defaultPortBase
+	if v := os.Getenv(portBaseEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1024 || n > 65000 {
+			return 0, fmt.Errorf("%s=%q: want a port number between 1024 and 65000", portBaseEnv, v)
+		}
+		base = n
+	}
+	return base + 20*strings.Index("ab", name), nil
+}
 
 const userPortBase = 26440
 
@@ -36,14 +55,23 @@ type cluster struct {
 	dir        string
 	portBase   int
 	kubeconfig string
-	k8s        client.Client
-	cs         kubernetes.Interface
-	rec        *recorder
+	// operatorKubeconfig is kubeconfig with the API server behind apiProxy: the operator's own
+	// path to its API server, which a scenario can slow down or cut (operator.slowable). TLS passes
+	// through the byte proxy untouched (the serving certificate names 127.0.0.1, whatever the port).
+	operatorKubeconfig string
+	apiProxy           *faultproxy.Proxy
+	k8s                client.Client
+	cs                 kubernetes.Interface
+	rec                *recorder
 }
 
 // startCluster runs `hack/cluster.sh up` for a cluster named name under work.
 func startCluster(name, work string) (*cluster, error) {
-	base, err := utils.FreePortBlock(portBases[name], utils.PortBlock, userPortBase)
+	preferred, err := portBase(name)
+	if err != nil {
+		return nil, err
+	}
+	base, err := utils.FreePortBlock(preferred, utils.PortBlock, userPortBase)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +98,31 @@ func (c *cluster) connect() error {
 	}
 	c.cs, err = kubernetes.NewForConfig(cfg)
 	return err
+}
+
+// proxyAPI puts a fault proxy between the operator and the API server and writes
+// operatorKubeconfig. The suite's own clients keep the direct path.
+func (c *cluster) proxyAPI() error {
+	kc, err := clientcmd.LoadFromFile(c.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("cluster %s kubeconfig: %w", c.name, err)
+	}
+	if len(kc.Clusters) != 1 {
+		return fmt.Errorf("cluster %s kubeconfig names %d clusters, want 1", c.name, len(kc.Clusters))
+	}
+	for _, kcCluster := range kc.Clusters {
+		server, err := url.Parse(kcCluster.Server)
+		if err != nil {
+			return fmt.Errorf("cluster %s server %q: %w", c.name, kcCluster.Server, err)
+		}
+		if c.apiProxy, err = faultproxy.Start(server.Host); err != nil {
+			return err
+		}
+		server.Host = c.apiProxy.Addr()
+		kcCluster.Server = server.String()
+	}
+	c.operatorKubeconfig = filepath.Join(c.dir, "kubeconfig-operator")
+	return clientcmd.WriteToFile(*kc, c.operatorKubeconfig)
 }
 
 func (c *cluster) script(timeout time.Duration, args ...string) (string, error) {

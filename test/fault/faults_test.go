@@ -3,6 +3,7 @@
 package fault
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -32,6 +33,8 @@ func scenarios() []scenario {
 		{name: "job-deleted", run: jobDeleted},
 		{name: "apiserver-a-down", run: apiserverDown},
 		{name: "operator-a-sigstop", overlapAllowed: true, run: operatorPause},
+		{name: "apiserver-a-slow", leaseA: fastLease, slowableA: true, run: apiserverSlow(false), verify: leadershipSurvived},
+		{name: "apiserver-a-slow-job-ends", leaseA: fastLease, slowableA: true, run: apiserverSlow(true), verify: leadershipSurvived},
 		{name: "operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, run: operatorKill},
 		{name: "operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion},
 		{name: "sentinel-failover", overlapAllowed: true, run: sentinelFailover},
@@ -249,4 +252,140 @@ func sentinelFailover(r *run) (time.Time, error) {
 			fmt.Sprintf("sentinel has not promoted %s: %v %v", replica.Addr(), addr, err)
 	})
 	return time.Now(), err
+}
+
+// slowAPI is the latency added each way on operator a's path to its API server in
+// apiserver-a-slow: a 4 s round trip, past the fast lease's 3 s renew deadline.
+const slowAPI = 2 * time.Second
+
+// apiserverSlow makes operator a's API server slow (slowAPI each way, through the proxy its
+// kubeconfig names) while a1 holds the lock and b1 waits, until operator a has lost its leader
+// lease, and 2 s more, so its next campaign starts against the slow server too. Redis is not
+// touched: the lock book must renew a1's lock throughout, and the process, which no longer exits,
+// must lead again and finish a1 under the same lease; then b1 runs.
+//
+// With jobEnds, a1's pod (9 s) completes while operator a does not lead: the fault is held until
+// then, so no leader can see the end, and a1's lock must be renewed until the next leader
+// releases it. Otherwise a1 (20 s) runs on well past the new election.
+func apiserverSlow(jobEnds bool) func(r *run) (time.Time, error) {
+	return func(r *run) (time.Time, error) {
+		a1Run := 20 * time.Second
+		if jobEnds {
+			a1Run = 9 * time.Second
+		}
+		if err := r.holderAndWaiter(a1Run, ljOpts{}); err != nil {
+			return time.Time{}, err
+		}
+		o, a := env.operators["a"], env.clusters["a"]
+		r.faultAt = time.Now()
+		a.apiProxy.Delay(slowAPI)
+		if err := poll(60*time.Second, func() (bool, string) {
+			return o.exited() || strings.Contains(o.logSince(r.marks["a"]), "leader election lost"),
+				"operator a still leads through a slow API server"
+		}); err != nil {
+			return time.Time{}, err
+		}
+		logf("%s: operator a lost its leadership %s after the API server became slow", r.sc.name, since(r.faultAt))
+		if jobEnds {
+			if a.rec.runningPods(r.ns, "a1") == 0 {
+				return time.Time{}, errors.New("a1's pod ended before operator a lost its leadership: make it run longer")
+			}
+			if err := poll(30*time.Second, func() (bool, string) {
+				return a.rec.runningPods(r.ns, "a1") == 0, "a1's pod still runs"
+			}); err != nil {
+				return time.Time{}, err
+			}
+			logf("%s: a1's pod ended while operator a did not lead", r.sc.name)
+		}
+		hold(2 * time.Second)
+		a.apiProxy.Pass()
+		return time.Now(), nil
+	}
+}
+
+// leadershipSurvived judges apiserver-a-slow: operator a lost its leadership and led again
+// without exiting (a crash is a failure of check already); a1 kept one lease in Redis from before
+// the fault until its pod had ended (and the fault had healed), so its lock was never lost; a1 and
+// b1 both succeeded. It
+// logs the time without a leader, the longest gap between renewals of a1's lease, and how soon
+// the new leader re-observed a1.
+func leadershipSurvived(r *run, h history) []string {
+	var fails []string
+	logs := env.operators["a"].logSince(r.marks["a"])
+	stepped, led := logTime(logs, "Not leading: renewing held locks only"), time.Time{}
+	if i := strings.Index(logs, "leader election lost"); i < 0 {
+		fails = append(fails, "operator a never logged that it lost its leadership: the fault did not bite")
+	} else {
+		led = logTime(logs[i:], "Leading: acting on lock losses again")
+	}
+	if led.IsZero() {
+		fails = append(fails, "operator a did not lead again after it lost its leadership")
+	} else {
+		elected := logs[strings.Index(logs, "Leading: acting on lock losses again"):]
+		seen := logTime(elected, "Reconciling", `"name":"a1"`)
+		logf("%s: operator a without leadership for %s (from its old manager's stop to its new manager's election); "+
+			"a1 re-observed %s after the election", r.sc.name, led.Sub(stepped).Round(time.Millisecond),
+			seen.Sub(led).Round(time.Millisecond))
+	}
+	if strings.Contains(logs, "Dropped a lock while not leading") {
+		fails = append(fails, "operator a dropped a lock while it did not lead, although Redis answered")
+	}
+	a1 := holder("a", r.ns, "a1")
+	var podEnd time.Time
+	for _, p := range h.Pods {
+		if p.holder() == a1 {
+			podEnd = maxTime(podEnd, p.End)
+		}
+	}
+	ranUntil := maxTime(h.HealedAt, podEnd) // the lease must cover the fault and the whole run
+	var a1Leases []lease
+	for _, l := range h.Leases {
+		if l.Holder == a1 {
+			a1Leases = append(a1Leases, l)
+		}
+	}
+	switch {
+	case len(a1Leases) != 1:
+		fails = append(fails, fmt.Sprintf("a1 held %d leases in Redis, want one unbroken lease across the fault", len(a1Leases)))
+	case !a1Leases[0].Start.Before(r.faultAt) || (!a1Leases[0].End.IsZero() && a1Leases[0].End.Before(ranUntil)):
+		fails = append(fails, fmt.Sprintf("a1's lease (%s .. %s) does not cover the fault (from %s) and a1's pod (until %s)",
+			rel(a1Leases[0].Start, r.start), rel(a1Leases[0].End, r.start), rel(r.faultAt, r.start), rel(ranUntil, r.start)))
+	default:
+		logf("%s: a1's lease: longest gap between renewals %s, least time left %s", r.sc.name,
+			a1Leases[0].LongestGap.Round(time.Millisecond), a1Leases[0].LeastLeft.Round(time.Millisecond))
+	}
+	if len(a1Leases) == 1 && !a1Leases[0].End.IsZero() {
+		logf("%s: the lock passed on %s after a1's pod ended", r.sc.name, a1Leases[0].End.Sub(podEnd).Round(time.Millisecond))
+	}
+	for _, l := range h.LockedJobs {
+		if l.Phase != string(batchv1alpha1.PhaseSucceeded) {
+			fails = append(fails, fmt.Sprintf("%s ended %s (%s), want Succeeded", l.holder(), l.Phase, l.Message))
+		}
+	}
+	return fails
+}
+
+// logTime is the time of the first line of logs that contains every one of what (zero if none):
+// the operators log with --zap-time-encoding=rfc3339nano, the time first on the line.
+func logTime(logs string, what ...string) time.Time {
+	for _, line := range strings.Split(logs, "\n") {
+		if !containsAll(line, what) {
+			continue
+		}
+		stamp, _, _ := strings.Cut(line, "\t")
+		t, err := time.Parse(time.RFC3339Nano, stamp)
+		if err == nil {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }

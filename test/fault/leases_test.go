@@ -24,11 +24,16 @@ type leaseWatcher struct {
 	rdb       *redis.Client
 	key, meta string
 
-	mu     sync.Mutex
-	leases []lease
-	cur    *lease    // the lease seen at the last observation
-	expiry time.Time // when the last observation said cur expires
+	mu      sync.Mutex
+	leases  []lease
+	cur     *lease    // the lease seen at the last observation
+	expiry  time.Time // when the last observation said cur expires
+	renewed time.Time // when cur was last seen renewed (or started)
 }
+
+// renewalSlack is how much later an expiry must be to count as a renewal rather than the jitter
+// of two PTTL readings.
+const renewalSlack = 20 * time.Millisecond
 
 // watchLease starts watching the Cluster-scoped lock named lock until ctx ends.
 func watchLease(ctx context.Context, addr, lock string) *leaseWatcher {
@@ -78,10 +83,17 @@ func (w *leaseWatcher) observe(ctx context.Context) {
 	if holderName == "" {
 		return
 	}
-	if w.cur == nil {
-		w.cur = &lease{Holder: holderName, Start: now}
+	expiry := now.Add(ttl)
+	switch {
+	case w.cur == nil:
+		w.cur = &lease{Holder: holderName, Start: now, LeastLeft: ttl}
+		w.renewed = now
+	case expiry.After(w.expiry.Add(renewalSlack)):
+		w.cur.LongestGap = max(w.cur.LongestGap, now.Sub(w.renewed))
+		w.renewed = now
 	}
-	w.expiry = now.Add(ttl)
+	w.cur.LeastLeft = min(w.cur.LeastLeft, ttl)
+	w.expiry = expiry
 }
 
 // holderOf turns the operator's holder name cluster/namespace/name/uid into
@@ -100,7 +112,9 @@ func (w *leaseWatcher) all() []lease {
 	defer w.mu.Unlock()
 	out := append([]lease(nil), w.leases...)
 	if w.cur != nil {
-		out = append(out, lease{Holder: w.cur.Holder, Start: w.cur.Start})
+		l := *w.cur
+		l.End = time.Time{}
+		out = append(out, l)
 	}
 	return out
 }

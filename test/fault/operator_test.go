@@ -25,8 +25,8 @@ type leaseMode int
 
 const (
 	// steadyLease survives a SIGSTOP and an API server outage of ~15 s: a
-	// leader that cannot renew steps down and exits, which these scenarios
-	// must not turn into a crash.
+	// leader that cannot renew steps down (and campaigns again), which these
+	// scenarios must not turn into a time without a leader.
 	steadyLease leaseMode = iota
 	// fastLease lets a successor of a SIGKILLed operator lead within ~4 s.
 	fastLease
@@ -38,6 +38,11 @@ type operator struct {
 	c         *cluster
 	redisArgs []string // --redis-addr <proxy> or the Sentinel flags
 	mode      leaseMode
+	// slowable: the operator reaches its API server through the cluster's API proxy, so a scenario
+	// can slow its path down. Off by default: through the proxy the operator sees an API server that
+	// came back sooner than the recorder does, and apiserver-a-down's history would show pods that
+	// ran on only in the recorder's late view (the recorder errs towards overlaps).
+	slowable bool
 
 	mu       sync.Mutex
 	seq      int
@@ -62,7 +67,7 @@ func (o *operator) start() error {
 	o.logs = append(o.logs, o.logPath)
 	o.stopping = false
 	args := []string{
-		"--kubeconfig", o.c.kubeconfig,
+		"--kubeconfig", o.kubeconfig(),
 		"--namespace", operatorNamespace,
 		"--cluster-id", o.c.name,
 		"--cluster-scope-namespaces", "*",
@@ -75,6 +80,8 @@ func (o *operator) start() error {
 		// contender a Jepsen test wants, and what makes a late stop visible.
 		"--wait-backoff-max", "250ms",
 		"--zap-log-level", "debug",
+		// Scenarios time what the operator logged (apiserver-a-slow: the time without a leader).
+		"--zap-time-encoding", "rfc3339nano",
 	}
 	args = append(args, o.redisArgs...)
 	if o.mode == fastLease {
@@ -219,12 +226,22 @@ func (o *operator) restart(mode leaseMode) error {
 }
 
 // ensure starts the operator again if it is not running (after a crash the
-// scenario reported), in mode.
-func (o *operator) ensure(mode leaseMode) error {
-	if !o.exited() && o.mode == mode {
+// scenario reported), in mode and on the API path slowable asks for.
+func (o *operator) ensure(mode leaseMode, slowable bool) error {
+	if !o.exited() && o.mode == mode && o.slowable == slowable {
 		return nil
 	}
+	o.slowable = slowable
 	return o.restart(mode)
+}
+
+// kubeconfig is the operator's path to its API server: through the cluster's API proxy when
+// slowable, else direct.
+func (o *operator) kubeconfig() string {
+	if o.slowable {
+		return o.c.operatorKubeconfig
+	}
+	return o.c.kubeconfig
 }
 
 // logMark is a place in an operator's logs: the index of a log and an offset in it.
@@ -266,4 +283,20 @@ func (o *operator) takeCrashes(m logMark) []string {
 		}
 	}
 	return out
+}
+
+// logSince returns what the operator logged since m, across restarts.
+func (o *operator) logSince(m logMark) string {
+	o.mu.Lock()
+	logs := slices.Clone(o.logs)
+	o.mu.Unlock()
+	var b strings.Builder
+	for i := max(m.log, 0); i < len(logs); i++ {
+		data, _ := os.ReadFile(logs[i])
+		if i == m.log && int64(len(data)) >= m.offset {
+			data = data[m.offset:]
+		}
+		b.Write(data)
+	}
+	return b.String()
 }

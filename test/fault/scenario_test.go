@@ -43,8 +43,13 @@ type scenario struct {
 	overlapAllowed bool
 	// leaseA is operator a's leader-election setting for this scenario.
 	leaseA leaseMode
+	// slowableA puts operator a's path to its API server through the cluster's API proxy.
+	slowableA bool
 	// run injects the fault and returns when it healed.
 	run func(r *run) (healedAt time.Time, err error)
+	// verify, if set, judges what only this scenario promises, from the recorded history and the
+	// operators' logs; each string is a failure.
+	verify func(r *run, h history) []string
 }
 
 // run is one scenario's state while it runs.
@@ -57,6 +62,10 @@ type run struct {
 	start time.Time
 
 	leases *leaseWatcher
+	// marks are where each operator's logs stood when the scenario started.
+	marks map[string]logMark
+	// faultAt is when a scenario that records it injected its fault.
+	faultAt time.Time
 
 	mu       sync.Mutex
 	terminal map[string]lockedJobEntry // holder -> last seen, with the first terminal time
@@ -70,17 +79,15 @@ type run struct {
 func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 	t.Run(sc.name, func(t *testing.T) {
 		for name, o := range env.operators {
-			mode := steadyLease
+			mode, slowable := steadyLease, false
 			if name == "a" {
-				mode = sc.leaseA
+				mode, slowable = sc.leaseA, sc.slowableA
 			}
-			if err := o.ensure(mode); err != nil {
+			if err := o.ensure(mode, slowable); err != nil {
 				t.Fatalf("operator %s: %v", name, err)
 			}
 		}
-		for _, p := range env.proxies {
-			p.Pass()
-		}
+		passAll()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		r := &run{t: t, sc: sc, ns: namespacePrefix + sc.name, lock: "lock-" + sc.name, ctx: ctx, start: time.Now(),
@@ -89,6 +96,7 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 		for name, o := range env.operators {
 			marks[name] = o.mark()
 		}
+		r.marks = marks
 		for _, c := range env.clusters {
 			if err := c.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}); err != nil {
 				t.Fatalf("create namespace %s in %s: %v", r.ns, c.name, err)
@@ -103,9 +111,7 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 		if err != nil {
 			t.Fatalf("scenario %s: %v", sc.name, err) // a harness failure: no verdict
 		}
-		for _, p := range env.proxies {
-			p.Pass()
-		}
+		passAll()
 		logf("%s: fault healed after %s", sc.name, healedAt.Sub(r.start).Round(time.Millisecond))
 		if err := poll(time.Until(healedAt.Add(terminalBound)), r.allTerminal); err != nil {
 			logf("%s: %v", sc.name, err) // reported by the checker
@@ -121,6 +127,9 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 			h.Crashes = append(h.Crashes, o.takeCrashes(marks[name])...)
 		}
 		v = check(sc.name, h, sc.overlapAllowed || r.allowOverlap)
+		if sc.verify != nil {
+			v.Failures = append(v.Failures, sc.verify(r, h)...)
+		}
 		ok = true
 		r.logHistory(h, v)
 		if v.Failed() {
@@ -128,6 +137,17 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 		}
 	})
 	return v, ok
+}
+
+// passAll heals every path a scenario may have broken: the operators' to Redis and to their API
+// servers.
+func passAll() {
+	for _, p := range env.proxies {
+		p.Pass()
+	}
+	for _, c := range env.clusters {
+		c.apiProxy.Pass()
+	}
 }
 
 // ---------------------------------------------------------------- LockedJobs
@@ -361,7 +381,8 @@ func (r *run) logHistory(h history, v verdict) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "----- %s (start %s, healed %s) -----\n", r.sc.name, r.start.Format("15:04:05.000"), rel(h.HealedAt, r.start))
 	for _, l := range h.Leases {
-		fmt.Fprintf(&b, "lease %s from %s until %s\n", l.Holder, rel(l.Start, r.start), rel(l.End, r.start))
+		fmt.Fprintf(&b, "lease %s from %s until %s (longest gap between renewals %s, least left %s)\n", l.Holder,
+			rel(l.Start, r.start), rel(l.End, r.start), l.LongestGap.Round(time.Millisecond), l.LeastLeft.Round(time.Millisecond))
 	}
 	for _, j := range h.Jobs {
 		fmt.Fprintf(&b, "job  %s/%-14s lj=%-3s fence=%d uid=%.8s added=%s finished=%s\n", j.Cluster, j.Name, j.LockedJob, j.Fence,

@@ -162,6 +162,13 @@ func setUp(t *testing.T) {
 		if err := c.connect(); err != nil {
 			t.Fatal(err)
 		}
+		err := c.proxyAPI()
+		if c.apiProxy != nil {
+			t.Cleanup(func() { _ = c.apiProxy.Close() })
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := c.installCRD(ctx); err != nil {
 			t.Fatal(err)
 		}
