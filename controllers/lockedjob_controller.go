@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -236,7 +237,8 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 		// ready, so a missing image shows in status within seconds. Otherwise a running Job needs no
 		// pass until something changes: the Job (watched), or the lock (the keeper reports a loss).
 		if mayBeStuck(p.obs.job) {
-			return ctrl.Result{RequeueAfter: stuckRecheck}, false, nil
+			// At the usual priority, not the urgent one of the handoff that started this Job.
+			return ctrl.Result{RequeueAfter: stuckRecheck, Priority: ptr.To(0)}, false, nil
 		}
 		return ctrl.Result{}, false, nil
 	case stepDeleteReadopt:

@@ -261,11 +261,19 @@ func atPriority(q workqueue.TypedRateLimitingInterface[reconcile.Request], p int
 	return queueAt{PriorityQueue: pq, priority: p}
 }
 
+// queueAt raises every add to its priority. It overrides AddWithOpts too: controller-runtime's own
+// handlers (EnqueueRequestForOwner among them) wrap the queue again and add through AddWithOpts
+// with a priority of their own (none, or low for an unchanged object), which would undo ours.
 type queueAt struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
 	priority int
 }
 
-func (q queueAt) Add(r reconcile.Request) {
-	q.AddWithOpts(priorityqueue.AddOpts{Priority: &q.priority}, r)
+func (q queueAt) Add(r reconcile.Request) { q.AddWithOpts(priorityqueue.AddOpts{}, r) }
+
+func (q queueAt) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
+	if o.Priority == nil || *o.Priority < q.priority {
+		o.Priority = &q.priority
+	}
+	q.PriorityQueue.AddWithOpts(o, items...)
 }

@@ -10,12 +10,20 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/redislock"
@@ -264,5 +272,35 @@ func TestWaitBookAsksOnlyWhenSomethingChanged(t *testing.T) {
 	expect(askRedis, now)
 	if b.tell("w", placeHint{position: 1, at: now}) {
 		t.Fatal("a hint was kept for a LockedJob that no longer waits")
+	}
+}
+
+// TestJobEndedPassesGoFirst: the pass of a LockedJob whose Job just finished leaves the queue
+// before passes that were waiting longer, through the owner handler controller-runtime builds (it
+// wraps the queue again, which once dropped the priority).
+func TestJobEndedPassesGoFirst(t *testing.T) {
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+	scheme := testSchemeForUnit(t)
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(batchv1alpha1.GroupVersion.WithKind("LockedJob"), meta.RESTScopeNamespace)
+	h := jobEndedFirst(handler.EnqueueRequestForOwner(scheme, mapper, &batchv1alpha1.LockedJob{}, handler.OnlyControllerOwner()))
+	ctx := context.Background()
+	for _, name := range []string{"busy-1", "busy-2"} {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})
+	}
+	owner := unitLockedJob("ended", "uid-ended")
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ended-1", ResourceVersion: "1"}}
+	if err := controllerutil.SetControllerReference(owner, job, scheme); err != nil {
+		t.Fatal(err)
+	}
+	done := job.DeepCopy()
+	done.ResourceVersion = "2"
+	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	h.Update(ctx, event.UpdateEvent{ObjectOld: job, ObjectNew: done}, q)
+
+	req, priority, _ := q.GetWithPriority()
+	if req.Name != "ended" || priority != priorityJobEnded {
+		t.Fatalf("first out: %s at priority %d, want ended at %d", req.Name, priority, priorityJobEnded)
 	}
 }
