@@ -24,10 +24,12 @@ import (
 type recorder struct {
 	mu        sync.Mutex
 	runs      map[string]*measure.Run // by Job name
+	owners    map[string]string       // Job name -> its LockedJob
 	succeeded map[string]bool         // Jobs seen Complete (false: Failed)
 	ready     map[string]bool         // Jobs seen with a ready pod
 	phases    map[string]batchv1alpha1.LockedJobPhase
 	since     map[string]time.Time // when each LockedJob was seen entering its phase
+	queued    map[string]time.Time // when each LockedJob was first seen Waiting
 	versions  map[string]int       // how many versions of each LockedJob were seen
 	errs      []error
 }
@@ -35,10 +37,12 @@ type recorder struct {
 func newRecorder() *recorder {
 	return &recorder{
 		runs:      map[string]*measure.Run{},
+		owners:    map[string]string{},
 		succeeded: map[string]bool{},
 		ready:     map[string]bool{},
 		phases:    map[string]batchv1alpha1.LockedJobPhase{},
 		since:     map[string]time.Time{},
+		queued:    map[string]time.Time{},
 		versions:  map[string]int{},
 	}
 }
@@ -58,6 +62,7 @@ func (r *recorder) job(j *batchv1.Job, now time.Time) {
 			run.Fence = fence
 		}
 		r.runs[j.Name] = run
+		r.owners[j.Name] = j.Annotations[batchv1alpha1.AnnotationLockedJob]
 	}
 	if j.Status.Ready != nil && *j.Status.Ready > 0 {
 		r.ready[j.Name] = true
@@ -81,6 +86,9 @@ func (r *recorder) lockedJob(lj *batchv1alpha1.LockedJob, now time.Time) {
 	if r.phases[lj.Name] != lj.Status.Phase {
 		r.phases[lj.Name] = lj.Status.Phase
 		r.since[lj.Name] = now
+	}
+	if _, seen := r.queued[lj.Name]; !seen && lj.Status.Phase == batchv1alpha1.PhaseWaiting {
+		r.queued[lj.Name] = now
 	}
 }
 
@@ -144,8 +152,10 @@ func (r *recorder) allRuns() []measure.Run {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]measure.Run, 0, len(r.runs))
-	for _, run := range r.runs {
-		out = append(out, *run)
+	for name, run := range r.runs {
+		c := *run
+		c.Queued = r.queued[r.owners[name]]
+		out = append(out, c)
 	}
 	return out
 }

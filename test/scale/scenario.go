@@ -215,6 +215,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 	res.FirstJob = measure.FirstJobDelays(runs, start)
 	if s.locks > 0 {
 		res.Gaps = measure.HandoffGaps(runs)
+		res.QueuedGaps = measure.QueuedHandoffGaps(runs)
 		res.Violations = measure.CheckExclusion(runs)
 	}
 	return res, nil

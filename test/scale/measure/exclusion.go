@@ -15,6 +15,9 @@ type Run struct {
 	Fence     int64
 	Created   time.Time
 	Completed time.Time
+	// Queued is when the Job's LockedJob was first seen Waiting (zero if never): a successor
+	// that waited before its predecessor finished is a handoff, not a LockedJob that came late.
+	Queued time.Time
 }
 
 // byLock groups runs per lock, each group in the order the watch saw the Jobs appear.
@@ -62,6 +65,24 @@ func HandoffGaps(runs []Run) []time.Duration {
 		for i := 1; i < len(rs); i++ {
 			prev, cur := rs[i-1], rs[i]
 			if prev.Completed.IsZero() || cur.Created.Before(prev.Completed) || cur.Fence <= prev.Fence {
+				continue
+			}
+			out = append(out, cur.Created.Sub(prev.Completed))
+		}
+	}
+	return out
+}
+
+// QueuedHandoffGaps returns the handoff gaps (see HandoffGaps) whose successor was already seen
+// Waiting when its predecessor finished: the time a handoff takes, without the time a successor
+// that was not yet queued took to arrive (a burst the operator is still working through).
+func QueuedHandoffGaps(runs []Run) []time.Duration {
+	var out []time.Duration
+	for _, rs := range byLock(runs) {
+		for i := 1; i < len(rs); i++ {
+			prev, cur := rs[i-1], rs[i]
+			if prev.Completed.IsZero() || cur.Created.Before(prev.Completed) || cur.Fence <= prev.Fence ||
+				cur.Queued.IsZero() || cur.Queued.After(prev.Completed) {
 				continue
 			}
 			out = append(out, cur.Created.Sub(prev.Completed))

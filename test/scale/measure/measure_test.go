@@ -112,6 +112,13 @@ func TestCheckExclusionAcceptsCleanChains(t *testing.T) {
 	if len(gaps) != 2 || Percentile(gaps, 100) != 100*time.Millisecond || Percentile(gaps, 0) != 0 {
 		t.Errorf("gaps = %v, want [100ms 0s]", gaps)
 	}
+	if q := QueuedHandoffGaps(runs); len(q) != 0 {
+		t.Errorf("queued gaps = %v, want none: no successor was seen Waiting", q)
+	}
+	runs[0].Queued = at(1) // a2 waited before a1 finished; a3 did not
+	if q := QueuedHandoffGaps(runs); len(q) != 1 || q[0] != 100*time.Millisecond {
+		t.Errorf("queued gaps = %v, want [100ms]", q)
+	}
 	first := FirstJobDelays(runs, at(0))
 	if len(first) != 2 || Percentile(first, 100) != 500*time.Millisecond {
 		t.Errorf("first Job delays = %v, want 0s and 500ms", first)

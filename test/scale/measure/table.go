@@ -20,6 +20,7 @@ type Result struct {
 
 	Usage      // from the first create to the goal
 	Gaps       []time.Duration
+	QueuedGaps []time.Duration // handoffs to a successor already Waiting (QueuedHandoffGaps)
 	Violations []string
 	// Versions counts, per LockedJob, the versions its watch saw (creation, metadata and
 	// status writes): the spread shows writes that grow with a queue's depth.
@@ -160,13 +161,8 @@ var rows = []row{
 	{"operator max RSS", func(r Result, _ *Result) string { return mib(r.OperatorRSS) }},
 	{"kube-apiserver CPU / object", func(r Result, _ *Result) string { return perObjectDuration(r.APIServerCPU, r) }},
 	{"kube-controller-manager CPU / object", func(r Result, _ *Result) string { return perObjectDuration(r.KCMCPU, r) }},
-	{"handoff gap p50 / p90 / p99 (n)", func(r Result, _ *Result) string {
-		if len(r.Gaps) == 0 {
-			return "—"
-		}
-		return fmt.Sprintf("%s / %s / %s (%d)", millis(Percentile(r.Gaps, 50)), millis(Percentile(r.Gaps, 90)),
-			millis(Percentile(r.Gaps, 99)), len(r.Gaps))
-	}},
+	{"handoff gap p50 / p90 / p99 (n)", func(r Result, _ *Result) string { return gapCell(r.Gaps) }},
+	{"  to a successor already Waiting", func(r Result, _ *Result) string { return gapCell(r.QueuedGaps) }},
 	{"exclusion violations", func(r Result, _ *Result) string {
 		if r.Locks == 0 {
 			return "—"
@@ -279,4 +275,12 @@ func markdown(cells [][]string) string {
 		writeLine(line)
 	}
 	return b.String()
+}
+
+func gapCell(gaps []time.Duration) string {
+	if len(gaps) == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%s / %s / %s (%d)", millis(Percentile(gaps, 50)), millis(Percentile(gaps, 90)),
+		millis(Percentile(gaps, 99)), len(gaps))
 }
