@@ -225,20 +225,22 @@ func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Durat
 	return ctrl.Result{RequeueAfter: next, Priority: ptr.To(handler.LowPriority)}, nil
 }
 
-// exactPositions is how far back a waiter's queue position is shown exactly.
-const exactPositions = 10
+// exactPositions is how far back a waiter's queue position is shown exactly: the few that tell the
+// user what comes next. Every handoff rewrites each of them, so this is also the status writes a
+// handoff costs (plus one for a bucket bound).
+const exactPositions = 3
 
-// shownPosition is a queue position as status shows it: exact near the head, where it tells the
-// user what comes next; further back only the bucket it is in (more than 10, 20, 50, 100, 200,
-// 500, ...), so a waiter deep in a long queue rewrites its status O(log depth) times over its wait
-// instead of once per holder ahead of it. exact is false for a bucket's lower bound.
+// shownPosition is a queue position as status shows it: exact near the head; further back only
+// the bucket it is in (more than 3, 5, 10, 20, 50, 100, 200, 500, ...), so a waiter deep in a long
+// queue rewrites its status O(log depth) times over its wait instead of once per holder ahead of
+// it. exact is false for a bucket's lower bound.
 func shownPosition(position int) (shown int, exact bool) {
 	if position <= exactPositions {
 		return position, true
 	}
 	bound := exactPositions
-	for i := 0; ; i++ {
-		next := nextBound(bound, i)
+	for {
+		next := nextBound(bound)
 		if position <= next {
 			return bound, false
 		}
@@ -246,13 +248,26 @@ func shownPosition(position int) (shown int, exact bool) {
 	}
 }
 
-// nextBound is the i-th bucket bound after bound (the first is exactPositions): they run 10, 20,
-// 50, 100, 200, 500, ...: twice, two and a half times, twice the last.
-func nextBound(bound, i int) int {
-	if i%3 == 1 {
-		return bound * 5 / 2
+// nextBound is the bucket bound after bound: 3, 5, then the 1-2-5 series 10, 20, 50, 100, ...
+func nextBound(bound int) int {
+	switch {
+	case bound < 5:
+		return 5
+	case bound < 10:
+		return 10
 	}
-	return bound * 2
+	magnitude := 1
+	for bound/magnitude >= 10 {
+		magnitude *= 10
+	}
+	switch bound / magnitude {
+	case 1:
+		return 2 * magnitude
+	case 2:
+		return 5 * magnitude
+	default:
+		return 10 * magnitude
+	}
 }
 
 // waitBackoff grows with the time waited, so long waits cost little, and is jittered so waiters

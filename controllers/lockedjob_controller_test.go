@@ -235,23 +235,36 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(deep.Status.BlockedBy).To(BeEmpty())
 		Expect(deep.Status.Message).To(ContainSubstring("position >10 in queue"))
 
-		// Waiters behind the head re-check only every 30s in this suite: the head runs within a second
-		// because the release woke it, the ten now in exact places learn them from the handoff's
-		// lineup, and the one still past the exact range is not rewritten.
-		deepVersion := fetch(deep).ResourceVersion
+		// Waiters behind the head re-check only every 2 minutes in this suite: the head runs within
+		// a second because the release woke it; those now at places 1-3, 5 and 10 learn their place
+		// from the handoff's lineup; the others' shown place did not change and is not rewritten.
+		unchanged := []*batchv1alpha1.LockedJob{waiters[4], waiters[11]} // now at 4 (">3") and 11 (">10")
+		versions := map[string]string{}
+		for _, w := range unchanged {
+			versions[w.Name] = fetch(w).ResourceVersion
+		}
 		finishJob(holder, true)
 		Eventually(func() batchv1alpha1.LockedJobPhase { return fetch(waiters[0]).Status.Phase }).
 			WithTimeout(time.Second).WithPolling(10 * time.Millisecond).Should(Equal(batchv1alpha1.PhaseRunning))
 		newHolder := fetch(waiters[0]).Status.Holder
-		for i, w := range waiters[1:11] {
+		for i, w := range waiters[1:4] {
 			Eventually(func(g Gomega) {
 				st := fetch(w).Status
 				g.Expect(st.QueuePosition).To(Equal(ptrTo(int32(i + 1))))
 				g.Expect(st.BlockedBy).To(Equal(newHolder))
 			}).WithTimeout(2*time.Second).WithPolling(10*time.Millisecond).Should(Succeed(), w.Name)
 		}
-		Consistently(func() string { return fetch(deep).ResourceVersion }).
-			WithTimeout(time.Second).Should(Equal(deepVersion), "place 11 is still past the exact range")
+		for w, place := range map[*batchv1alpha1.LockedJob]string{waiters[5]: ">3", waiters[10]: ">5"} {
+			Eventually(func() string { return fetch(w).Status.Message }).WithTimeout(2*time.Second).
+				WithPolling(10*time.Millisecond).Should(ContainSubstring("position "+place+" in queue"), w.Name)
+		}
+		Consistently(func() map[string]string {
+			now := map[string]string{}
+			for _, w := range unchanged {
+				now[w.Name] = fetch(w).ResourceVersion
+			}
+			return now
+		}).WithTimeout(time.Second).Should(Equal(versions), "shown places that did not change")
 	})
 
 	It("serves waiters by priority, then age", func() {

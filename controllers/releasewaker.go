@@ -77,7 +77,7 @@ var placesTold = func() []int {
 	for p := 1; p <= exactPositions; p++ {
 		places = append(places, p)
 	}
-	for bound, i := nextBound(exactPositions, 0), 1; bound <= 10_000_000; bound, i = nextBound(bound, i), i+1 {
+	for bound := nextBound(exactPositions); bound <= 10_000_000; bound = nextBound(bound) {
 		places = append(places, bound)
 	}
 	return places

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -75,8 +77,9 @@ func TestShownPosition(t *testing.T) {
 		position, shown int
 		exact           bool
 	}{
-		{1, 1, true}, {10, 10, true}, {11, 10, false}, {20, 10, false}, {21, 20, false}, {50, 20, false},
-		{51, 50, false}, {100, 50, false}, {101, 100, false}, {999, 500, false}, {1001, 1000, false}, {2001, 2000, false},
+		{1, 1, true}, {3, 3, true}, {4, 3, false}, {5, 3, false}, {6, 5, false}, {10, 5, false}, {11, 10, false},
+		{20, 10, false}, {21, 20, false}, {50, 20, false}, {51, 50, false}, {100, 50, false}, {101, 100, false},
+		{999, 500, false}, {1001, 1000, false}, {2001, 2000, false}, {5001, 5000, false},
 	} {
 		shown, exact := shownPosition(c.position)
 		if shown != c.shown || exact != c.exact {
@@ -91,7 +94,26 @@ func TestShownPosition(t *testing.T) {
 			changes, last = changes+1, shown
 		}
 	}
-	if changes > 20 {
-		t.Fatalf("%d shown positions over a queue of 1,000, want at most 20", changes)
+	if changes > 12 {
+		t.Fatalf("%d shown positions over a queue of 1,000, want at most 12", changes)
+	}
+	// A handoff tells exactly the places whose shown value changes when everyone moves up by one.
+	shown := func(p int) string { n, exact := shownPosition(p); return fmt.Sprint(n, exact) }
+	for _, p := range placesTold {
+		if shown(p+1) == shown(p) {
+			t.Errorf("place %d is told, but moving there from %d changes nothing", p, p+1)
+		}
+	}
+	told := 0
+	for p := 1; p < 100_000; p++ {
+		if shown(p+1) != shown(p) {
+			told++
+			if !slices.Contains(placesTold, p) {
+				t.Errorf("moving from %d to %d changes the shown place, but %d is not told", p+1, p, p)
+			}
+		}
+	}
+	if told == 0 {
+		t.Fatal("no place changes")
 	}
 }

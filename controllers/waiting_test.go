@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,21 +141,31 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	if got := drain(w.handed); !slices.Equal(got, []string{head.Name}) {
 		t.Fatalf("handed wakes %v, want [%s]", got, head.Name)
 	}
-	var want []string // now at places 1..10; the two behind them keep ">10"
-	for pos := int32(2); pos <= 11; pos++ {
-		want = append(want, byPosition[pos])
+	// Everyone moved up by one. Shown changes for those now at 1, 2 and 3 (exact), at 5 (">5" to
+	// ">3") and at 10 (">10" to ">5"); the others' shown place stays, so they are not woken.
+	told := map[int32]string{1: "", 2: "", 3: "", 5: "position >3 in queue", 10: "position >5 in queue"}
+	var want []string
+	for now := range told {
+		want = append(want, byPosition[now+1])
 	}
 	slices.Sort(want)
 	moved := drain(w.moved)
 	if !slices.Equal(moved, want) {
 		t.Fatalf("moved wakes %v, want %v", moved, want)
 	}
-	for pos := int32(2); pos <= 11; pos++ {
-		pass(byPosition[pos])
-		pass(byPosition[pos]) // as its own status write triggers: nothing new to ask
-		lj := get(byPosition[pos])
-		if got := derefInt32(lj.Status.QueuePosition); got != pos-1 || lj.Status.BlockedBy != id.Holder(head) {
-			t.Fatalf("%s: position %d blocked by %q, want %d blocked by %q", lj.Name, got, lj.Status.BlockedBy, pos-1, id.Holder(head))
+	for now, message := range told {
+		name := byPosition[now+1]
+		pass(name)
+		pass(name) // as its own status write triggers: nothing new to ask
+		st := get(name).Status
+		if message != "" {
+			if st.QueuePosition != nil || !strings.Contains(st.Message, message) {
+				t.Fatalf("%s: position %v, message %q; want %q", name, st.QueuePosition, st.Message, message)
+			}
+			continue
+		}
+		if got := derefInt32(st.QueuePosition); got != now || st.BlockedBy != id.Holder(head) {
+			t.Fatalf("%s: position %d blocked by %q, want %d blocked by %q", name, got, st.BlockedBy, now, id.Holder(head))
 		}
 	}
 	if calls := scriptCalls(t, rc) - before; calls != 1 {

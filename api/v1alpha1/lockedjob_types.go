@@ -258,10 +258,11 @@ type LockedJobStatus struct {
 	BlockedBy string `json:"blockedBy,omitempty"`
 
 	// queuePosition is, while waiting, this LockedJob's place among the waiters of the lock (1 = next),
-	// as of its last attempt: a waiter of higher priority that arrives later moves it back, which
-	// shows at its next attempt. It is shown for the first 10 places only; further back the message
-	// says which bucket the place is in (position >10, >20, >50, >100, ...) and blockedBy is empty,
-	// so a waiter deep in a long queue does not rewrite its status with every handoff ahead of it.
+	// as the operator last learnt it (from its own attempt, or from a handoff ahead of it): a waiter
+	// of higher priority that arrives later moves it back, which may show only at its next attempt.
+	// It is shown for the first 3 places only; further back the message says which bucket the place
+	// is in (position >3, >5, >10, >20, >50, ...) and blockedBy is empty, so a waiter deep in a long
+	// queue does not rewrite its status with every handoff ahead of it.
 	// +optional
 	QueuePosition *int32 `json:"queuePosition,omitempty"`
 
