@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -57,12 +56,12 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 
 	// A waiter asks Redis only when something may have changed (see waiting.go).
 	if !first {
-		switch what, hint, left := r.waiting.next(r.Config.Identity.Holder(lj), now); what {
+		switch what, hint, left, priority := r.waiting.next(r.Config.Identity.Holder(lj), now); what {
 		case askHint:
 			res, err := r.wait(p, &redislock.QueuedError{Position: hint.position, Holder: hint.holder}, waited)
 			return res, false, err
 		case askNothing:
-			return ctrl.Result{RequeueAfter: left, Priority: ptr.To(handler.LowPriority)}, false, nil
+			return ctrl.Result{RequeueAfter: left, Priority: &priority}, false, nil
 		}
 	}
 
@@ -212,17 +211,19 @@ func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Durat
 	lj.Status.Message = msg
 	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonWaiting, msg)
 
-	next := r.waitBackoff(waited)
+	// The head re-checks soon and at the usual priority: nobody announces a lock freed by an expiry,
+	// or a handoff whose announcement found it not yet waiting in the cache.
+	next, priority := r.waitBackoff(waited), 0
 	if qe != nil && qe.Position > 1 && r.Locks.Redis().HandsOff() {
-		// Behind the head: handoffs tell this waiter its place and the queue keeper keeps it queued.
-		next = jitter(r.Config.QueueRecheck)
+		// Behind the head: handoffs tell this waiter its place and the queue keeper keeps it queued,
+		// so a re-check is a safety net, and under a burst it yields to the passes events ask for.
+		next, priority = jitter(r.Config.QueueRecheck), handler.LowPriority
 	}
 	if t := lj.Spec.Lock.AcquireTimeout; t != nil {
 		next = min(next, max(t.Duration-waited, time.Millisecond))
 	}
-	r.waiting.waiting(r.Config.Identity.Holder(lj), client.ObjectKeyFromObject(lj), p.key, r.Clock.Now().Add(next))
-	// A re-check is a safety net: under a burst it yields to the passes that events asked for.
-	return ctrl.Result{RequeueAfter: next, Priority: ptr.To(handler.LowPriority)}, nil
+	r.waiting.waiting(r.Config.Identity.Holder(lj), client.ObjectKeyFromObject(lj), p.key, r.Clock.Now().Add(next), priority)
+	return ctrl.Result{RequeueAfter: next, Priority: &priority}, nil
 }
 
 // exactPositions is how far back a waiter's queue position is shown exactly: the few that tell the

@@ -65,8 +65,9 @@ func (w *releaseWaker) wake(ctx context.Context, r redislock.Released) {
 		w.send(ctx, w.moved, w.wakeEach(w.waiters(ctx, client.MatchingFields{indexLockKey: r.Key})))
 		return
 	}
-	// The member may be another cluster's waiter on a shared Redis: then nobody here wakes.
-	w.send(ctx, w.handed, w.wakeEach(w.waiters(ctx, client.MatchingFields{indexQueueMember: r.HandedTo})))
+	// The member may be another cluster's waiter on a shared Redis: then nobody here wakes. Its
+	// phase is not asked: the cache may not show it Waiting yet, and the lock waits for it.
+	w.send(ctx, w.handed, w.wakeEach(w.lockedJobs(ctx, false, client.MatchingFields{indexQueueMember: r.HandedTo})))
 	w.tellPlaces(ctx, r)
 }
 
@@ -102,7 +103,7 @@ func (w *releaseWaker) tellPlaces(ctx context.Context, r redislock.Released) {
 		if !w.waiting.tell(m, placeHint{position: placesTold[i], holder: r.HandedTo, at: now}) {
 			continue // not ours, or not known to wait: its next pass asks Redis anyway
 		}
-		w.send(ctx, w.moved, w.waiters(ctx, client.MatchingFields{indexQueueMember: m}))
+		w.send(ctx, w.moved, w.lockedJobs(ctx, false, client.MatchingFields{indexQueueMember: m}))
 	}
 }
 
@@ -114,15 +115,20 @@ func (w *releaseWaker) wakeEach(ljs []*batchv1alpha1.LockedJob) []*batchv1alpha1
 	return ljs
 }
 
-// waiting lists the Waiting LockedJobs that match.
+// waiters lists the LockedJobs that match and the cache shows Waiting.
 func (w *releaseWaker) waiters(ctx context.Context, opts ...client.ListOption) []*batchv1alpha1.LockedJob {
+	return w.lockedJobs(ctx, true, opts...)
+}
+
+// lockedJobs lists the LockedJobs that match, only the Waiting ones if waitingOnly.
+func (w *releaseWaker) lockedJobs(ctx context.Context, waitingOnly bool, opts ...client.ListOption) []*batchv1alpha1.LockedJob {
 	var list batchv1alpha1.LockedJobList
 	if err := w.reader.List(ctx, &list, opts...); err != nil {
 		return nil
 	}
 	var out []*batchv1alpha1.LockedJob
 	for i := range list.Items {
-		if list.Items[i].Status.Phase == batchv1alpha1.PhaseWaiting {
+		if !waitingOnly || list.Items[i].Status.Phase == batchv1alpha1.PhaseWaiting {
 			out = append(out, &list.Items[i])
 		}
 	}

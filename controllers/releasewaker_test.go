@@ -58,6 +58,21 @@ func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
 	if got := woken(); len(got) != 1 || got[0] != "head" {
 		t.Fatalf("a handoff to head woke %v, want [head]", got)
 	}
+	// The cache may not show the member Waiting yet (its status write is on its way): the lock
+	// waits for it all the same.
+	head := objs[0].(*batchv1alpha1.LockedJob)
+	head.Status.Phase = batchv1alpha1.PhasePending
+	if err := api.Update(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	w.wake(ctx, redislock.Released{Key: key, HandedTo: id.Holder(head)})
+	if got := woken(); len(got) != 1 || got[0] != "head" {
+		t.Fatalf("a handoff to head not yet seen Waiting woke %v, want [head]", got)
+	}
+	head.Status.Phase = batchv1alpha1.PhaseWaiting
+	if err := api.Update(ctx, head); err != nil {
+		t.Fatal(err)
+	}
 	w.wake(ctx, redislock.Released{Key: key, HandedTo: "other-cluster/ns/x/123"})
 	if got := woken(); len(got) != 0 {
 		t.Fatalf("a handoff to another cluster's waiter woke %v, want nobody", got)

@@ -44,8 +44,10 @@ type waiter struct {
 	obj types.NamespacedName
 	key string // the lock's name in the lock library
 	// due is when the waiter asks Redis again unless something wakes it first: a pass that runs
-	// before (its own status write, a resync) has nothing new to ask about.
-	due time.Time
+	// before (its own status write, a resync) has nothing new to ask about. priority is the work
+	// queue's for that re-check.
+	due      time.Time
+	priority int
 	// woken: a release or the queue keeper says something changed; the next pass asks Redis.
 	woken bool
 	// hint: a lineup told the waiter its new place; the next pass records it without asking.
@@ -80,14 +82,14 @@ const (
 	askNothing            // nothing changed since it last asked: wait on until due
 )
 
-// waiting records that member waits for lock key and asks again at due.
-func (b *waitBook) waiting(member string, obj types.NamespacedName, key string, due time.Time) {
+// waiting records that member waits for lock key and asks again at due, at priority.
+func (b *waitBook) waiting(member string, obj types.NamespacedName, key string, due time.Time, priority int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.set == nil {
 		b.set = map[string]*waiter{}
 	}
-	w := &waiter{obj: obj, key: key, due: due}
+	w := &waiter{obj: obj, key: key, due: due, priority: priority}
 	if old := b.set[member]; old != nil {
 		// next consumed what the pass started with; anything here came while it ran and is news.
 		w.woken, w.hint = old.woken, old.hint
@@ -147,26 +149,26 @@ func (b *waitBook) tell(member string, hint placeHint) bool {
 	return true
 }
 
-// next says what member's pass does now, and hands over the hint or the time to wait on. It
-// consumes what it returns: a wake-up or hint counts once.
-func (b *waitBook) next(member string, now time.Time) (ask, placeHint, time.Duration) {
+// next says what member's pass does now, and hands over the hint, or the time to wait on and the
+// priority of that re-check. It consumes what it returns: a wake-up or hint counts once.
+func (b *waitBook) next(member string, now time.Time) (what ask, hint placeHint, left time.Duration, priority int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.set[member]
 	switch {
 	case w == nil:
-		return askRedis, placeHint{}, 0
+		return askRedis, placeHint{}, 0, 0
 	case w.woken:
 		w.woken, w.hint = false, nil
-		return askRedis, placeHint{}, 0
+		return askRedis, placeHint{}, 0, 0
 	case w.hint != nil && now.Sub(w.hint.at) <= hintMaxAge:
 		hint := *w.hint
 		w.hint = nil
-		return askHint, hint, 0
+		return askHint, hint, 0, 0
 	case now.Before(w.due):
-		return askNothing, placeHint{}, w.due.Sub(now)
+		return askNothing, placeHint{}, w.due.Sub(now), w.priority
 	default:
-		return askRedis, placeHint{}, 0
+		return askRedis, placeHint{}, 0, 0
 	}
 }
 

@@ -108,6 +108,10 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 		if pos != 1 && res.RequeueAfter < r.Config.QueueRecheck/2 {
 			t.Fatalf("waiter at %d re-checks after %v, want at least %v", pos, res.RequeueAfter, r.Config.QueueRecheck/2)
 		}
+		// The head's re-check must not starve behind a burst; the others' may.
+		if want := map[bool]int{true: 0, false: handler.LowPriority}[pos == 1]; res.Priority == nil || *res.Priority != want {
+			t.Fatalf("waiter at %d re-checks at priority %v, want %d", pos, res.Priority, want)
+		}
 	}
 	if holder == "" || len(waiters) != n-1 {
 		t.Fatalf("holder %q, waiters %v: want one holder and %d waiters", holder, waiters, n-1)
@@ -200,7 +204,7 @@ func TestQueueKeeperKeepsWaitersQueued(t *testing.T) {
 	wake := make(chan event.GenericEvent, 4)
 	k := &queueKeeper{redis: lockClient, waiting: &waitBook{}, liveness: time.Minute, timeout: time.Second, wake: wake}
 	for _, m := range []string{"a", "b"} {
-		k.waiting.waiting(m, types.NamespacedName{Namespace: "ns", Name: m}, key, time.Now().Add(time.Hour))
+		k.waiting.waiting(m, types.NamespacedName{Namespace: "ns", Name: m}, key, time.Now().Add(time.Hour), 0)
 	}
 	k.keep(ctx)
 	if len(wake) != 0 {
@@ -216,7 +220,7 @@ func TestQueueKeeperKeepsWaitersQueued(t *testing.T) {
 	if len(wake) != 1 || (<-wake).Object.GetName() != "a" {
 		t.Fatal("the waiter handed the lock was not woken to claim it")
 	}
-	if what, _, _ := k.waiting.next("a", time.Now()); what != askRedis {
+	if what, _, _, _ := k.waiting.next("a", time.Now()); what != askRedis {
 		t.Fatal("the waiter handed the lock would not ask Redis at its next pass")
 	}
 	if st, err := lockClient.Inspect(ctx, key); err != nil || !st.Held {
@@ -244,7 +248,7 @@ func TestWaitBookAsksOnlyWhenSomethingChanged(t *testing.T) {
 	obj := types.NamespacedName{Namespace: "ns", Name: "w"}
 	expect := func(want ask, at time.Time) placeHint {
 		t.Helper()
-		got, hint, left := b.next("w", at)
+		got, hint, left, _ := b.next("w", at)
 		if got != want {
 			t.Fatalf("next = %d, want %d", got, want)
 		}
@@ -254,7 +258,7 @@ func TestWaitBookAsksOnlyWhenSomethingChanged(t *testing.T) {
 		return hint
 	}
 	expect(askRedis, now) // unknown
-	b.waiting("w", obj, "db", now.Add(time.Minute))
+	b.waiting("w", obj, "db", now.Add(time.Minute), handler.LowPriority)
 	expect(askNothing, now)
 	expect(askRedis, now.Add(2*time.Minute)) // due
 
@@ -276,7 +280,7 @@ func TestWaitBookAsksOnlyWhenSomethingChanged(t *testing.T) {
 
 	expect(askNothing, now)
 	b.wake("w")                                     // comes while a pass runs ...
-	b.waiting("w", obj, "db", now.Add(time.Minute)) // ... which then records its wait
+	b.waiting("w", obj, "db", now.Add(time.Minute), handler.LowPriority) // ... which then records its wait
 	expect(askRedis, now)
 
 	b.done("w")
