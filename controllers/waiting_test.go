@@ -279,7 +279,7 @@ func TestWaitBookAsksOnlyWhenSomethingChanged(t *testing.T) {
 	expect(askRedis, now)
 
 	expect(askNothing, now)
-	b.wake("w")                                     // comes while a pass runs ...
+	b.wake("w")                                                          // comes while a pass runs ...
 	b.waiting("w", obj, "db", now.Add(time.Minute), handler.LowPriority) // ... which then records its wait
 	expect(askRedis, now)
 
