@@ -224,6 +224,7 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUBEBUILDER ?= $(LOCALBIN)/kubebuilder
 HELM ?= $(LOCALBIN)/helm
 ACTIONLINT ?= $(LOCALBIN)/actionlint
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 IMGTOOL ?= $(LOCALBIN)/imgtool
 
 KUSTOMIZE_VERSION ?= v5.8.1
@@ -232,6 +233,7 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUBEBUILDER_VERSION ?= v4.16.0
 HELM_VERSION ?= v3.22.0
 ACTIONLINT_VERSION ?= v1.7.12
+GOLANGCI_LINT_VERSION ?= v2.15.0
 
 .PHONY: kustomize
 kustomize: $(LOCALBIN) ## Build kustomize locally if necessary.
@@ -252,6 +254,10 @@ helm: $(LOCALBIN) ## Build helm locally if necessary.
 .PHONY: actionlint-bin
 actionlint-bin: $(LOCALBIN) ## Build actionlint locally if necessary.
 	$(call go-install-tool,$(ACTIONLINT),github.com/rhysd/actionlint/cmd/actionlint,$(ACTIONLINT_VERSION))
+
+.PHONY: golangci-lint
+golangci-lint: $(LOCALBIN) ## Build golangci-lint locally if necessary.
+	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
 
 # imgtool is built from its own module (hack/imgtool, pinned by its go.sum) whenever a source
 # file changes, so go-containerregistry never enters the operator's go.mod.
