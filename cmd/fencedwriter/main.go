@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -67,19 +68,26 @@ func show(o options, w io.Writer) int {
 		log.Print(err)
 		return 1
 	}
+	// The report is built whole and written once, so a reader that went away (a closed pipe) shows
+	// in the exit code instead of a silently short history.
+	var b strings.Builder
 	count := map[string]int{}
 	for _, e := range h {
 		count[e.Result]++
 		switch e.Result {
 		case fencedstore.ResultRefused:
-			fmt.Fprintf(w, "%s  refused   token=%d writer=%s (highest seen %d)\n", e.ID, e.Token, e.Writer, e.Highest)
+			fmt.Fprintf(&b, "%s  refused   token=%d writer=%s (highest seen %d)\n", e.ID, e.Token, e.Writer, e.Highest)
 		case fencedstore.ResultAccepted:
-			fmt.Fprintf(w, "%s  accepted  token=%d writer=%s %q\n", e.ID, e.Token, e.Writer, e.Value)
+			fmt.Fprintf(&b, "%s  accepted  token=%d writer=%s %q\n", e.ID, e.Token, e.Writer, e.Value)
 		default:
-			fmt.Fprintf(w, "%s  %-9s writer=%s %q\n", e.ID, e.Result, e.Writer, e.Value)
+			fmt.Fprintf(&b, "%s  %-9s writer=%s %q\n", e.ID, e.Result, e.Writer, e.Value)
 		}
 	}
-	fmt.Fprintf(w, "store %s: %d accepted, %d refused\n", o.store, count[fencedstore.ResultAccepted], count[fencedstore.ResultRefused])
+	fmt.Fprintf(&b, "store %s: %d accepted, %d refused\n", o.store, count[fencedstore.ResultAccepted], count[fencedstore.ResultRefused])
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		log.Printf("write the history: %v", err)
+		return 1
+	}
 	return 0
 }
 

@@ -62,7 +62,9 @@ func TestLeadershipLostCampaignsAgain(t *testing.T) {
 	go func() { done <- run(runCtx, o) }()
 	t.Cleanup(func() {
 		stop()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("run after stop: %v", err)
+		}
 	})
 	alive := func() {
 		t.Helper()
