@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,9 +63,7 @@ func TestCRDUpgradeKeepsOldObjectsWritable(t *testing.T) {
 	}
 	for name, o := range oldObjects {
 		lock := map[string]any{"name": "l"}
-		for k, v := range o.lock {
-			lock[k] = v
-		}
+		maps.Copy(lock, o.lock)
 		pod := map[string]any{"restartPolicy": "Never", "containers": []any{map[string]any{"name": "c", "image": "busybox"}}}
 		jobSpec := map[string]any{"template": map[string]any{"spec": pod}}
 		if o.edit != nil {

@@ -91,8 +91,7 @@ func TestRenewOnlyBookDropsLossesQuietly(t *testing.T) {
 			var w bookWitness
 			w.attach(book)
 
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
+			ctx := t.Context()
 			lead := book.Leadership() // the manager's runnable: not leading until it starts
 			if tc.leading {
 				go func() { _ = lead.Start(ctx) }()

@@ -34,7 +34,7 @@ var _ = Describe("Operator RBAC", Ordered, ContinueOnFailure, func() {
 		GinkgoHelper()
 		b, err := os.ReadFile(filepath.Join("..", "config", "rbac", file))
 		Expect(err).NotTo(HaveOccurred())
-		for _, doc := range strings.Split(string(b), "\n---\n") {
+		for doc := range strings.SplitSeq(string(b), "\n---\n") {
 			var meta metav1.TypeMeta
 			Expect(yaml.Unmarshal([]byte(doc), &meta)).To(Succeed())
 			switch meta.Kind {

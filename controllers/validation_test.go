@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,9 +51,7 @@ var _ = Describe("LockedJob validation", func() {
 	jobTemplate := jobTemplateWith(nil)
 	lockWith := func(extra map[string]any) map[string]any {
 		lock := map[string]any{"name": "ok"}
-		for k, v := range extra {
-			lock[k] = v
-		}
+		maps.Copy(lock, extra)
 		return lock
 	}
 
@@ -187,7 +186,7 @@ var _ = Describe("LockedJob validation", func() {
 		b, err := os.ReadFile(filepath.Join("..", "config", "samples", "batch_v1alpha1_lockedjob.yaml"))
 		Expect(err).NotTo(HaveOccurred())
 		samples := 0
-		for _, doc := range strings.Split(string(b), "\n---\n") {
+		for doc := range strings.SplitSeq(string(b), "\n---\n") {
 			u := &unstructured.Unstructured{}
 			Expect(yaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed())
 			u.SetNamespace(ns)

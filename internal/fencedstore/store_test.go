@@ -87,7 +87,7 @@ func TestConcurrentWritersNeverGoBack(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := 1; w <= 8; w++ {
 		wg.Go(func() {
-			for i := 0; i < 50; i++ {
+			for i := range 50 {
 				_ = s.Write(ctx, int64(w*100+i%7), fmt.Sprint(w), "v")
 			}
 		})

@@ -172,8 +172,7 @@ func TestKeeperReportsLossWhenValidityRunsOut(t *testing.T) {
 	if got != l || !errors.Is(err, ErrLockLost) {
 		t.Fatalf("reported %v with %v, want our lock with ErrLockLost", got, err)
 	}
-	var ne *NodeError
-	if !errors.As(err, &ne) {
+	if _, ok := errors.AsType[*NodeError](err); !ok {
 		t.Fatalf("loss by outage should carry the transport error: %v", err)
 	}
 	if at.Before(validAtPause) {

@@ -193,8 +193,7 @@ func (c *Client) awaitTurn(ctx context.Context, notObtained error, timer *time.T
 		releases = watch.ch
 	}
 	position := 0
-	var qe *QueuedError
-	if errors.As(notObtained, &qe) {
+	if qe, ok := errors.AsType[*QueuedError](notObtained); ok {
 		position = qe.Position
 	}
 	for {

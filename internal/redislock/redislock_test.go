@@ -323,7 +323,7 @@ func evalCalls(t testing.TB, rc *redis.Client) int64 {
 		t.Fatal(err)
 	}
 	var total int64
-	for _, line := range strings.Split(info, "\n") {
+	for line := range strings.SplitSeq(info, "\n") {
 		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
 			if strings.HasPrefix(line, cmd) {
 				var calls int64
@@ -391,8 +391,7 @@ func TestReleaseNotifications(t *testing.T) {
 func TestReleaseNotificationNamesTheWaiterHandedTo(t *testing.T) {
 	c, _, _ := single(t, WithReleaseNotifications("lockedjob:released"))
 	key := uniqueKey(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	releases, err := c.SubscribeReleases(ctx)
 	if err != nil {
 		t.Fatalf("SubscribeReleases: %v", err)
@@ -423,8 +422,7 @@ func TestReleaseNotificationNamesTheWaiterHandedTo(t *testing.T) {
 // subscriber must ask Redis instead of waiting for a message that never comes.
 func TestReleaseNotificationsTellAMissedGap(t *testing.T) {
 	c, _, rc := single(t, WithReleaseNotifications("lockedjob:released"))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	releases, err := c.SubscribeReleases(ctx)
 	if err != nil {
 		t.Fatalf("SubscribeReleases: %v", err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,7 +183,7 @@ func lockedjobQueueFactory(c *redislock.Client) factory {
 
 func (w *lockedjobQueueWorker) Acquire(ctx context.Context) error {
 	score := float64(time.Now().UnixMicro())
-	opts := append(w.opts[:len(w.opts):len(w.opts)], redislock.WithQueue(w.member, score, queueLiveness))
+	opts := append(slices.Clip(w.opts), redislock.WithQueue(w.member, score, queueLiveness))
 	l, err := w.c.Obtain(ctx, w.key, lockTTL, opts...)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -411,7 +412,7 @@ func serverCPU(tb testing.TB, clients []*redis.Client) time.Duration {
 		if err != nil {
 			tb.Fatalf("info cpu: %v", err)
 		}
-		for _, line := range strings.Split(info, "\n") {
+		for line := range strings.SplitSeq(info, "\n") {
 			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
 			if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
 				continue

@@ -76,7 +76,7 @@ func TestRealNode(t *testing.T) {
 	if !strings.Contains(out, "real node "+realNodeName+" Ready") {
 		t.Fatalf("up did not report the real node Ready:\n%s", out)
 	}
-	for _, line := range strings.Split(out, "\n") {
+	for line := range strings.SplitSeq(out, "\n") {
 		if strings.Contains(line, "after kubelet start") {
 			t.Log(strings.TrimSpace(line))
 		}
@@ -436,7 +436,7 @@ func bridgePorts(t *testing.T, bridge string) []string {
 		t.Fatalf("ip link show master %s: %v\n%s", bridge, err, out)
 	}
 	var ports []string
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
 		if len(f) >= 2 {
 			ports = append(ports, strings.SplitN(strings.TrimSuffix(f[1], ":"), "@", 2)[0])

@@ -368,7 +368,7 @@ func leadershipSurvived(r *run, h history) []string {
 // logTime is the time of the first line of logs that contains every one of what (zero if none):
 // the operators log with --zap-time-encoding=rfc3339nano, the time first on the line.
 func logTime(logs string, what ...string) time.Time {
-	for _, line := range strings.Split(logs, "\n") {
+	for line := range strings.SplitSeq(logs, "\n") {
 		if !containsAll(line, what) {
 			continue
 		}

@@ -275,7 +275,7 @@ func (o *operator) takeCrashes(m logMark) []string {
 		if i == m.log && int64(len(b)) >= m.offset {
 			b = b[m.offset:]
 		}
-		for _, line := range strings.Split(string(b), "\n") {
+		for line := range strings.SplitSeq(string(b), "\n") {
 			if strings.Contains(line, "panic: ") || strings.Contains(line, "Observed a panic") {
 				out = append(out, fmt.Sprintf("operator %s logged a panic (%s): %.300s", o.c.name, logs[i], line))
 				return out

@@ -88,8 +88,7 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 			}
 		}
 		passAll()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
+		ctx := t.Context()
 		r := &run{t: t, sc: sc, ns: namespacePrefix + sc.name, lock: "lock-" + sc.name, ctx: ctx, start: time.Now(),
 			terminal: map[string]lockedJobEntry{}}
 		marks := map[string]logMark{}

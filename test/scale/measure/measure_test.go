@@ -196,7 +196,7 @@ func TestTableArithmetic(t *testing.T) {
 
 // cellsOf returns the cells after the label of the table row whose label is label.
 func cellsOf(table, label string) []string {
-	for _, line := range strings.Split(table, "\n") {
+	for line := range strings.SplitSeq(table, "\n") {
 		parts := strings.Split(strings.Trim(line, "|"), "|")
 		if len(parts) < 2 || strings.TrimSpace(parts[0]) != label {
 			continue
