@@ -117,9 +117,15 @@ func nameHash(name string) string {
 func dnsLabelPrefix(name string, max int) string {
 	b := []byte(strings.ToLower(name))
 	for i, c := range b {
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+		if !dnsLabelChar(c) {
 			b[i] = '-'
 		}
 	}
 	return strings.Trim(string(b[:min(len(b), max)]), "-")
+}
+
+// dnsLabelChar reports whether c may stay in a DNS-1123 label once lower-cased: the label takes
+// '-' too, but dnsLabelPrefix writes that itself.
+func dnsLabelChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
 }
