@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -205,14 +206,18 @@ func buildScenarios(o options) ([]scenario, error) {
 	// Waiters of one lock are spread over the burst, as independent submitters would make them.
 	locks := n / o.waiters
 	shared := func(i int) string { return fmt.Sprintf("lock-%05d", i%locks) }
-	all := map[string]scenario{
-		"plain":    {name: "plain", objects: n, run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
-		"distinct": {name: "distinct", objects: n, locks: n, lockOf: distinct, run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
-		"shared":   {name: "shared", objects: n, locks: locks, lockOf: shared, run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
-		"deep": {name: "deep", objects: o.deep, locks: 1, lockOf: func(int) string { return "deep" },
+	// Keyed by the scenario's own name, so -scenarios and the table cannot disagree on one.
+	all := map[string]scenario{}
+	for _, s := range []scenario{
+		{name: "plain", objects: n, run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
+		{name: "distinct", objects: n, locks: n, lockOf: distinct, run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
+		{name: "shared", objects: n, locks: locks, lockOf: shared, run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
+		{name: "deep", objects: o.deep, locks: 1, lockOf: func(int) string { return "deep" },
 			run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
-		"steady": {name: "steady", objects: n, locks: n, lockOf: distinct, run: o.steadyRun,
+		{name: "steady", objects: n, locks: n, lockOf: distinct, run: o.steadyRun,
 			goal: batchv1alpha1.PhaseRunning, window: o.window},
+	} {
+		all[s.name] = s
 	}
 	var out []scenario
 	for name := range strings.SplitSeq(o.scenarios, ",") {
@@ -343,7 +348,7 @@ func (b *bench) waitGarbageCollectorKnowsLockedJobs(ctx context.Context) error {
 // operatorArgs are production settings (default status interval, workers, backoff, leader
 // election) with what a host process on this cluster needs; -operator-args come last and win.
 func (b *bench) operatorArgs() []string {
-	args := []string{
+	return slices.Concat([]string{
 		"--kubeconfig", b.kubeconfig,
 		"--namespace", operatorNamespace,
 		"--cluster-id", "scale",
@@ -352,8 +357,7 @@ func (b *bench) operatorArgs() []string {
 		// other clusters on this machine.
 		"--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0",
-	}
-	return append(args, strings.Fields(b.opts.operatorArgs)...)
+	}, strings.Fields(b.opts.operatorArgs))
 }
 
 // describeRun is the header of the output: what ran, where, with what.

@@ -230,9 +230,11 @@ func Table(results []Result) string {
 			plain = &results[i]
 		}
 	}
-	cells := [][]string{append([]string{"per scenario"}, scenarioNames(results)...)}
+	cells := make([][]string, 0, 1+len(rows))
+	cells = append(cells, append([]string{"per scenario"}, scenarioNames(results)...))
 	for _, rw := range rows {
-		line := []string{rw.label}
+		line := make([]string, 0, 1+len(results))
+		line = append(line, rw.label)
 		for _, r := range results {
 			line = append(line, rw.cell(r, plain))
 		}
