@@ -41,16 +41,17 @@ func (r *lostRecorder) onLost(l *Lock, err error) {
 	}
 }
 
-func (r *lostRecorder) wait(t *testing.T, timeout time.Duration) (*Lock, error, time.Time) {
+// wait returns the next lock reported lost, when, and the cause OnLost was given.
+func (r *lostRecorder) wait(t *testing.T, timeout time.Duration) (*Lock, time.Time, error) {
 	t.Helper()
 	select {
 	case l := <-r.ch:
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return l, r.lost[l], r.at[l]
+		return l, r.at[l], r.lost[l]
 	case <-time.After(timeout):
 		t.Fatalf("no lost lock reported within %v", timeout)
-		return nil, nil, time.Time{}
+		return nil, time.Time{}, nil
 	}
 }
 
@@ -106,7 +107,7 @@ func TestKeeperRenewsTenThousandLocks(t *testing.T) {
 	if err := rc.Del(ctx, victim.RedisKey()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err, at := rec.wait(t, 3*interval)
+	got, at, err := rec.wait(t, 3*interval)
 	if got != victim {
 		t.Fatalf("reported %s lost, want %s", got.Key(), victim.Key())
 	}
@@ -168,7 +169,7 @@ func TestKeeperReportsLossWhenValidityRunsOut(t *testing.T) {
 	defer srv.Resume(t)
 	validAtPause := l.ValidUntil()
 
-	got, err, at := rec.wait(t, 5*time.Second)
+	got, at, err := rec.wait(t, 5*time.Second)
 	if got != l || !errors.Is(err, ErrLockLost) {
 		t.Fatalf("reported %v with %v, want our lock with ErrLockLost", got, err)
 	}
@@ -250,7 +251,7 @@ func TestKeeperReloadsScriptsAfterRestart(t *testing.T) {
 
 // proxied starts a real redis-server behind a fault proxy and returns a lock client that talks
 // through the proxy, plus a direct client for looking at Redis without the fault.
-func proxied(t *testing.T, opts ...Option) (*Client, *faultproxy.Proxy, *redis.Client) {
+func proxied(t *testing.T) (*Client, *faultproxy.Proxy, *redis.Client) {
 	t.Helper()
 	srv := redisserver.Start(t)
 	p, err := faultproxy.Start(srv.Addr())
@@ -267,7 +268,7 @@ func proxied(t *testing.T, opts ...Option) (*Client, *faultproxy.Proxy, *redis.C
 		WriteTimeout:          5 * time.Second,
 	})
 	t.Cleanup(func() { _ = rc.Close() })
-	c, err := New(rc, opts...)
+	c, err := New(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +418,7 @@ func TestKeeperReportsLossAtValidUntil(t *testing.T) {
 	p.Blackhole()
 	validUntil := l.ValidUntil()
 
-	got, err, at := rec.wait(t, 3*ttl)
+	got, at, err := rec.wait(t, 3*ttl)
 	if got != l || !errors.Is(err, ErrLockLost) {
 		t.Fatalf("reported %v with %v, want our lock with ErrLockLost", got, err)
 	}
@@ -508,7 +509,7 @@ func TestKeeperAtRiskBeforeValidUntil(t *testing.T) {
 	default:
 	}
 
-	got, err, lostAt := rec.wait(t, 2*ttl)
+	got, lostAt, err := rec.wait(t, 2*ttl)
 	if got != l || !errors.Is(err, ErrLockLost) {
 		t.Fatalf("reported %v with %v, want our lock with ErrLockLost", got, err)
 	}
@@ -537,7 +538,8 @@ func TestKeeperAtRiskThenRecovers(t *testing.T) {
 	}
 	p.Blackhole()
 	validUntil := l.ValidUntil()
-	risk.wait(t, 2*ttl)
+	riskAt, cause := risk.wait(t, 2*ttl)
+	t.Logf("OnAtRisk %v before ValidUntil: %v", validUntil.Sub(riskAt), cause)
 	p.Pass()
 
 	eventually(t, 2*ttl, "a renewal after the partition healed, or a loss", func() bool {
@@ -581,7 +583,7 @@ func TestKeeperAtRiskBehindHungRound(t *testing.T) {
 	}
 	validUntil := short.ValidUntil()
 
-	got, err, lostAt := lost.wait(t, 5*time.Second)
+	got, lostAt, err := lost.wait(t, 5*time.Second)
 	if got != short || !errors.Is(err, ErrLockLost) {
 		t.Fatalf("reported %v lost with %v, want the short lock with ErrLockLost", got.Key(), err)
 	}

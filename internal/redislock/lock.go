@@ -731,7 +731,7 @@ func (c *Client) SubscribeReleases(ctx context.Context) (<-chan Released, error)
 	var wg sync.WaitGroup
 	for _, ps := range subs {
 		wg.Go(func() {
-			defer ps.Close()
+			defer func() { _ = ps.Close() }()
 			// With subscriptions, so a reconnection shows: go-redis subscribes again by itself, and
 			// the confirmation is all that tells of the messages lost in between.
 			msgs := ps.ChannelWithSubscriptions()

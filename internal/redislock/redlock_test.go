@@ -194,7 +194,7 @@ func TestRedlockKeeper(t *testing.T) {
 	if err := srvs[1].Client(t).Del(context.Background(), l.RedisKey()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err, _ := rec.wait(t, 5*time.Second)
+	got, _, err := rec.wait(t, 5*time.Second)
 	if got != l || !errors.Is(err, ErrLockLost) {
 		t.Fatalf("reported %v with %v, want our lock with ErrLockLost", got, err)
 	}
