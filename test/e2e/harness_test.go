@@ -99,13 +99,12 @@ func (s *scenario) addr() []string {
 	return out
 }
 
-// startManager starts this scenario's manager (replacing the record of a
-// previous one, which must have been stopped or killed).
-func (s *scenario) startManager(fastFailover bool) *manager {
+// startManager starts this scenario's manager as s.mgr (replacing the record of a previous one,
+// which must have been stopped or killed).
+func (s *scenario) startManager(fastFailover bool) {
 	GinkgoHelper()
 	s.fastFailover = fastFailover
 	s.mgr = startManager(managerOpts{prefix: s.prefix, redisAddrs: s.addr(), fastFailover: fastFailover})
-	return s.mgr
 }
 
 func (s *scenario) teardown(ctx context.Context) {

@@ -22,7 +22,7 @@ const stall = 500 * time.Millisecond
 // answer bounds commands that must succeed or fail promptly; generous for a loaded machine.
 const answer = 10 * time.Second
 
-func startProxy(t *testing.T) (*Proxy, *redisserver.Server) {
+func startProxy(t *testing.T) *Proxy {
 	t.Helper()
 	srv := redisserver.Start(t)
 	p, err := Start(srv.Addr())
@@ -34,7 +34,7 @@ func startProxy(t *testing.T) (*Proxy, *redisserver.Server) {
 			t.Errorf("close proxy: %v", err)
 		}
 	})
-	return p, srv
+	return p
 }
 
 // client returns a go-redis client through the proxy that neither retries nor hides a deadline, so
@@ -66,7 +66,7 @@ func isTimeout(err error) bool {
 }
 
 func TestProxyPass(t *testing.T) {
-	p, _ := startProxy(t)
+	p := startProxy(t)
 	c := client(t, p)
 	if err := ping(t, c, answer); err != nil {
 		t.Fatalf("PING through the proxy: %v", err)
@@ -76,7 +76,7 @@ func TestProxyPass(t *testing.T) {
 }
 
 func TestProxyBlackhole(t *testing.T) {
-	p, _ := startProxy(t)
+	p := startProxy(t)
 	warm := client(t, p)
 	if err := ping(t, warm, answer); err != nil {
 		t.Fatalf("PING before the fault: %v", err)
@@ -102,14 +102,14 @@ func TestProxyBlackhole(t *testing.T) {
 }
 
 func TestProxyReset(t *testing.T) {
-	p, _ := startProxy(t)
+	p := startProxy(t)
 
 	// A raw connection shows the reset itself: the next read fails with ECONNRESET, not EOF.
 	raw, err := net.DialTimeout("tcp", p.Addr(), answer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer raw.Close()
+	t.Cleanup(func() { _ = raw.Close() })
 	_ = raw.SetDeadline(time.Now().Add(answer))
 	r := bufio.NewReader(raw)
 	if _, err := raw.Write([]byte("PING\r\n")); err != nil {
@@ -142,7 +142,7 @@ func TestProxyReset(t *testing.T) {
 }
 
 func TestProxyDelay(t *testing.T) {
-	p, _ := startProxy(t)
+	p := startProxy(t)
 	c := client(t, p)
 	if err := ping(t, c, answer); err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestProxyDelay(t *testing.T) {
 
 // TestProxyPassClearsDelay: bytes waiting out a long delay are sent as soon as Pass is called.
 func TestProxyPassClearsDelay(t *testing.T) {
-	p, _ := startProxy(t)
+	p := startProxy(t)
 	c := client(t, p)
 	if err := ping(t, c, answer); err != nil {
 		t.Fatal(err)
