@@ -103,10 +103,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.config.workdir, "workdir", "", "working folder")
 	fs.Var(&env, "env", "K=V environment variable (repeatable); PATH defaults to distroless's")
 	fs.Var(&labels, "label", "K=V image label (repeatable)")
+	// Usage is help on stderr, as flag's own PrintDefaults writes it: a failed write has no one to tell.
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: imgtool -tag REF -out FILE [flags] SPEC...")
+		_, _ = fmt.Fprintln(stderr, "usage: imgtool -tag REF -out FILE [flags] SPEC...")
 		fs.PrintDefaults()
-		fmt.Fprintln(stderr, specUsage)
+		_, _ = fmt.Fprintln(stderr, specUsage)
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err

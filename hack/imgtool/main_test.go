@@ -257,8 +257,8 @@ func TestRefusals(t *testing.T) {
 		// Debian's ls needs ld-linux and libc, which no image here has.
 		"dynamic binary": {append(slices.Clone(base), "file:/bin/ls:/ls"), "dynamically linked"},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
+	for what, tc := range cases {
+		t.Run(what, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			err := run(tc.args, &stdout, &stderr)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -291,9 +291,9 @@ func runOK(t *testing.T, args []string) {
 	}
 }
 
-func writeFile(t *testing.T, dir, name, content string, mode os.FileMode) string {
+func writeFile(t *testing.T, dir, file, content string, mode os.FileMode) string {
 	t.Helper()
-	p := filepath.Join(dir, name)
+	p := filepath.Join(dir, file)
 	if err := os.WriteFile(p, []byte(content), mode); err != nil {
 		t.Fatal(err)
 	}
