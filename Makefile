@@ -48,11 +48,29 @@ vet: ## Run go vet (the operator and hack/imgtool).
 	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
 
 .PHONY: lint
-lint: actionlint helm-lint ## Check formatting (gofmt), go vet, the GitHub workflows and the Helm chart; fails instead of rewriting.
+lint: actionlint helm-lint golangci-lint ## Check formatting (gofmt), go vet, golangci-lint (.golangci.yml), the GitHub workflows and the Helm chart; fails instead of rewriting.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	go vet -tags scale ./test/scale/
 	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
+	$(call golangci-lint-run)
+
+.PHONY: lint-fix
+lint-fix: golangci-lint ## Run golangci-lint with --fix: applies the fixes its linters offer (review the diff).
+	$(call golangci-lint-run,--fix)
+
+.PHONY: lint-config
+lint-config: golangci-lint ## Check .golangci.yml against the pinned golangci-lint's schema.
+	"$(GOLANGCI_LINT)" config verify
+
+# golangci-lint-run lints every Go module that has Go files, with flags $(1): the root one with the
+# build tags of its suites (e2e, fault, scale), so their files are linted too, then hack/imgtool
+# and test/bench, which have their own go.mod. All three read the one .golangci.yml.
+define golangci-lint-run
+"$(GOLANGCI_LINT)" run --config "$(CURDIR)/.golangci.yml" --build-tags e2e,fault,scale $(1) ./...
+cd hack/imgtool && GOWORK=off "$(GOLANGCI_LINT)" run --config "$(CURDIR)/.golangci.yml" $(1) ./...
+cd test/bench && GOWORK=off "$(GOLANGCI_LINT)" run --config "$(CURDIR)/.golangci.yml" $(1) ./...
+endef
 
 .PHONY: actionlint
 actionlint: actionlint-bin ## Check the GitHub workflows in .github/workflows (actionlint).
