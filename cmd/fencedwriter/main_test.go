@@ -122,3 +122,20 @@ func TestShowPrintsTheHistoryAndCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestShowFailsWhenItCannotWrite: a reader that went away (a closed pipe) makes --show exit
+// non-zero, so a script never takes a short history for the whole one.
+func TestShowFailsWhenItCannotWrite(t *testing.T) {
+	srv := redisserver.Start(t)
+	if err := fencedstore.New(srv.Client(t), "s").Write(context.Background(), 1, "a", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if code := show(options{addr: srv.Addr(), store: "s"}, closedPipe{}); code != 1 {
+		t.Fatalf("exit code %d, want 1", code)
+	}
+}
+
+// closedPipe fails every write, as stdout does once its reader has gone.
+type closedPipe struct{}
+
+func (closedPipe) Write([]byte) (int, error) { return 0, errors.New("write |1: broken pipe") }
