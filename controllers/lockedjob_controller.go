@@ -71,8 +71,9 @@ type Config struct {
 	// to notice a lock freed by an expiry. Defaults 1s and 15s.
 	WaitBackoffMin, WaitBackoffMax time.Duration
 	// QueueRecheck is how often a LockedJob behind the head of its queue asks Redis again (jittered,
-	// default 4 × WaitBackoffMax): handoffs tell it its new place without a call, and the queue
-	// keeper keeps it queued, so this only catches what nothing announces (a waiter ahead that left).
+	// default 20 × WaitBackoffMax, 5 minutes): handoffs tell it its new place without a call, the
+	// queue keeper keeps it queued, and a head that leaves a free lock hands it on, so this only
+	// catches what nothing announces (the places behind a waiter that left).
 	QueueRecheck time.Duration
 	// MaxConcurrentReconciles is how many LockedJobs are reconciled at once (default 1).
 	MaxConcurrentReconciles int
@@ -100,7 +101,7 @@ func (c *Config) defaults() {
 		c.RedisTimeout = 2 * time.Second
 	}
 	if c.QueueRecheck <= 0 {
-		c.QueueRecheck = 4 * c.WaitBackoffMax
+		c.QueueRecheck = 20 * c.WaitBackoffMax
 	}
 }
 
