@@ -286,7 +286,10 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 		lj.Status.JobName, lj.Status.JobUID = job.Name, job.UID
 		p.obs.jobCreated = true
 	}
-	if job != nil && mayBeStuck(job) {
+	// Pods are listed only once the Job has had stuckRecheck to start them: a pod that starts in
+	// seconds, as nearly all do, costs no LIST (which the API server answers by scanning the pods
+	// of the namespace, thousands of them under a burst).
+	if job != nil && mayBeStuck(job) && r.Clock.Since(job.CreationTimestamp.Time) >= stuckRecheck {
 		p.obs.stuck = r.stuckPod(ctx, job)
 	}
 	return nil
