@@ -36,7 +36,7 @@ type step int
 const (
 	stepIdle            step = iota // nothing to do
 	stepAddFinalizer                // before anything is acquired, so deletion can release it
-	stepForget                      // finished and recorded: drop the book's record
+	stepForget                      // finished and recorded: drop the book's record and, once no Job runs, the finalizer
 	stepReleaseAfterEnd             // finished, but a lock is still held: release it once the pods are gone
 	stepLoseLock                    // the lock is lost or at risk: stop the Job by policy, then LockLost
 	stepFinish                      // the Job ended: release, then Succeeded/Failed (LockLost if the lock was not ours)
@@ -63,6 +63,8 @@ func decide(o observation) step {
 		return decideDeletion(o)
 	}
 	switch {
+	case o.terminal && !o.hasFinalizer && o.holding == nil:
+		return stepIdle // finished and let go (see stepForget): nothing left to guard
 	case !o.hasFinalizer:
 		return stepAddFinalizer
 	case o.terminal && (o.holding != nil || (o.lockRecorded && !o.released && o.lost == nil)):

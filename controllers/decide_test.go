@@ -89,6 +89,12 @@ func TestDecide(t *testing.T) {
 
 		// Terminal.
 		{"terminal: forget the book's record", with(func(o *observation) { o.terminal = true }), stepForget},
+		{"terminal and let go: nothing (the finalizer is not added again)", with(func(o *observation) {
+			o.terminal, o.hasFinalizer = true, false
+		}), stepIdle},
+		{"terminal without the finalizer, yet holding: add it, then release", with(func(o *observation) {
+			o.terminal, o.hasFinalizer, o.holding = true, false, lock
+		}), stepAddFinalizer},
 		{"terminal, lost and recorded: forget", with(func(o *observation) { o.terminal, o.lost = true, lost }), stepForget},
 		{"terminal, lock still in hand: release after the pods", with(func(o *observation) { o.terminal, o.holding = true, lock }), stepReleaseAfterEnd},
 		{"terminal, at risk, still in hand: release after the pods", with(func(o *observation) {

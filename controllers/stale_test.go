@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/redislock"
@@ -281,9 +282,9 @@ func TestStaleStatusWriteIsRefused(t *testing.T) {
 	}
 }
 
-// TestDeletionWritesNoStatus (#13): the pass that lets a finished LockedJob go removes the finalizer
-// and writes nothing else; a status patch of an object that is gone costs the API server a request
-// per deletion and tells nobody anything.
+// TestDeletionWritesNoStatus (#13): the pass that lets a deleted LockedJob go removes the
+// finalizer and writes nothing else; a status patch of an object that is gone costs the API server
+// a request per deletion and tells nobody anything.
 func TestDeletionWritesNoStatus(t *testing.T) {
 	statusPatches := 0
 	u := newUnitRig(t, interceptor.Funcs{
@@ -292,17 +293,34 @@ func TestDeletionWritesNoStatus(t *testing.T) {
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	})
+	running := u.runToRunning()
 	// The API server bumps the generation when it marks an object for deletion; the fake does not.
-	markDeleted := func(lj *batchv1alpha1.LockedJob) {
-		if err := u.api.Delete(context.Background(), lj); err != nil {
-			t.Fatal(err)
-		}
-		lj = u.get()
-		lj.Generation++
-		if err := u.api.Update(context.Background(), lj); err != nil {
+	if err := u.api.Delete(context.Background(), running); err != nil {
+		t.Fatal(err)
+	}
+	lj := u.get()
+	lj.Generation++
+	if err := u.api.Update(context.Background(), lj); err != nil {
+		t.Fatal(err)
+	}
+	before := statusPatches
+	for range 3 { // delete the Job, then release and let go
+		if _, err := u.r.Reconcile(context.Background(), u.req); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if err := u.api.Get(context.Background(), u.req.NamespacedName, &batchv1alpha1.LockedJob{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the LockedJob is still there (%v): the finalizer was not removed", err)
+	}
+	if n := statusPatches - before; n != 0 {
+		t.Fatalf("deleting a running LockedJob patched its status %d times, want 0", n)
+	}
+}
+
+// TestFinishedLockedJobIsLetGo (#13): a LockedJob that finished and released its lock loses its
+// finalizer, so deleting it needs no pass of the operator; one whose Job may still run keeps it.
+func TestFinishedLockedJobIsLetGo(t *testing.T) {
+	u := newUnitRig(t, interceptor.Funcs{})
 	running := u.runToRunning()
 	job := &batchv1.Job{}
 	if err := u.api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: running.Status.JobName}, job); err != nil {
@@ -314,18 +332,42 @@ func TestDeletionWritesNoStatus(t *testing.T) {
 	if err := u.api.Status().Update(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	u.reconcile()
-	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseSucceeded {
-		t.Fatalf("phase %s, want Succeeded", got.Status.Phase)
+	u.reconcile() // finish: release, Succeeded
+	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseSucceeded || !controllerutil.ContainsFinalizer(got, finalizer) {
+		t.Fatalf("phase %s, finalizers %v: want Succeeded, still guarded until recorded", got.Status.Phase, got.Finalizers)
 	}
-	u.reconcile() // forget: nothing to write
-	markDeleted(u.get())
-	before := statusPatches
-	u.reconcile()
+	u.reconcile() // forget, let go
+	got := u.get()
+	if controllerutil.ContainsFinalizer(got, finalizer) {
+		t.Fatal("a finished LockedJob that holds nothing kept its finalizer")
+	}
+	u.reconcile() // nothing: the finalizer is not added again
+	if controllerutil.ContainsFinalizer(u.get(), finalizer) {
+		t.Fatal("the finalizer of a finished LockedJob was added again")
+	}
+	if err := u.api.Delete(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
 	if err := u.api.Get(context.Background(), u.req.NamespacedName, &batchv1alpha1.LockedJob{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("the LockedJob is still there (%v): the finalizer was not removed", err)
+		t.Fatalf("deleting a finished LockedJob waits for the operator: %v", err)
 	}
-	if n := statusPatches - before; n != 0 {
-		t.Fatalf("deleting a finished LockedJob patched its status %d times, want 0", n)
+}
+
+// TestLockLostWithARunningJobKeepsItsFinalizer: a LockedJob that lost its lock while its Job runs
+// on (spec.lock.onLockLost Ignore) keeps the finalizer, so deleting it still stops the Job first.
+func TestLockLostWithARunningJobKeepsItsFinalizer(t *testing.T) {
+	u := newUnitRig(t, interceptor.Funcs{})
+	lj := u.get()
+	lj.Spec.Lock.OnLockLost = batchv1alpha1.LockLostIgnore
+	if err := u.api.Update(context.Background(), lj); err != nil {
+		t.Fatal(err)
+	}
+	running := u.runToRunning()
+	u.r.Locks.MarkLost(running, fmt.Errorf("injected: %w", redislock.ErrLockLost))
+	u.reconcile() // LockLost, the Job runs on
+	u.reconcile() // forget
+	got := u.get()
+	if got.Status.Phase != batchv1alpha1.PhaseLockLost || !controllerutil.ContainsFinalizer(got, finalizer) {
+		t.Fatalf("phase %s, finalizers %v: want LockLost with the finalizer kept", got.Status.Phase, got.Finalizers)
 	}
 }

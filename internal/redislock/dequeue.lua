@@ -1,12 +1,22 @@
 -- dequeue.lua: take a waiter out of a lock's queue (it gave up or was deleted). If a release had
--- handed it the lock already, give the lock back and hand it on: nobody will use it. holder.lua,
+-- handed it the lock already, give the lock back and hand it on: nobody will use it. If the lock is
+-- free (its lease ran out) and others still wait, hand it to the new head too: the head would
+-- otherwise learn of it only at its next attempt, and nobody announces an expiry. holder.lua,
 -- clock.lua and queue.lua come first.
 -- KEYS[1] lock key   KEYS[2] meta key   KEYS[3..6] fence, queue, waiters, tickets
 -- ARGV[1] waiter     ARGV[2] channel to publish on if the lock is released ("" = none)
+-- ARGV[3] "1" when this deployment hands locks off (one queue; not Redlock)
 -- Returns 1 if the waiter held a handed-over lock and gave it back, else 0.
 local ticket = readTicket(ARGV[1])
 forget(ARGV[1])
-if not ticket or not holds(redis.call('GET', KEYS[1]), ticket.token) then
+local current = redis.call('GET', KEYS[1])
+if not current then
+  if ARGV[3] == '1' and redis.call('ZCARD', KEYS[4]) > 0 then
+    handOn()
+  end
+  return 0
+end
+if not ticket or not holds(current, ticket.token) then
   return 0
 end
 handOn()

@@ -259,3 +259,56 @@ func expectCancelledWait(t *testing.T, cancel context.CancelFunc, got <-chan err
 		t.Fatalf("cancelled wait: %v, want ErrNotObtained and context.Canceled", err)
 	}
 }
+
+// TestDequeueHandsAFreeLockToTheNewHead: when the lease of a lock ran out and the head of its queue
+// gives up, the next waiter is handed the lock at once, and told so: nobody announces an expiry,
+// so it would otherwise wait for its next attempt.
+func TestDequeueHandsAFreeLockToTheNewHead(t *testing.T) {
+	c, _, _ := single(t, WithReleaseNotifications("lockedjob:released"))
+	key := uniqueKey(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	releases, err := c.SubscribeReleases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := mustObtain(t, c, key, 50*time.Millisecond, WithQueue("holder", 0, time.Minute))
+	_, _ = c.Obtain(ctx, key, time.Minute, WithQueue("quitter", 1, time.Minute), WithMetadata("quitter"))
+	_, _ = c.Obtain(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next"))
+	eventually(t, 5*time.Second, "the holder's lease to run out", func() bool {
+		st, err := c.Inspect(ctx, key)
+		return err == nil && !st.Held
+	})
+	if err := c.Dequeue(ctx, key, "quitter"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.Metadata != "next" || st.Fence <= holder.Fence() {
+		t.Fatalf("after the head left a free lock: %+v, want held by next with a fence above %d", st, holder.Fence())
+	}
+	select {
+	case got := <-releases:
+		if got != (Released{Key: holder.RedisKey(), HandedTo: "next"}) {
+			t.Fatalf("notified %+v, want the key handed to next", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nobody was told")
+	}
+	// Nobody waits any more: leaving changes nothing.
+	l, err := c.Obtain(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Dequeue(ctx, key, "never-queued"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := c.Inspect(ctx, key); st.Held {
+		t.Fatalf("a free lock with nobody waiting was taken: %+v", st)
+	}
+}
