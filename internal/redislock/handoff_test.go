@@ -266,8 +266,7 @@ func expectCancelledWait(t *testing.T, cancel context.CancelFunc, got <-chan err
 func TestDequeueHandsAFreeLockToTheNewHead(t *testing.T) {
 	c, _, _ := single(t, WithReleaseNotifications("lockedjob:released"))
 	key := uniqueKey(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	releases, err := c.SubscribeReleases(ctx)
 	if err != nil {
 		t.Fatal(err)
