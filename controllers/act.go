@@ -58,8 +58,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	if !first {
 		switch what, hint, left, priority := r.waiting.next(r.Config.Identity.Holder(lj), now); what {
 		case askHint:
-			res, err := r.wait(p, &redislock.QueuedError{Position: hint.position, Holder: hint.holder}, waited)
-			return res, false, err
+			return r.wait(p, &redislock.QueuedError{Position: hint.position, Holder: hint.holder}, waited), false, nil
 		case askNothing:
 			return ctrl.Result{RequeueAfter: left, Priority: &priority}, false, nil
 		}
@@ -68,8 +67,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	if holder, busy, err := r.legacyHolder(ctx, p); err != nil {
 		return ctrl.Result{}, false, r.redisDown(p, err)
 	} else if busy {
-		res, err := r.wait(p, &redislock.QueuedError{Position: 1, Holder: holder}, waited)
-		return res, false, err
+		return r.wait(p, &redislock.QueuedError{Position: 1, Holder: holder}, waited), false, nil
 	}
 
 	id := r.Config.Identity
@@ -80,8 +78,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		redislock.WithQueue(id.Holder(lj), id.QueueScore(lj), r.Config.waiterLiveness()))
 	cancel()
 	if errors.Is(err, redislock.ErrNotObtained) {
-		res, err := r.wait(p, err, waited)
-		return res, false, err
+		return r.wait(p, err, waited), false, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("acquire %s: %w", p.key, err))
@@ -177,7 +174,7 @@ func (r *LockedJobReconciler) warnShortTTL(lj *batchv1alpha1.LockedJob) {
 }
 
 // wait records a LockedJob that did not get its lock: who blocks it and where it stands in line.
-func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Duration) (ctrl.Result, error) {
+func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Duration) ctrl.Result {
 	lj := p.lj
 	// The acquire script answers with our place in line and the holder's name, so waiting costs one
 	// round trip per pass.
@@ -223,7 +220,7 @@ func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Durat
 		next = min(next, max(t.Duration-waited, time.Millisecond))
 	}
 	r.waiting.waiting(r.Config.Identity.Holder(lj), client.ObjectKeyFromObject(lj), p.key, r.Clock.Now().Add(next), priority)
-	return ctrl.Result{RequeueAfter: next, Priority: &priority}, nil
+	return ctrl.Result{RequeueAfter: next, Priority: &priority}
 }
 
 // exactPositions is how far back a waiter's queue position is shown exactly: the few that tell the
@@ -337,12 +334,12 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 	return ctrl.Result{}, true, nil
 }
 
-// takenWhileAway records that a lock this LockedJob held is now held by someone else.
-func (r *LockedJobReconciler) takenWhileAway(p *pass) error {
+// takenWhileAway records that a lock this LockedJob held is now held by someone else, in the book
+// and in p.obs.lost.
+func (r *LockedJobReconciler) takenWhileAway(p *pass) {
 	cause := fmt.Errorf("lock taken by another holder while the operator was away: %w", redislock.ErrLockLost)
 	r.Locks.MarkLost(p.lj, cause)
 	p.obs.lost = cause
-	return cause
 }
 
 // readopted reports whether lock continues the acquisition that status records: found held with
@@ -635,9 +632,9 @@ func (r *LockedJobReconciler) deleteReadopt(ctx context.Context, p *pass) (ctrl.
 	lj := p.lj
 	lock, err := r.obtainOwn(ctx, p)
 	if errors.Is(err, redislock.ErrNotObtained) {
-		cause := r.takenWhileAway(p)
+		r.takenWhileAway(p)
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonLockLost, "Readopt",
-			"Could not re-adopt lock %s while deleting (%v): the Job's pods may overlap the next holder", lj.Spec.Lock.Name, cause)
+			"Could not re-adopt lock %s while deleting (%v): the Job's pods may overlap the next holder", lj.Spec.Lock.Name, p.obs.lost)
 		return ctrl.Result{}, true, nil
 	}
 	if err != nil {
