@@ -27,13 +27,7 @@ import (
 // must store holder and fencing token before it creates the Job — otherwise a crash between the
 // two would leave a Job the operator cannot tie to its acquisition.
 func TestFenceIsStoredBeforeTheJob(t *testing.T) {
-	srv := redisserver.Start(t)
-	lockClient, err := redislock.New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	book := NewLockBook(lockClient)
-	t.Cleanup(book.Stop)
+	book, _, _ := unitLocks(t)
 
 	lj := unitLockedJob("careful", "uid-1")
 	var (
@@ -187,14 +181,7 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 // TestLostLockStopsTheJobOutsideTheQueue (#26): the book stops the Job of a lost lock itself,
 // before the reconciler runs, so a loss never waits for a free reconcile worker.
 func TestLostLockStopsTheJobOutsideTheQueue(t *testing.T) {
-	srv := redisserver.Start(t)
-	rdb := srv.Client(t)
-	lockClient, err := redislock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	book := NewLockBook(lockClient)
-	t.Cleanup(book.Stop)
+	book, lockClient, rdb := unitLocks(t)
 	stopped := make(chan Workload, 1)
 	book.StopWorkload = func(_ context.Context, w Workload, _ error) { stopped <- w }
 

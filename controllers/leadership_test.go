@@ -165,13 +165,7 @@ func blackhole(_ *testing.T, _ *redislock.Lock, p *faultproxy.Proxy) { p.Blackho
 // TestLeadershipFollowsItsManager: the book leads while its runnable runs, not before and not
 // after; a runnable of an earlier manager that ends late does not demote the current one.
 func TestLeadershipFollowsItsManager(t *testing.T) {
-	srv := redisserver.Start(t)
-	lockClient, err := redislock.New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	book := NewLockBook(lockClient)
-	t.Cleanup(book.Stop)
+	book, _, _ := unitLocks(t)
 	if !book.Leading() {
 		t.Fatal("a book without leader election must lead")
 	}

@@ -75,13 +75,7 @@ type unitRig struct {
 
 func newUnitRig(t *testing.T, funcs interceptor.Funcs) *unitRig {
 	t.Helper()
-	srv := redisserver.Start(t)
-	lockClient, err := redislock.New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	book := NewLockBook(lockClient)
-	t.Cleanup(book.Stop)
+	book, _, _ := unitLocks(t)
 	lj := unitLockedJob("unit", "uid-unit")
 	api := fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).
 		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(lj).Build()

@@ -7,6 +7,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+	"github.com/redis/go-redis/v9"
 )
 
 // testSchemeForUnit is a scheme for plain unit tests, which run without the envtest suite.
@@ -20,4 +23,18 @@ func testSchemeForUnit(t *testing.T) *runtime.Scheme {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// unitLocks starts a real redis-server and returns a lock client over it, a lock book stopped at
+// the end of the test, and a plain client for looking at Redis directly.
+func unitLocks(t *testing.T) (*LockBook, *redislock.Client, *redis.Client) {
+	t.Helper()
+	rc := redisserver.Start(t).Client(t)
+	lockClient, err := redislock.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	book := NewLockBook(lockClient)
+	t.Cleanup(book.Stop)
+	return book, lockClient, rc
 }

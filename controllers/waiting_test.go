@@ -53,13 +53,7 @@ func scriptCalls(t *testing.T, rc *redis.Client) int {
 // and only the head keeps re-checking on the short backoff.
 func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	ctx := context.Background()
-	rc := redisserver.Start(t).Client(t)
-	lockClient, err := redislock.New(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	book := NewLockBook(lockClient)
-	t.Cleanup(book.Stop)
+	book, lockClient, rc := unitLocks(t)
 	id := Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
 	const n = 13
 	var objs []client.Object
