@@ -11,7 +11,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -186,15 +185,7 @@ func TestLostLockStopsTheJobOutsideTheQueue(t *testing.T) {
 	book.StopWorkload = func(_ context.Context, w Workload, _ error) { stopped <- w }
 
 	ctx := context.Background()
-	lock, err := lockClient.Obtain(ctx, "k", 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "u"}}
-	lj.Status.JobName = "n-1"
-	if err := book.Track(lj, lock, 200*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
+	lock := trackedLock(t, book, lockClient, 3*time.Second)
 	if err := rdb.Del(ctx, lock.RedisKey()).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -101,15 +100,7 @@ func TestRenewOnlyBookDropsLossesQuietly(t *testing.T) {
 				t.Fatalf("Leading() = %v, want %v", book.Leading(), tc.leading)
 			}
 
-			lock, err := lockClient.Obtain(ctx, "k", 1500*time.Millisecond)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "u"}}
-			lj.Status.JobName = "n-1"
-			if err := book.Track(lj, lock, 200*time.Millisecond); err != nil {
-				t.Fatal(err)
-			}
+			lock := trackedLock(t, book, lockClient, 1500*time.Millisecond)
 			tc.fault(t, lock, proxy)
 
 			if tc.leading {

@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
@@ -37,4 +39,20 @@ func unitLocks(t *testing.T) (*LockBook, *redislock.Client, *redis.Client) {
 	book := NewLockBook(lockClient)
 	t.Cleanup(book.Stop)
 	return book, lockClient, rc
+}
+
+// trackedLock obtains lock "k" for ttl and has book renew it every 200ms for a LockedJob whose Job
+// is n-1, as an acquisition does.
+func trackedLock(t *testing.T, book *LockBook, c *redislock.Client, ttl time.Duration) *redislock.Lock {
+	t.Helper()
+	lock, err := c.Obtain(t.Context(), "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "u"}}
+	lj.Status.JobName = "n-1"
+	if err := book.Track(lj, lock, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	return lock
 }
