@@ -30,14 +30,14 @@ func (r *LockedJobReconciler) redisCtx(ctx context.Context) (context.Context, co
 
 // ---------------------------------------------------------------- acquiring
 
-// acquire validates the Job, then takes the lock or records why the LockedJob waits.
+// acquire validates the Job, then acquires the lock or records why the LockedJob waits.
 func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	lj, now := p.lj, r.Clock.Now()
 	first := lj.Status.WaitingSince == nil
 	if first {
 		lj.Status.WaitingSince = &metav1.Time{Time: now}
 		lj.Status.Phase = batchv1alpha1.PhasePending
-		// The Job API refuses some templates only at create; finding out after taking the lock
+		// The Job API refuses some templates only at create; finding out after acquiring the lock
 		// would hold it for nothing. The template is immutable, so once is enough.
 		if err := r.validateJob(ctx, lj); err != nil {
 			if isRefusal(err) {
@@ -72,12 +72,12 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 
 	id := r.Config.Identity
 	rctx, cancel := r.redisCtx(ctx)
-	lock, err := r.Locks.Redis().Obtain(rctx, p.key, ttlOf(lj),
+	lock, err := r.Locks.Redis().Acquire(rctx, p.key, ttlOf(lj),
 		redislock.WithToken(id.Token(lj)),
 		redislock.WithMetadata(id.Holder(lj)),
 		redislock.WithQueue(id.Holder(lj), id.QueueScore(lj), r.Config.waiterLiveness()))
 	cancel()
-	if errors.Is(err, redislock.ErrNotObtained) {
+	if errors.Is(err, redislock.ErrNotAcquired) {
 		return r.wait(p, err, waited), false, nil
 	}
 	if err != nil {
@@ -86,7 +86,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 
 	r.redisUp(p)
 	r.waiting.done(r.Config.Identity.Holder(lj))
-	locksTakenTotal.Inc()
+	locksAcquiredTotal.Inc()
 	lockWaitSeconds.Observe(waited.Seconds())
 	r.recordHeld(p, lock)
 	if lj.Status.JobName == "" {
@@ -98,7 +98,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	p.obs.holding = lock
 	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.key, "fencingToken", lock.Fence())
 	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d after waiting %s", lj.Spec.Lock.Name, lock.Fence(), waited.Round(time.Millisecond))
-	lj.Status.AcquiredAt = &metav1.Time{Time: lock.GrantedAt()}
+	lj.Status.AcquiredAt = &metav1.Time{Time: lock.LeaseStart()}
 	return ctrl.Result{}, true, nil
 }
 
@@ -129,7 +129,7 @@ func (r *LockedJobReconciler) legacyHolder(ctx context.Context, p *pass) (holder
 }
 
 // validateJob asks the API server to create the Job as a dry run, so admission and validation speak
-// before the lock is taken. The name is one no acquisition gets (fence 0).
+// before the lock is acquired. The name is one no acquisition gets (fence 0).
 func (r *LockedJobReconciler) validateJob(ctx context.Context, lj *batchv1alpha1.LockedJob) error {
 	job, err := buildJob(lj, jobName(lj, 0), 0, r.Config.Identity.Holder(lj), r.Scheme)
 	if err != nil {
@@ -174,14 +174,14 @@ func (r *LockedJobReconciler) warnShortTTL(lj *batchv1alpha1.LockedJob) {
 }
 
 // wait records a LockedJob that did not get its lock: who blocks it and where it stands in line.
-func (r *LockedJobReconciler) wait(p *pass, notObtained error, waited time.Duration) ctrl.Result {
+func (r *LockedJobReconciler) wait(p *pass, notAcquired error, waited time.Duration) ctrl.Result {
 	lj := p.lj
 	// The acquire script answers with our place in line and the holder's name, so waiting costs one
 	// round trip per pass.
 	var blockedBy string
 	place := "in queue"
 	var qe *redislock.QueuedError
-	if errors.As(notObtained, &qe) {
+	if errors.As(notAcquired, &qe) {
 		blockedBy = qe.Holder
 		shown, exact := shownPosition(qe.Position)
 		if exact {
@@ -281,7 +281,7 @@ func (r *LockedJobReconciler) giveUp(ctx context.Context, p *pass, timeout time.
 		return err
 	}
 	r.waiting.done(r.Config.Identity.Holder(lj))
-	msg := fmt.Sprintf("Lock %s not obtained within spec.lock.acquireTimeout (%s)", lj.Spec.Lock.Name, timeout)
+	msg := fmt.Sprintf("Lock %s not acquired within spec.lock.acquireTimeout (%s)", lj.Spec.Lock.Name, timeout)
 	lj.Status.Phase = batchv1alpha1.PhaseFailed
 	lj.Status.Message = msg
 	lj.Status.QueuePosition, lj.Status.BlockedBy = nil, ""
@@ -291,22 +291,22 @@ func (r *LockedJobReconciler) giveUp(ctx context.Context, p *pass, timeout time.
 	return nil
 }
 
-// obtainOwn takes or re-adopts the lock with this LockedJob's own token (no queue).
-func (r *LockedJobReconciler) obtainOwn(ctx context.Context, p *pass) (*redislock.Lock, error) {
+// acquireOwn acquires or re-adopts the lock with this LockedJob's own token (no queue).
+func (r *LockedJobReconciler) acquireOwn(ctx context.Context, p *pass) (*redislock.Lock, error) {
 	id := r.Config.Identity
 	rctx, cancel := r.redisCtx(ctx)
 	defer cancel()
-	return r.Locks.Redis().Obtain(rctx, p.key, ttlOf(p.lj), redislock.WithToken(id.Token(p.lj)), redislock.WithMetadata(id.Holder(p.lj)))
+	return r.Locks.Redis().Acquire(rctx, p.key, ttlOf(p.lj), redislock.WithToken(id.Token(p.lj)), redislock.WithMetadata(id.Holder(p.lj)))
 }
 
 // readopt picks up a lock this LockedJob held before the operator restarted (or its leader
-// changed). The token is derived, so the same Obtain both re-adopts a lock that is still ours and
+// changed). The token is derived, so the same Acquire both re-adopts a lock that is still ours and
 // tells us when it is not.
 func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	lj := p.lj
-	lock, err := r.obtainOwn(ctx, p)
-	if errors.Is(err, redislock.ErrNotObtained) {
-		r.takenWhileAway(p)
+	lock, err := r.acquireOwn(ctx, p)
+	if errors.Is(err, redislock.ErrNotAcquired) {
+		r.lostWhileAway(p)
 		return ctrl.Result{}, true, nil
 	}
 	if err != nil {
@@ -314,7 +314,7 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 	}
 	r.redisUp(p)
 	if !readopted(lock, lj) {
-		// The lease ran out while nobody renewed it and this Obtain took it afresh: someone may have
+		// The lease ran out while nobody renewed it and this Acquire took it afresh: someone may have
 		// held it in between, so the running Job was not protected. Keep the fresh lock until the
 		// Job is stopped and its pods are gone; it is released after that.
 		cause := fmt.Errorf("lease of fencing token %d expired while the operator was away: %w", derefInt64(lj.Status.FencingToken), redislock.ErrLockLost)
@@ -334,10 +334,10 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 	return ctrl.Result{}, true, nil
 }
 
-// takenWhileAway records that a lock this LockedJob held is now held by someone else, in the book
+// lostWhileAway records that a lock this LockedJob held is now held by someone else, in the book
 // and in p.obs.lost.
-func (r *LockedJobReconciler) takenWhileAway(p *pass) {
-	cause := fmt.Errorf("lock taken by another holder while the operator was away: %w", redislock.ErrLockLost)
+func (r *LockedJobReconciler) lostWhileAway(p *pass) {
+	cause := fmt.Errorf("lock held by another holder while the operator was away: %w", redislock.ErrLockLost)
 	r.Locks.MarkLost(p.lj, cause)
 	p.obs.lost = cause
 }
@@ -535,7 +535,7 @@ func (r *LockedJobReconciler) releaseAfterEnd(ctx context.Context, p *pass) (ctr
 	err := r.releaseAndTell(ctx, p)
 	switch {
 	case errors.Is(err, redislock.ErrNotHeld):
-		// Expired or taken meanwhile: nothing is ours to release, and status must stop saying so.
+		// Expired or held by another meanwhile: nothing is ours to release, and status must stop saying so.
 		setCondition(p.lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonReleased, "Lock no longer held")
 	case err != nil:
 		return ctrl.Result{}, err
@@ -630,9 +630,9 @@ func (r *LockedJobReconciler) jobGone(ctx context.Context, p *pass) (ctrl.Result
 // lock keeps covering the Job's pods until they are gone.
 func (r *LockedJobReconciler) deleteReadopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	lj := p.lj
-	lock, err := r.obtainOwn(ctx, p)
-	if errors.Is(err, redislock.ErrNotObtained) {
-		r.takenWhileAway(p)
+	lock, err := r.acquireOwn(ctx, p)
+	if errors.Is(err, redislock.ErrNotAcquired) {
+		r.lostWhileAway(p)
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonLockLost, "Readopt",
 			"Could not re-adopt lock %s while deleting (%v): the Job's pods may overlap the next holder", lj.Spec.Lock.Name, p.obs.lost)
 		return ctrl.Result{}, true, nil
@@ -764,7 +764,7 @@ func (r *LockedJobReconciler) redisUp(p *pass) {
 	setCondition(p.lj, batchv1alpha1.ConditionRedisAvailable, metav1.ConditionTrue, batchv1alpha1.ReasonRedisOK, "Redis answered")
 }
 
-// lockName is the lock's name in the lock library. A lock taken before is named by the Redis key
+// lockName is the lock's name in the lock library. A lock acquired before is named by the Redis key
 // that status recorded at acquisition, so an operator upgraded to a new key layout still re-adopts
 // and releases the lock it holds under the old one.
 func (r *LockedJobReconciler) lockName(lj *batchv1alpha1.LockedJob) string {

@@ -22,7 +22,7 @@ import (
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
-// TestFenceIsStoredBeforeTheJob: when the status write after taking the lock fails, the next pass
+// TestFenceIsStoredBeforeTheJob: when the status write after acquiring the lock fails, the next pass
 // must store holder and fencing token before it creates the Job — otherwise a crash between the
 // two would leave a Job the operator cannot tie to its acquisition.
 func TestFenceIsStoredBeforeTheJob(t *testing.T) {
@@ -82,7 +82,7 @@ func TestFenceIsStoredBeforeTheJob(t *testing.T) {
 		t.Fatal("the pass whose status writes fail should return an error")
 	}
 	if book.Holding(lj.UID) == nil {
-		t.Fatal("the lock should have been taken in the failing pass")
+		t.Fatal("the lock should have been acquired in the failing pass")
 	}
 	var jobs batchv1.JobList
 	if err := fc.List(ctx, &jobs); err != nil || len(jobs.Items) != 0 {
@@ -153,7 +153,7 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 		t.Fatalf("finalizer pass: %v", err)
 	}
 	failStatus.Store(true)
-	_, _ = r.Reconcile(ctx, req) // takes the lock; recording it fails
+	_, _ = r.Reconcile(ctx, req) // acquires the lock; recording it fails
 	book.Stop()                  // the crash
 	key := lockClient.RedisKey(id.LockKey(lj))
 	if got := redislock.HolderToken(rdb.Get(ctx, key).Val()); got != id.Token(lj) {
@@ -170,7 +170,7 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 		t.Fatalf("deletion pass: %v", err)
 	}
 	if n := rdb.Exists(ctx, key).Val(); n != 0 {
-		t.Fatalf("the lock taken before the crash is still held after the LockedJob was deleted")
+		t.Fatalf("the lock acquired before the crash is still held after the LockedJob was deleted")
 	}
 	if err := fc.Get(ctx, req.NamespacedName, &batchv1alpha1.LockedJob{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the LockedJob should be gone with its finalizer, got %v", err)

@@ -16,7 +16,7 @@ type observation struct {
 	// lockRecorded: status says this LockedJob holds its lock (LockAcquired True), so an operator
 	// without the lock in its book must re-adopt it before anything else.
 	lockRecorded bool
-	scopeAllowed bool // the operator lets this namespace take a lock of its scope
+	scopeAllowed bool // the operator lets this namespace acquire a lock of its scope
 
 	holding  *redislock.Lock // the book's lock, healthy or at risk
 	lost     error           // the book's record of a loss (or a lease at risk)
@@ -43,7 +43,7 @@ const (
 	stepReadopt                     // status says we hold the lock, the book does not: re-adopt it
 	stepJobGone                     // the Job was deleted out of band: wait for its pods, release, Failed
 	stepScopeNotAllowed             // not holding, and the scope is not allowed here: wait for the user
-	stepAcquire                     // not holding: validate the Job, then obtain the lock or wait
+	stepAcquire                     // not holding: validate the Job, then acquire the lock or wait
 	stepCreateJob                   // holding, no Job yet: record the fence, then create the Job
 	stepRunning                     // holding, the Job runs: record it
 	stepDeleteReadopt               // deleting, status says we hold the lock: re-adopt before waiting for pods

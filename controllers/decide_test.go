@@ -25,7 +25,7 @@ func TestDecide(t *testing.T) {
 	now := metav1.Now()
 	terminating := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}}
 
-	// base is a live LockedJob with its finalizer, allowed to take its lock, holding nothing.
+	// base is a live LockedJob with its finalizer, allowed to acquire its lock, holding nothing.
 	base := observation{hasFinalizer: true, scopeAllowed: true}
 	with := func(mutate func(*observation)) observation {
 		o := base

@@ -11,9 +11,9 @@ import (
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
-// RedisReadyCheck is a readiness check that fails while the lock backend cannot take locks (the
+// RedisReadyCheck is a readiness check that fails while the lock backend cannot acquire locks (the
 // only node, or a Redlock majority, does not answer): a replica that cannot reach Redis can
-// neither take nor renew locks, so it should not be counted as ready.
+// neither acquire nor renew locks, so it should not be counted as ready.
 func RedisReadyCheck(c *redislock.Client) healthz.Checker {
 	return func(req *http.Request) error {
 		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)

@@ -76,7 +76,7 @@ func (id Identity) QueueScore(lj *batchv1alpha1.LockedJob) float64 {
 // starting a second Job, while a new acquisition gets a new name.
 //
 // The name is a DNS-1123 label, not just a subdomain: the Job API copies it into the pods' labels
-// and, for Indexed Jobs, their host names, and would refuse it only after the lock is taken. When
+// and, for Indexed Jobs, their host names, and would refuse it only after the lock is acquired. When
 // the LockedJob's name does not fit (dots, or too long), a hash of the whole name keeps two
 // LockedJobs that share a prefix apart.
 func jobName(lj *batchv1alpha1.LockedJob, fence int64) string {

@@ -238,7 +238,7 @@ func (b *LockBook) entryFor(lj *batchv1alpha1.LockedJob) *bookEntry {
 	return e
 }
 
-// detach takes the lock out of an entry and returns it (nil if none); b.mu is held. The caller
+// detach acquires the lock out of an entry and returns it (nil if none); b.mu is held. The caller
 // stops renewing it after unlocking, since the keeper may be calling back into the book.
 func (b *LockBook) detach(e *bookEntry) *redislock.Lock {
 	l := e.lock
@@ -407,7 +407,7 @@ func (b *LockBook) onLost(l *redislock.Lock, err error) {
 
 // onAtRisk runs on the keeper's goroutine when renewals keep failing and the lease will end soon:
 // the Job is stopped now, while the lock is still ours, so its pods are gone before anyone else can
-// take the lock. The keeper goes on renewing: if Redis comes back, the lock covers the pods until
+// acquire the lock. The keeper goes on renewing: if Redis comes back, the lock covers the pods until
 // they are gone and the reconciler releases it.
 //
 // While the book does not lead it cannot stop the Job: it drops the lock quietly, and the leader

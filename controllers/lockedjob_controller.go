@@ -3,7 +3,7 @@ Copyright 2026.
 
 Licensed under the Apache License, Version 2.0 (the "License");
 you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
+You may acquire a copy of the License at
 
     http://www.apache.org/licenses/LICENSE-2.0
 
@@ -64,7 +64,7 @@ const (
 type Config struct {
 	// Identity derives lock keys, holder names and tokens.
 	Identity Identity
-	// ClusterScopeNamespaces may take locks of spec.lock.scope Cluster; "*" allows every namespace.
+	// ClusterScopeNamespaces may acquire locks of spec.lock.scope Cluster; "*" allows every namespace.
 	ClusterScopeNamespaces []string
 	// WaitBackoffMin and WaitBackoffMax bound the jittered re-check of a LockedJob at the head of its
 	// queue (or without a queue that hands off), the safety net behind release wake-ups and the way
@@ -109,11 +109,11 @@ func (c *Config) defaults() {
 const stuckRecheck = 5 * time.Second
 
 // waiterLiveness is how long a waiter stays queued in Redis when nobody keeps it: the queue keeper
-// refreshes it every third of that, and the head's backoff stays well inside it, so only a waiter
+// renews it every third of that, and the head's backoff stays well inside it, so only a waiter
 // whose operator stopped drops out.
 func (c *Config) waiterLiveness() time.Duration { return 4*c.WaitBackoffMax + 30*time.Second }
 
-// LockedJobReconciler reconciles a LockedJob: it obtains the lock, runs the Job under it, and
+// LockedJobReconciler reconciles a LockedJob: it acquires the lock, runs the Job under it, and
 // releases the lock when the Job ends or the LockedJob is deleted.
 type LockedJobReconciler struct {
 	client.Client

@@ -197,7 +197,7 @@ var _ = Describe("LockedJob controller", func() {
 			MatchRegexp(`^JobComplete: .*; released lock db \(fencing token %d\)$`, fence)))
 	})
 
-	It("makes a second LockedJob wait, shows who blocks it, and hands over at once on release", func() {
+	It("makes a second LockedJob wait, shows who blocks it, and hands off at once on release", func() {
 		first := create(newLockedJob(ns, "first", "shared"))
 		running := waitPhase(first, batchv1alpha1.PhaseRunning)
 		second := create(newLockedJob(ns, "second", "shared"))
@@ -472,7 +472,7 @@ var _ = Describe("LockedJob controller", func() {
 	})
 
 	It("exports the lock metrics", func() {
-		taken := testutil.ToFloat64(locksTakenTotal)
+		acquired := testutil.ToFloat64(locksAcquiredTotal)
 		renewed := testutil.ToFloat64(lockRenewalsTotal.WithLabelValues("success"))
 		lj := create(newLockedJob(ns, "measured", "metrics", func(lj *batchv1alpha1.LockedJob) {
 			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}
@@ -482,15 +482,15 @@ var _ = Describe("LockedJob controller", func() {
 		waiter := create(newLockedJob(ns, "queued", "metrics"))
 		waitPhase(waiter, batchv1alpha1.PhaseWaiting)
 
-		Expect(testutil.ToFloat64(locksTakenTotal)).To(BeNumerically(">=", taken+1))
+		Expect(testutil.ToFloat64(locksAcquiredTotal)).To(BeNumerically(">=", acquired+1))
 		Expect(testutil.ToFloat64(locksHeld)).To(BeNumerically(">=", 1))
-		Expect(testutil.ToFloat64(locksPending)).To(BeNumerically(">=", 1))
+		Expect(testutil.ToFloat64(lockedJobsWaiting)).To(BeNumerically(">=", 1))
 		Eventually(func() float64 { return testutil.ToFloat64(lockRenewalsTotal.WithLabelValues("success")) }).
 			Should(BeNumerically(">=", renewed+2))
 
 		finishJob(running, true)
 		waitPhase(waiter, batchv1alpha1.PhaseRunning)
-		Expect(testutil.ToFloat64(locksTakenTotal)).To(BeNumerically(">=", taken+2))
+		Expect(testutil.ToFloat64(locksAcquiredTotal)).To(BeNumerically(">=", acquired+2))
 
 		families, err := metrics.Registry.Gather()
 		Expect(err).NotTo(HaveOccurred())
@@ -498,7 +498,7 @@ var _ = Describe("LockedJob controller", func() {
 		for _, f := range families {
 			names = append(names, f.GetName())
 		}
-		Expect(names).To(ContainElements("lockedjob_locks_held", "lockedjob_locks_pending", "lockedjob_locks_taken_total",
+		Expect(names).To(ContainElements("lockedjob_locks_held", "lockedjob_lockedjobs_waiting", "lockedjob_locks_acquired_total",
 			"lockedjob_lock_wait_seconds", "lockedjob_lock_renewals_total", "lockedjob_lock_lost_total"))
 	})
 

@@ -12,17 +12,17 @@ var (
 		Name: "lockedjob_locks_held",
 		Help: "Locks this operator holds now.",
 	})
-	locksPending = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "lockedjob_locks_pending",
+	lockedJobsWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lockedjob_lockedjobs_waiting",
 		Help: "LockedJobs waiting for their lock.",
 	})
-	locksTakenTotal = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "lockedjob_locks_taken_total",
-		Help: "Locks obtained (fresh acquisitions, not re-adoptions).",
+	locksAcquiredTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lockedjob_locks_acquired_total",
+		Help: "Locks acquired (fresh acquisitions, not re-adoptions).",
 	})
 	lockWaitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "lockedjob_lock_wait_seconds",
-		Help:    "Time from a LockedJob's first attempt to obtaining its lock.",
+		Help:    "Time from a LockedJob's first attempt to acquiring its lock.",
 		Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 	})
 	lockRenewalsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -36,7 +36,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(locksHeld, locksPending, locksTakenTotal, lockWaitSeconds, lockRenewalsTotal, lockLostTotal)
+	metrics.Registry.MustRegister(locksHeld, lockedJobsWaiting, locksAcquiredTotal, lockWaitSeconds, lockRenewalsTotal, lockLostTotal)
 }
 
 func onRenewMetric(_ *redislock.Lock, err error) {

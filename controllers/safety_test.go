@@ -31,14 +31,14 @@ var _ = Describe("LockedJob safety", func() {
 		Expect(rdb.Exists(ctx, running.Status.LockKey).Val()).To(BeZero(), "the lock is released")
 	})
 
-	It("refuses an invalid Job template before taking the lock (#14)", func() {
+	It("refuses an invalid Job template before acquiring the lock (#14)", func() {
 		lj := create(newLockedJob(ns, "invalid", "never", func(lj *batchv1alpha1.LockedJob) {
 			lj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Name = "Not_A_DNS_Label"
 		}))
 		failed := waitPhase(lj, batchv1alpha1.PhaseFailed)
 		Expect(condition(failed, batchv1alpha1.ConditionFailed).Reason).To(Equal(batchv1alpha1.ReasonJobInvalid))
 		Expect(failed.Status.FencingToken).To(BeNil())
-		Expect(rdb.Keys(ctx, "lockedjob:{*"+ns+"*never}*").Val()).To(BeEmpty(), "nothing was taken in Redis")
+		Expect(rdb.Keys(ctx, "lockedjob:{*"+ns+"*never}*").Val()).To(BeEmpty(), "nothing was acquired in Redis")
 		Expect(jobsIn(ns)).To(BeEmpty())
 	})
 
@@ -89,7 +89,7 @@ var _ = Describe("LockedJob safety", func() {
 		Expect(rdb.Exists(ctx, running.Status.LockKey).Val()).To(BeZero())
 	})
 
-	It("reports LockLost, never Succeeded, when the release finds the lock taken (#25)", func() {
+	It("reports LockLost, never Succeeded, when the release finds the lock held by another (#25)", func() {
 		// Renewals are far apart, so the Job completes before the keeper could notice.
 		lj := create(newLockedJob(ns, "late", "taken", func(lj *batchv1alpha1.LockedJob) {
 			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 60 * time.Second}

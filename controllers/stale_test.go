@@ -184,7 +184,7 @@ func TestStalePassAfterLockLostDoesNotReadopt(t *testing.T) {
 	}
 }
 
-// TestLockNameFollowsTheRecordedKey (#21): a lock taken under an older key layout is re-adopted
+// TestLockNameFollowsTheRecordedKey (#21): a lock acquired under an older key layout is re-adopted
 // and released by the key status recorded, not by the one the operator derives today.
 func TestLockNameFollowsTheRecordedKey(t *testing.T) {
 	srv := redisserver.Start(t)
@@ -222,7 +222,7 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 	ctx := context.Background()
 	rdb := u.r.Locks.Redis()
 	legacy, _ := u.r.Config.Identity.LegacyLockKey(u.lj)
-	other, err := rdb.Obtain(ctx, legacy, time.Minute, redislock.WithMetadata("old-holder"))
+	other, err := rdb.Acquire(ctx, legacy, time.Minute, redislock.WithMetadata("old-holder"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,14 +232,14 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 		t.Fatalf("phase %s blocked by %q, want Waiting behind old-holder", got.Status.Phase, got.Status.BlockedBy)
 	}
 	if st, _ := rdb.Inspect(ctx, u.r.Config.Identity.LockKey(u.lj)); st.Held {
-		t.Fatal("the lock was taken under the new key while the old one is held")
+		t.Fatal("the lock was acquired under the new key while the old one is held")
 	}
 
 	if err := other.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A release handed the old key to this LockedJob as a queued waiter: it must not wait for itself.
-	if _, err := rdb.Obtain(ctx, legacy, time.Minute, redislock.WithToken(u.r.Config.Identity.Token(u.lj))); err != nil {
+	if _, err := rdb.Acquire(ctx, legacy, time.Minute, redislock.WithToken(u.r.Config.Identity.Token(u.lj))); err != nil {
 		t.Fatal(err)
 	}
 	u.r.waiting.wake(u.r.Config.Identity.Holder(u.lj)) // as its re-check falls due

@@ -41,11 +41,11 @@ func unitLocks(t *testing.T) (*LockBook, *redislock.Client, *redis.Client) {
 	return book, lockClient, rc
 }
 
-// trackedLock obtains lock "k" for ttl and has book renew it every 200ms for a LockedJob whose Job
+// trackedLock acquires lock "k" for ttl and has book renew it every 200ms for a LockedJob whose Job
 // is n-1, as an acquisition does.
 func trackedLock(t *testing.T, book *LockBook, c *redislock.Client, ttl time.Duration) *redislock.Lock {
 	t.Helper()
-	lock, err := c.Obtain(t.Context(), "k", ttl)
+	lock, err := c.Acquire(t.Context(), "k", ttl)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,7 @@ var _ = Describe("LockedJob validation", func() {
 		Entry("container without a name", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, _, pod map[string]any) {
 			pod["containers"] = []any{map[string]any{"image": "busybox"}}
 		})}, "spec.jobTemplate.spec.template.spec.containers[0].name"),
-		// Item 14: restart policies the Job API refuses only after the lock is taken.
+		// Item 14: restart policies the Job API refuses only after the lock is acquired.
 		Entry("restartPolicy Always", map[string]any{"lock": lockWith(nil), "jobTemplate": jobTemplateWith(func(_, _, pod map[string]any) {
 			pod["restartPolicy"] = "Always"
 		})}, "spec.jobTemplate.spec.template.spec.restartPolicy must be Never or OnFailure"),

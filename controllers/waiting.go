@@ -66,7 +66,7 @@ const hintMaxAge = 30 * time.Second
 
 // waitBook is this operator's waiting LockedJobs: when each asks Redis next, and what the release
 // waker and the queue keeper told it since. The queue keeper keeps them queued, and
-// lockedjob_locks_pending counts them. A LockedJob the book does not know asks Redis: the book only
+// lockedjob_lockedjobs_waiting counts them. A LockedJob the book does not know asks Redis: the book only
 // ever spares calls.
 type waitBook struct {
 	mu  sync.Mutex
@@ -77,7 +77,7 @@ type waitBook struct {
 type ask int
 
 const (
-	askRedis   ask = iota // obtain or learn its place: first pass, woken, or due
+	askRedis   ask = iota // acquire or learn its place: first pass, woken, or due
 	askHint               // record the place a lineup told
 	askNothing            // nothing changed since it last asked: wait on until due
 )
@@ -95,7 +95,7 @@ func (b *waitBook) waiting(member string, obj types.NamespacedName, key string, 
 		w.woken, w.hint = old.woken, old.hint
 	}
 	b.set[member] = w
-	locksPending.Set(float64(len(b.set)))
+	lockedJobsWaiting.Set(float64(len(b.set)))
 }
 
 // done forgets a member that no longer waits (it holds its lock, gave up, or is gone).
@@ -103,7 +103,7 @@ func (b *waitBook) done(member string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.set, member)
-	locksPending.Set(float64(len(b.set)))
+	lockedJobsWaiting.Set(float64(len(b.set)))
 }
 
 // doneObject forgets a LockedJob that is gone, whatever its member was.
@@ -115,7 +115,7 @@ func (b *waitBook) doneObject(obj types.NamespacedName) {
 			delete(b.set, m)
 		}
 	}
-	locksPending.Set(float64(len(b.set)))
+	lockedJobsWaiting.Set(float64(len(b.set)))
 }
 
 // wake makes member's next pass ask Redis, and drops any hint: the lock may be its now.
@@ -149,7 +149,7 @@ func (b *waitBook) tell(member string, hint placeHint) bool {
 	return true
 }
 
-// next says what member's pass does now, and hands over the hint, or the time to wait on and the
+// next says what member's pass does now, and passes the hint, or the time to wait on and the
 // priority of that re-check. It consumes what it returns: a wake-up or hint counts once.
 func (b *waitBook) next(member string, now time.Time) (what ask, hint placeHint, left time.Duration, priority int) {
 	b.mu.Lock()

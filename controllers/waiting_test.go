@@ -186,12 +186,12 @@ func TestQueueKeeperKeepsWaitersQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	const key, short = "ns/db", 300 * time.Millisecond
-	holder, err := lockClient.Obtain(ctx, key, time.Minute, redislock.WithQueue("holder", 0, time.Minute))
+	holder, err := lockClient.Acquire(ctx, key, time.Minute, redislock.WithQueue("holder", 0, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, m := range []string{"a", "b"} {
-		if _, err := lockClient.Obtain(ctx, key, time.Minute, redislock.WithQueue(m, float64(i+1), short)); err == nil {
+		if _, err := lockClient.Acquire(ctx, key, time.Minute, redislock.WithQueue(m, float64(i+1), short)); err == nil {
 			t.Fatalf("%s got a held lock", m)
 		}
 	}

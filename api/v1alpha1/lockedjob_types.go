@@ -3,7 +3,7 @@ Copyright 2026.
 
 Licensed under the Apache License, Version 2.0 (the "License");
 you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
+You may acquire a copy of the License at
 
     http://www.apache.org/licenses/LICENSE-2.0
 
@@ -123,7 +123,7 @@ type LockSpec struct {
 }
 
 // JobTemplate is a batch/v1 JobTemplateSpec with the full schema, so the API server refuses a
-// wrongly typed field when the LockedJob is created, not the Job API after the lock is taken (and
+// wrongly typed field when the LockedJob is created, not the Job API after the lock is acquired (and
 // so that one bad object cannot stop the operator from decoding the others).
 type JobTemplate struct {
 	// metadata holds labels and annotations for the Job.
@@ -168,7 +168,7 @@ const (
 	PhaseRunning LockedJobPhase = "Running"
 	// PhaseSucceeded: the Job completed and the lock was released.
 	PhaseSucceeded LockedJobPhase = "Succeeded"
-	// PhaseFailed: the Job failed, or the lock was not obtained within acquireTimeout.
+	// PhaseFailed: the Job failed, or the lock was not acquired within acquireTimeout.
 	PhaseFailed LockedJobPhase = "Failed"
 	// PhaseLockLost: the lock was lost while the Job ran; spec.lock.onLockLost was applied.
 	PhaseLockLost LockedJobPhase = "LockLost"
@@ -182,7 +182,7 @@ const (
 	ConditionJobRunning = "JobRunning"
 	// ConditionComplete: the Job completed successfully (terminal).
 	ConditionComplete = "Complete"
-	// ConditionFailed: the Job failed or the lock could not be obtained in time (terminal).
+	// ConditionFailed: the Job failed or the lock could not be acquired in time (terminal).
 	ConditionFailed = "Failed"
 	// ConditionLockLost: the lock was lost while the Job ran (terminal).
 	ConditionLockLost = "LockLost"
@@ -271,7 +271,7 @@ type LockedJobStatus struct {
 	// +optional
 	FencingToken *int64 `json:"fencingToken,omitempty"`
 
-	// acquiredAt is when the lock was obtained.
+	// acquiredAt is when the lock was acquired.
 	// +optional
 	AcquiredAt *metav1.Time `json:"acquiredAt,omitempty"`
 
@@ -332,7 +332,7 @@ type LockedJobStatus struct {
 // +kubebuilder:printcolumn:name="Fence",type=integer,JSONPath=`.status.fencingToken`
 // A string, not a date: kubectl prints a future date as <invalid>.
 // +kubebuilder:printcolumn:name="TTL",type=string,JSONPath=`.spec.lock.ttl`,description="Lease length; the operator renews it every renewInterval"
-// +kubebuilder:printcolumn:name="Acquired",type=date,JSONPath=`.status.acquiredAt`,description="When the current holder obtained the lock"
+// +kubebuilder:printcolumn:name="Acquired",type=date,JSONPath=`.status.acquiredAt`,description="When the current holder acquired the lock"
 // +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`
 // +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queuePosition`,priority=10
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.lock.priority`,priority=10

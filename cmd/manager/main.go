@@ -3,7 +3,7 @@ Copyright 2026.
 
 Licensed under the Apache License, Version 2.0 (the "License");
 you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
+You may acquire a copy of the License at
 
     http://www.apache.org/licenses/LICENSE-2.0
 
@@ -142,7 +142,7 @@ func parseFlags() (options, zap.Options) {
 	flag.DurationVar(&o.waitBackoffMax, "wait-backoff-max", 15*time.Second, "Longest pause between two lock attempts of the LockedJob at the head of a lock's queue (release wake-ups come sooner).")
 	flag.DurationVar(&o.queueRecheck, "queue-recheck", 0, "How often a LockedJob behind the head of its queue asks Redis again; handoffs tell it its place in between. Default: 20 × --wait-backoff-max.")
 	flag.DurationVar(&o.redlockNodeTimeout, "redlock-node-timeout", 50*time.Millisecond, "Per-node timeout of Redlock operations.")
-	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After taking a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not with --redis-cluster).")
+	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After acquiring a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not with --redis-cluster).")
 	flag.DurationVar(&o.waitReplicasTimeout, "redis-wait-timeout", 500*time.Millisecond, "How long --redis-wait-replicas waits.")
 	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LockedJobs reconciled in parallel.")
 	// controller-runtime's default: no client-side limit; the API server's priority and fairness
@@ -150,7 +150,7 @@ func parseFlags() (options, zap.Options) {
 	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", -1, "Queries per second the manager's API client may send; -1 (default) sets no client-side limit and leaves it to the API server's priority and fairness.")
 	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", 30, "Burst of the manager's API client above a positive --kube-api-qps.")
 	flag.BoolVar(&o.allowEviction, "allow-redis-eviction", false, "Start even when a Redis node's maxmemory-policy may evict keys (an evicted lock can have two holders). Off: refuse to start.")
-	flag.BoolVar(&o.legacyLockKeys, "legacy-lock-keys", true, "Before taking a Namespace-scoped lock, wait while it is held under the key layout of versions before the cluster ID was part of it (docs/design.md, Migration). Turn off once no LockedJob acquired before the upgrade is left.")
+	flag.BoolVar(&o.legacyLockKeys, "legacy-lock-keys", true, "Before acquiring a Namespace-scoped lock, wait while it is held under the key layout of versions before the cluster ID was part of it (docs/design.md, Migration). Turn off once no LockedJob acquired before the upgrade is left.")
 	flag.DurationVar(&o.redisTimeout, "redis-timeout", 2*time.Second, "Deadline of each Redis call a reconcile makes (renewals have their own budget, from the lease).")
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -291,7 +291,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 // A server that fails stops the process through stop.
 //
 // Alive while the process runs; ready only while Redis answers, since a replica that cannot reach
-// Redis cannot take or renew locks.
+// Redis cannot acquire or renew locks.
 func serveEndpoints(ctx context.Context, stop context.CancelCauseFunc, o options, cfg *rest.Config, c *redislock.Client) error {
 	var servers []manager.Runnable
 	if o.probeAddr != "" && o.probeAddr != "0" {
@@ -332,7 +332,7 @@ func serveEndpoints(ctx context.Context, stop context.CancelCauseFunc, o options
 }
 
 // checkEviction refuses a Redis that may evict lock keys under memory pressure: eviction deletes a
-// held lock, and the next waiter takes it beside a running Job. A policy that cannot be read (ACL)
+// held lock, and the next waiter acquires it beside a running Job. A policy that cannot be read (ACL)
 // or a Redis that does not answer yet is logged loudly, not fatal: the operator must start while
 // Redis is briefly away.
 func checkEviction(ctx context.Context, c *redislock.Client, allow bool) error {

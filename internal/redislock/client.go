@@ -16,7 +16,7 @@ import (
 )
 
 const (
-	// MinTTL is the shortest lease Obtain accepts: Redis expires keys with millisecond precision.
+	// MinTTL is the shortest lease Acquire accepts: Redis expires keys with millisecond precision.
 	MinTTL = time.Millisecond
 
 	maxKeyLen = 1024
@@ -26,7 +26,7 @@ const (
 	defaultRedlockDriftAdd = 2 * time.Millisecond
 )
 
-// Client obtains locks from one Redis deployment (New) or from a quorum of independent nodes
+// Client acquires locks from one Redis deployment (New) or from a quorum of independent nodes
 // (NewRedlock). It is safe for concurrent use.
 type Client struct {
 	nodes  []redis.UniversalClient
@@ -46,7 +46,7 @@ type Client struct {
 	releases *notifier // nil unless the client hands locks off (see handsOff)
 	// memberSecret derives the tokens of queued waiters that bring none (see memberToken).
 	memberSecret [32]byte
-	memberMACs   sync.Pool // of hash.Hash keyed with memberSecret: queued waiters obtain in a loop
+	memberMACs   sync.Pool // of hash.Hash keyed with memberSecret: queued waiters acquire in a loop
 
 	late lateReleases // undos of failed attempts on nodes that did not answer (see releaseLate)
 }
@@ -71,11 +71,11 @@ func WithDrift(factor float64, add time.Duration) Option {
 
 // WithReleaseNotifications makes Release publish the lock's Redis key on channel, so waiters can
 // try again at once instead of at their next backoff (see Client.SubscribeReleases). On a single
-// Redis deployment it also lets a queued Obtain (WithQueue) that waits with retries learn within one
+// Redis deployment it also lets a queued Acquire (WithQueue) that waits with retries learn within one
 // push that a release handed it the lock. Default: off.
 func WithReleaseNotifications(channel string) Option { return func(c *Client) { c.notify = channel } }
 
-// WithWaitReplicas makes Obtain wait until at least replicas replicas of the primary acknowledged
+// WithWaitReplicas makes Acquire wait until at least replicas replicas of the primary acknowledged
 // the acquisition (Redis WAIT, bounded by timeout) and fail otherwise, releasing what it took. It
 // narrows, without closing, the window in which a failover to a replica that never saw the lock
 // lets a second holder in. Default: off. Not for Redis Cluster clients.
@@ -148,7 +148,7 @@ func (c *Client) handsOff() bool { return len(c.nodes) == 1 }
 func (c *Client) HandsOff() bool { return c.handsOff() }
 
 // memberToken is the token of a queued waiter that brings none: stable for one member of one Client,
-// so a lock that a release handed to member is claimed by member's next Obtain, and unguessable
+// so a lock that a release handed to member is claimed by member's next Acquire, and unguessable
 // for anyone without the Client's secret.
 func (c *Client) memberToken(member string) string {
 	m, _ := c.memberMACs.Get().(hash.Hash)
@@ -185,7 +185,7 @@ var (
 	queuedKeySuffixes = []string{":meta", ":fence", ":queue", ":waiters", ":tickets"}
 )
 
-// keysFor runs on every Obtain, so it builds all keys in one string: each key after the first is the
+// keysFor runs on every Acquire, so it builds all keys in one string: each key after the first is the
 // lock key and its suffix, and the lock key is the start of that string.
 func (c *Client) keysFor(key string, queued bool) keys {
 	suffixes := keySuffixes
@@ -219,13 +219,13 @@ func (c *Client) keysFor(key string, queued bool) keys {
 
 func (k keys) lock() string { return k[0] }
 
-// lockMeta is what refresh, a release without a handoff and an undo touch.
+// lockMeta is what renew, a release without a handoff and an undo touch.
 func (k keys) lockMeta() []string { return k[:2] }
 
-// withFence is what obtain (without a queue), fence and inspect touch.
+// withFence is what acquire (without a queue), fence and inspect touch.
 func (k keys) withFence() []string { return k[:3] }
 
-// withQueue is what a queued obtain, a handoff and dequeue touch. The keys must come from
+// withQueue is what a queued acquire, a handoff and dequeue touch. The keys must come from
 // keysFor(key, true).
 func (k keys) withQueue() []string { return k[:6] }
 
@@ -355,7 +355,7 @@ func nodeAddr(n redis.UniversalClient) string {
 	return fmt.Sprintf("%T", n)
 }
 
-// Ping checks that enough nodes answer to take locks: the only node, or a Redlock majority.
+// Ping checks that enough nodes answer to acquire locks: the only node, or a Redlock majority.
 func (c *Client) Ping(ctx context.Context) error {
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		return n.Ping(ctx).Result()

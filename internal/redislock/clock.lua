@@ -1,5 +1,5 @@
 -- clock.lua: the server clock and the fence counter, for every script that may hand out a fencing
--- token (obtain.lua, and through queue.lua's handoff, release.lua and dequeue.lua); scripts.go puts
+-- token (acquire.lua, and through queue.lua's handoff, release.lua and dequeue.lua); scripts.go puts
 -- this file in front of them.
 
 -- Effects replication (the default since Redis 5) lets scripts read TIME before they write.

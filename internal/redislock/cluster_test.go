@@ -46,7 +46,7 @@ func TestRedisCluster(t *testing.T) {
 	const n = 30
 	locks := make([]*Lock, n)
 	for i := range locks {
-		locks[i] = mustObtain(t, c, fmt.Sprintf("%s/%d", uniqueKey(t), i), 2*time.Second, WithMetadata("holder"))
+		locks[i] = mustAcquire(t, c, fmt.Sprintf("%s/%d", uniqueKey(t), i), 2*time.Second, WithMetadata("holder"))
 	}
 	slots := map[int64]bool{}
 	for _, l := range locks {
@@ -91,8 +91,8 @@ func TestRedisCluster(t *testing.T) {
 
 	// Queue, Inspect and Release are multi-key scripts too.
 	key := locks[0].Key()
-	if _, err := c.Obtain(ctx, key, time.Second, WithQueue("w", 0, time.Minute)); !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("queued Obtain of a held lock: %v", err)
+	if _, err := c.Acquire(ctx, key, time.Second, WithQueue("w", 0, time.Minute)); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("queued Acquire of a held lock: %v", err)
 	}
 	if st, err := c.Inspect(ctx, key); err != nil || !st.Held || st.Metadata != "holder" {
 		t.Fatalf("Inspect: %+v, %v", st, err)
@@ -102,7 +102,7 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatalf("Release %s: %v", l.Key(), err)
 		}
 	}
-	if _, err := c.Obtain(ctx, key, time.Second, WithQueue("w", 0, time.Minute)); err != nil {
-		t.Fatalf("queued Obtain of a free lock: %v", err)
+	if _, err := c.Acquire(ctx, key, time.Second, WithQueue("w", 0, time.Minute)); err != nil {
+		t.Fatalf("queued Acquire of a free lock: %v", err)
 	}
 }

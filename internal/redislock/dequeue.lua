@@ -6,7 +6,7 @@
 -- KEYS[1] lock key   KEYS[2] meta key   KEYS[3..6] fence, queue, waiters, tickets
 -- ARGV[1] waiter     ARGV[2] channel to publish on if the lock is released ("" = none)
 -- ARGV[3] "1" when this deployment hands locks off (one queue; not Redlock)
--- Returns 1 if the waiter held a handed-over lock and gave it back, else 0.
+-- Returns 1 if the waiter held a handed-off lock and gave it back, else 0.
 local ticket = readTicket(ARGV[1])
 forget(ARGV[1])
 local current = redis.call('GET', KEYS[1])

@@ -6,13 +6,13 @@
 // A lock is one Redis key holding the holder's token (SET key token NX PX ttl semantics, done in a
 // Lua script; a fresh grant appends a mark naming the acquisition attempt that created it), a
 // metadata key beside it with the same TTL, and a fence counter that never expires. All share one hash tag
-// ("{key}"), so they live in one Redis Cluster slot and every script runs on one node. Refresh and
+// ("{key}"), so they live in one Redis Cluster slot and every script runs on one node. Renew and
 // Release compare the token before they act, so a stale holder can never extend or delete a lock
 // that someone else holds.
 //
 // # Re-adoption and undo
 //
-// Obtain with the token a lock already holds succeeds without a new grant: a re-adoption (see
+// Acquire with the token a lock already holds succeeds without a new grant: a re-adoption (see
 // Lock.Readopted), which keeps the lock's fence. An attempt that fails after Redis granted it (no
 // quorum, a WAIT shortfall, a reply that came too late, a node that did not answer and may apply it
 // later) undoes its grant, but only a grant it made itself: each attempt has a random id that a
@@ -30,7 +30,7 @@
 // restart that lost its data, or a failover to a replica that missed the last grant. That holds
 // under one assumption: the clock of the Redis host that takes over is not behind the old one by
 // more than the time the failover took (hosts synchronised by NTP easily meet it). Tokens are not
-// consecutive. Re-adopting a lock you still hold (Obtain with WithToken) returns the same token. A protected resource that remembers the highest token it has seen and refuses
+// consecutive. Re-adopting a lock you still hold (Acquire with WithToken) returns the same token. A protected resource that remembers the highest token it has seen and refuses
 // lower ones cannot be corrupted by a holder that lost its lock without noticing (a process paused
 // longer than the TTL, a network partition): that is the guarantee a lock with a TTL cannot give
 // on its own.
@@ -41,14 +41,14 @@
 //
 // # Redlock
 //
-// NewRedlock builds a Client over N independent Redis nodes (N odd, at least 3). Obtain asks all
+// NewRedlock builds a Client over N independent Redis nodes (N odd, at least 3). Acquire asks all
 // nodes at once, each bounded by a per-node timeout, and succeeds only when a majority (N/2+1)
 // granted the lock and the remaining validity ttl - elapsed - drift (drift = ttl*0.01 + 2ms) is
-// still positive; otherwise it releases on every node. Refresh and Release act on all nodes and
+// still positive; otherwise it releases on every node. Renew and Release act on all nodes and
 // need a majority.
 //
 // Under Redlock every node keeps its own fence counter. After a quorum grant, the lock's token is
-// the highest counter among the granting nodes, and Obtain writes that value back to a majority
+// the highest counter among the granting nodes, and Acquire writes that value back to a majority
 // before it returns. Any later quorum shares at least one node with that majority, so it hands out
 // a higher token. This holds under Redlock's own assumptions: bounded clock drift between the
 // client and the nodes, no process pause longer than the validity, and nodes that do not lose
@@ -66,7 +66,7 @@
 // deployment, releasing a queued lock hands it straight to the live head in the same script (its
 // token, metadata and the next fencing token, for its ttl but at most the rest of its liveness),
 // so nobody can take it in between; the head claims it with its next attempt, which comes at once
-// when it waits inside Obtain and the client has a release channel (WithReleaseNotifications). A
+// when it waits inside Acquire and the client has a release channel (WithReleaseNotifications). A
 // release message only wakes the waiter: anyone who can publish can forge one, so the lock is
 // confirmed by that attempt in Redis, which also dates the lease and returns the true fence.
 // Attempt ids are 96 random bits. Redlock clients queue but do not hand off.
@@ -82,7 +82,7 @@
 //
 // Keeper renews many locks from one goroutine: locks that are due together go to Redis in one
 // pipeline per node, so 10,000 locks cost a few round trips, not 10,000. A renewal that finds the
-// lock gone or taken reports ErrLockLost at once; one that failed in transport is retried until the
+// lock gone or held by another reports ErrLockLost at once; one that failed in transport is retried until the
 // lock's validity runs out, and only then counts as lost. The loss is reported at the lock's
 // ValidUntil even while a renewal is still waiting for Redis, and KeeperOptions.OnAtRisk warns a
 // margin before it, so the holder can stop its work before Redis may expire the key.

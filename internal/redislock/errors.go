@@ -6,11 +6,11 @@ import (
 )
 
 var (
-	// ErrNotObtained means the lock is held by another token (after any retries). It is the
+	// ErrNotAcquired means the lock is held by another token (after any retries). It is the
 	// normal outcome of contention, not a failure of Redis.
-	ErrNotObtained = errors.New("redislock: not obtained")
+	ErrNotAcquired = errors.New("redislock: not acquired")
 
-	// ErrLockLost means a refresh found the lock gone or held by another token: the caller no
+	// ErrLockLost means a renew found the lock gone or held by another token: the caller no
 	// longer holds it and must stop the work it protects. Retrying cannot recover it.
 	ErrLockLost = errors.New("redislock: lock lost")
 
@@ -44,8 +44,8 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
 
-// QueuedError is ErrNotObtained for a waiter obtained WithQueue: it says where the waiter stands.
-// errors.Is(err, ErrNotObtained) holds for it.
+// QueuedError is ErrNotAcquired for a waiter acquired WithQueue: it says where the waiter stands.
+// errors.Is(err, ErrNotAcquired) holds for it.
 type QueuedError struct {
 	// Position is the waiter's place in the queue: 1 means next in line. While the lock is held it
 	// may count waiters that vanished recently; they are dropped when the lock is next freed.
@@ -56,11 +56,11 @@ type QueuedError struct {
 }
 
 func (e *QueuedError) Error() string {
-	return fmt.Sprintf("%v (position %d in queue)", ErrNotObtained, e.Position)
+	return fmt.Sprintf("%v (position %d in queue)", ErrNotAcquired, e.Position)
 }
 
-// Is makes a QueuedError match ErrNotObtained.
-func (e *QueuedError) Is(target error) bool { return target == ErrNotObtained }
+// Is makes a QueuedError match ErrNotAcquired.
+func (e *QueuedError) Is(target error) bool { return target == ErrNotAcquired }
 
 var (
 	// ErrEvictionPolicy means a Redis node may evict keys under memory pressure (its

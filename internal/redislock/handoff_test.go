@@ -13,7 +13,7 @@ import (
 
 const releaseChannel = "lockedjob:released"
 
-// subscribers counts the subscriptions to the release channel: a waiting Obtain has one while it
+// subscribers counts the subscriptions to the release channel: a waiting Acquire has one while it
 // waits (through the client's shared notifier) and none after.
 func subscribers(t *testing.T, rc *redis.Client) int64 {
 	t.Helper()
@@ -24,20 +24,20 @@ func subscribers(t *testing.T, rc *redis.Client) int64 {
 	return n[releaseChannel]
 }
 
-// TestReleaseHandsTheLockToTheHead: releasing a queued lock gives it to the head of the queue, with
+// TestReleaseHandsTheLockToTheHead: releasing a queued lock hands it off to the head of the queue, with
 // the head's token, metadata and the next fencing token; nobody slips in before the head claims it.
 func TestReleaseHandsTheLockToTheHead(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
-	holder, err := c.Obtain(ctx, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	holder, err := c.Acquire(ctx, key, time.Minute, WithQueue("holder", 0, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("a", 1, time.Minute), WithMetadata("ns/a")); position(t, err) != 1 {
+	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("a", 1, time.Minute), WithMetadata("ns/a")); position(t, err) != 1 {
 		t.Fatal("a should be first in line")
 	}
-	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("b", 2, time.Minute)); position(t, err) != 2 {
+	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("b", 2, time.Minute)); position(t, err) != 2 {
 		t.Fatal("b should be second in line")
 	}
 	if err := holder.Release(ctx); err != nil {
@@ -52,15 +52,15 @@ func TestReleaseHandsTheLockToTheHead(t *testing.T) {
 		t.Fatalf("after the release: %+v, want held by ns/a with a fence above %d", st, holder.Fence())
 	}
 	if st.TTL < 50*time.Second {
-		t.Fatalf("handed over for %v, want a's ttl of 1m", st.TTL)
+		t.Fatalf("handed off for %v, want a's ttl of 1m", st.TTL)
 	}
-	if _, err := c.Obtain(ctx, key, time.Minute); !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("an outsider got the handed-over lock: %v", err)
+	if _, err := c.Acquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("an outsider got the handed-off lock: %v", err)
 	}
-	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("b", 2, time.Minute)); position(t, err) != 1 {
+	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("b", 2, time.Minute)); position(t, err) != 1 {
 		t.Fatal("b should be first in line once a holds the lock")
 	}
-	a, err := c.Obtain(ctx, key, time.Minute, WithQueue("a", 1, time.Minute), WithMetadata("ns/a"))
+	a, err := c.Acquire(ctx, key, time.Minute, WithQueue("a", 1, time.Minute), WithMetadata("ns/a"))
 	if err != nil {
 		t.Fatalf("a claims the lock handed to it: %v", err)
 	}
@@ -69,14 +69,14 @@ func TestReleaseHandsTheLockToTheHead(t *testing.T) {
 	}
 }
 
-// TestWaitingObtainIsHandedTheLock: a queued Obtain that waits with retries returns as soon as a
+// TestWaitingAcquireIsHandedTheLock: a queued Acquire that waits with retries returns as soon as a
 // release hands it the lock. Its retry interval is an hour, so only the push can wake it.
-func TestWaitingObtainIsHandedTheLock(t *testing.T) {
+func TestWaitingAcquireIsHandedTheLock(t *testing.T) {
 	c, _, rc := single(t, WithReleaseNotifications(releaseChannel))
 	key := uniqueKey(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	holder, err := c.Obtain(ctx, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	holder, err := c.Acquire(ctx, key, time.Minute, WithQueue("holder", 0, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestWaitingObtainIsHandedTheLock(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		l, err := c.Obtain(ctx, key, time.Minute, WithQueue("waiter", 1, time.Minute), WithRetry(FixedBackoff(time.Hour)))
+		l, err := c.Acquire(ctx, key, time.Minute, WithQueue("waiter", 1, time.Minute), WithRetry(FixedBackoff(time.Hour)))
 		got <- result{l, err}
 	}()
 	eventually(t, 5*time.Second, "the waiter to queue up and listen", func() bool {
@@ -98,7 +98,7 @@ func TestWaitingObtainIsHandedTheLock(t *testing.T) {
 	}
 	r := <-got
 	if r.err != nil {
-		t.Fatalf("waiting Obtain: %v", r.err)
+		t.Fatalf("waiting Acquire: %v", r.err)
 	}
 	st, err := c.Inspect(ctx, key)
 	if err != nil {
@@ -108,14 +108,14 @@ func TestWaitingObtainIsHandedTheLock(t *testing.T) {
 		t.Fatalf("fence %d (re-adopted %v), want the stored %d above %d, re-adopted", r.l.Fence(), r.l.Readopted(), st.Fence, holder.Fence())
 	}
 	if !r.l.Held() || time.Until(r.l.ValidUntil()) < 50*time.Second {
-		t.Fatalf("handed-over lock valid until %v, want about a minute from now", r.l.ValidUntil())
+		t.Fatalf("handed-off lock valid until %v, want about a minute from now", r.l.ValidUntil())
 	}
-	// It is really ours: Refresh works, and releasing it frees the lock.
-	if err := r.l.Refresh(ctx, 0); err != nil {
-		t.Fatalf("refresh the handed-over lock: %v", err)
+	// It is really ours: Renew works, and releasing it frees the lock.
+	if err := r.l.Renew(ctx, 0); err != nil {
+		t.Fatalf("renew the handed-off lock: %v", err)
 	}
 	if err := r.l.Release(ctx); err != nil {
-		t.Fatalf("release the handed-over lock: %v", err)
+		t.Fatalf("release the handed-off lock: %v", err)
 	}
 	eventually(t, 5*time.Second, "the notifier to stop when nobody waits", func() bool {
 		return subscribers(t, rc) == 0
@@ -131,7 +131,7 @@ func TestStaleHandoffMessageIsIgnored(t *testing.T) {
 	c, _, rc := single(t, WithReleaseNotifications(releaseChannel))
 	key := uniqueKey(t)
 	ctx := context.Background()
-	holder := mustObtain(t, c, key, time.Minute)
+	holder := mustAcquire(t, c, key, time.Minute)
 
 	got, cancel := startListeningWaiter(t, c, rc, key)
 	defer cancel()
@@ -149,7 +149,7 @@ func TestStaleHandoffMessageIsIgnored(t *testing.T) {
 	})
 	select {
 	case err := <-got:
-		t.Fatalf("Obtain returned on a stale handoff: %v", err)
+		t.Fatalf("Acquire returned on a stale handoff: %v", err)
 	default:
 	}
 	expectCancelledWait(t, cancel, got)
@@ -161,11 +161,11 @@ func TestHandoffToAVanishedWaiterIsBounded(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
-	holder := mustObtain(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
-	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("ghost", 1, 300*time.Millisecond)); position(t, err) != 1 {
+	holder := mustAcquire(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("ghost", 1, 300*time.Millisecond)); position(t, err) != 1 {
 		t.Fatal("ghost should be first")
 	}
-	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("live", 2, time.Minute)); position(t, err) != 2 {
+	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("live", 2, time.Minute)); position(t, err) != 2 {
 		t.Fatal("live should be second")
 	}
 	if err := holder.Release(ctx); err != nil {
@@ -179,7 +179,7 @@ func TestHandoffToAVanishedWaiterIsBounded(t *testing.T) {
 		t.Fatalf("handed to the ghost: %+v, want held for at most its 300ms liveness", st)
 	}
 	eventually(t, 5*time.Second, "live to get the lock", func() bool {
-		_, err := c.Obtain(ctx, key, time.Minute, WithQueue("live", 2, time.Minute))
+		_, err := c.Acquire(ctx, key, time.Minute, WithQueue("live", 2, time.Minute))
 		return err == nil
 	})
 }
@@ -190,15 +190,15 @@ func TestDequeueGivesBackAHandedOffLock(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
-	holder := mustObtain(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
-	_, _ = c.Obtain(ctx, key, time.Minute, WithQueue("quitter", 1, time.Minute), WithMetadata("quitter"))
-	_, _ = c.Obtain(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next"))
+	holder := mustAcquire(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	_, _ = c.Acquire(ctx, key, time.Minute, WithQueue("quitter", 1, time.Minute), WithMetadata("quitter"))
+	_, _ = c.Acquire(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next"))
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	handed, _ := c.Inspect(ctx, key)
 	if handed.Metadata != "quitter" || handed.Fence <= holder.Fence() {
-		t.Fatalf("handed over: %+v, want to quitter with a fence above %d", handed, holder.Fence())
+		t.Fatalf("handed off: %+v, want to quitter with a fence above %d", handed, holder.Fence())
 	}
 	if err := c.Dequeue(ctx, key, "quitter"); err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestDequeueGivesBackAHandedOffLock(t *testing.T) {
 	if st.Metadata != "next" || st.Fence <= handed.Fence {
 		t.Fatalf("after quitter left: %+v, want held by next with a fence above quitter's %d", st, handed.Fence)
 	}
-	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next")); err != nil {
+	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next")); err != nil {
 		t.Fatalf("next claims the lock: %v", err)
 	}
 }
@@ -221,8 +221,8 @@ func TestRedlockDoesNotHandOff(t *testing.T) {
 	c, _ := redlock(t, 3)
 	key := uniqueKey(t)
 	ctx := context.Background()
-	holder := mustObtain(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
-	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("a", 1, time.Minute)); position(t, err) != 1 {
+	holder := mustAcquire(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("a", 1, time.Minute)); position(t, err) != 1 {
 		t.Fatal("a should be first")
 	}
 	if err := holder.Release(ctx); err != nil {
@@ -231,19 +231,19 @@ func TestRedlockDoesNotHandOff(t *testing.T) {
 	if st, err := c.Inspect(ctx, key); err != nil || st.Held {
 		t.Fatalf("after the release: %+v, %v; want free", st, err)
 	}
-	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("a", 1, time.Minute)); err != nil {
+	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("a", 1, time.Minute)); err != nil {
 		t.Fatalf("a takes the free lock: %v", err)
 	}
 }
 
-// startListeningWaiter starts a queued Obtain of key as member "waiter" that waits with an hour's
+// startListeningWaiter starts a queued Acquire of key as member "waiter" that waits with an hour's
 // backoff, so only a release message can make it act, and returns once it listens for releases.
 func startListeningWaiter(t *testing.T, c *Client, rc *redis.Client, key string) (<-chan error, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() {
-		_, err := c.Obtain(ctx, key, time.Minute, WithQueue("waiter", 1, time.Minute), WithRetry(FixedBackoff(time.Hour)))
+		_, err := c.Acquire(ctx, key, time.Minute, WithQueue("waiter", 1, time.Minute), WithRetry(FixedBackoff(time.Hour)))
 		got <- err
 	}()
 	eventually(t, 5*time.Second, "the waiter to queue up and listen", func() bool { return subscribers(t, rc) == 1 })
@@ -255,8 +255,8 @@ func startListeningWaiter(t *testing.T, c *Client, rc *redis.Client, key string)
 func expectCancelledWait(t *testing.T, cancel context.CancelFunc, got <-chan error) {
 	t.Helper()
 	cancel()
-	if err := <-got; !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled wait: %v, want ErrNotObtained and context.Canceled", err)
+	if err := <-got; !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v, want ErrNotAcquired and context.Canceled", err)
 	}
 }
 
@@ -271,9 +271,9 @@ func TestDequeueHandsAFreeLockToTheNewHead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder := mustObtain(t, c, key, 50*time.Millisecond, WithQueue("holder", 0, time.Minute))
-	_, _ = c.Obtain(ctx, key, time.Minute, WithQueue("quitter", 1, time.Minute), WithMetadata("quitter"))
-	_, _ = c.Obtain(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next"))
+	holder := mustAcquire(t, c, key, 50*time.Millisecond, WithQueue("holder", 0, time.Minute))
+	_, _ = c.Acquire(ctx, key, time.Minute, WithQueue("quitter", 1, time.Minute), WithMetadata("quitter"))
+	_, _ = c.Acquire(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next"))
 	eventually(t, 5*time.Second, "the holder's lease to run out", func() bool {
 		st, err := c.Inspect(ctx, key)
 		return err == nil && !st.Held
@@ -297,7 +297,7 @@ func TestDequeueHandsAFreeLockToTheNewHead(t *testing.T) {
 		t.Fatal("nobody was told")
 	}
 	// Nobody waits any more: leaving changes nothing.
-	l, err := c.Obtain(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next"))
+	l, err := c.Acquire(ctx, key, time.Minute, WithQueue("next", 2, time.Minute), WithMetadata("next"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ const (
 // and times every loss: they must return at once (hand the work to another goroutine or a
 // buffered channel). They may call Add and Remove.
 type KeeperOptions struct {
-	// OnLost is called once for each lock the keeper finds lost: gone or taken in Redis
+	// OnLost is called once for each lock the keeper finds lost: gone or held by another in Redis
 	// (ErrLockLost), or not renewed before its validity ended because Redis did not answer in time
 	// (ErrLockLost wrapping the last transport error). It is called at ValidUntil even while a
 	// renewal is still waiting for its answer, not when that renewal gives up. The keeper stops
@@ -161,7 +161,7 @@ func (e *keeperEntry) watchTime(vu time.Time) time.Time {
 	return vu.Add(-e.margin)
 }
 
-// NewKeeper starts a keeper for locks obtained from c.
+// NewKeeper starts a keeper for locks acquired from c.
 func (c *Client) NewKeeper(opts KeeperOptions) *Keeper {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = defaultKeeperBatch
@@ -213,9 +213,9 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 	if margin <= 0 {
 		margin = min(ttl/3, (ttl-interval)/2)
 	}
-	// Schedule from the lock's last grant, not from now, so a lock that was obtained a while ago
+	// Schedule from the lock's last grant, not from now, so a lock that was acquired a while ago
 	// (or re-adopted) is renewed in time.
-	due := l.GrantedAt().Add(interval)
+	due := l.LeaseStart().Add(interval)
 
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -446,7 +446,7 @@ func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
 		if e.due.Sub(now) > e.interval/8 {
 			break
 		}
-		// Leases are read once: a lock's lease changes only through Refresh, and a renewal must be
+		// Leases are read once: a lock's lease changes only through Renew, and a renewal must be
 		// judged by the lease it asked for.
 		ttl, vu := e.lock.lease()
 		if vu.IsZero() {
@@ -478,7 +478,7 @@ func (k *Keeper) renew(r round) roundResult {
 	ctx, cancel := context.WithTimeout(k.ctx, r.budget)
 	defer cancel()
 	start := k.c.now()
-	tallies := k.c.refreshPipelined(ctx, r.locks, r.ttls)
+	tallies := k.c.renewPipelined(ctx, r.locks, r.ttls)
 	return roundResult{round: r, start: start, end: k.c.now(), tallies: tallies}
 }
 
@@ -495,7 +495,7 @@ func (k *Keeper) settle(r roundResult) []callback {
 			k.dropLocked(e)
 			continue
 		}
-		err := e.lock.settleRefresh(r.tallies[i], r.start, r.end, r.ttls[i])
+		err := e.lock.settleRenew(r.tallies[i], r.start, r.end, r.ttls[i])
 		_, vu := e.lock.lease()
 		switch {
 		case err == nil:
@@ -526,11 +526,11 @@ func (k *Keeper) settle(r roundResult) []callback {
 	return calls
 }
 
-// refreshPipelined sends a refresh for every lock to every node, one pipeline per node, and tallies
+// renewPipelined sends a renew for every lock to every node, one pipeline per node, and tallies
 // the answers per lock.
-func (c *Client) refreshPipelined(ctx context.Context, locks []*Lock, ttls []time.Duration) []tally {
+func (c *Client) renewPipelined(ctx context.Context, locks []*Lock, ttls []time.Duration) []tally {
 	perNode := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return refreshPipeline(ctx, n, locks, ttls)
+		return renewPipeline(ctx, n, locks, ttls)
 	})
 	tallies := make([]tally, len(locks))
 	for node, r := range perNode {
@@ -551,21 +551,21 @@ func (c *Client) refreshPipelined(ctx context.Context, locks []*Lock, ttls []tim
 	return tallies
 }
 
-// refreshPipeline runs refresh.lua for each lock in one pipeline on one node. EVALSHA in a pipeline
+// renewPipeline runs renew.lua for each lock in one pipeline on one node. EVALSHA in a pipeline
 // cannot fall back to EVAL per command, so on a plain client the pipeline starts with SCRIPT LOAD
 // (a hash lookup when the server knows the script): a server that lost its script cache (a
 // restart, a failover) costs no extra round trip, which matters when the round trip is slow. A
 // cluster client routes a keyless command to one node only, so there a NOSCRIPT reply gets the
 // script loaded everywhere and the pipeline sent once more.
-func refreshPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock, ttls []time.Duration) ([]nodeReply, error) {
+func renewPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock, ttls []time.Duration) ([]nodeReply, error) {
 	_, plain := n.(*redis.Client)
 	for attempt := 0; ; attempt++ {
 		cmds, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if plain {
-				p.ScriptLoad(ctx, refreshFullSrc)
+				p.ScriptLoad(ctx, renewFullSrc)
 			}
 			for i, l := range locks {
-				scriptRefresh.EvalSha(ctx, p, l.keys.lockMeta(), l.token, ttls[i].Milliseconds())
+				scriptRenew.EvalSha(ctx, p, l.keys.lockMeta(), l.token, ttls[i].Milliseconds())
 			}
 			return nil
 		})
@@ -573,8 +573,8 @@ func refreshPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock
 			cmds = cmds[1:]
 		}
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 && !plain {
-			if lerr := scriptRefresh.Load(ctx, n).Err(); lerr != nil {
-				return nil, fmt.Errorf("load refresh script: %w", lerr)
+			if lerr := scriptRenew.Load(ctx, n).Err(); lerr != nil {
+				return nil, fmt.Errorf("load renew script: %w", lerr)
 			}
 			continue
 		}

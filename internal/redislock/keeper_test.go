@@ -65,7 +65,7 @@ func TestKeeperRenewsTenThousandLocks(t *testing.T) {
 
 	locks := make([]*Lock, n)
 	for i := range locks {
-		locks[i] = mustObtain(t, c, fmt.Sprintf("%s/%d", uniqueKey(t), i), ttl)
+		locks[i] = mustAcquire(t, c, fmt.Sprintf("%s/%d", uniqueKey(t), i), ttl)
 	}
 	var renewals atomic.Int64
 	rec := newLostRecorder()
@@ -126,7 +126,7 @@ func TestKeeperRenewsTenThousandLocks(t *testing.T) {
 // nothing; the keeper retries and the lock lives on.
 func TestKeeperRidesOutShortOutage(t *testing.T) {
 	c, srv, _ := single(t)
-	l := mustObtain(t, c, uniqueKey(t), 2*time.Second)
+	l := mustAcquire(t, c, uniqueKey(t), 2*time.Second)
 	var failed, renewedAfter atomic.Int64
 	rec := newLostRecorder()
 	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnRenew: func(_ *Lock, err error) {
@@ -158,7 +158,7 @@ func TestKeeperRidesOutShortOutage(t *testing.T) {
 // and reports the lock lost once its validity has run out — not before.
 func TestKeeperReportsLossWhenValidityRunsOut(t *testing.T) {
 	c, srv, _ := single(t)
-	l := mustObtain(t, c, uniqueKey(t), time.Second)
+	l := mustAcquire(t, c, uniqueKey(t), time.Second)
 	rec := newLostRecorder()
 	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost})
 	defer k.Stop()
@@ -192,8 +192,8 @@ func TestKeeperRemoveAndRelease(t *testing.T) {
 	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnRenew: func(*Lock, error) { renewals.Add(1) }})
 	defer k.Stop()
 
-	kept := mustObtain(t, c, uniqueKey(t), 300*time.Millisecond)
-	released := mustObtain(t, c, uniqueKey(t), 300*time.Millisecond)
+	kept := mustAcquire(t, c, uniqueKey(t), 300*time.Millisecond)
+	released := mustAcquire(t, c, uniqueKey(t), 300*time.Millisecond)
 	for _, l := range []*Lock{kept, released} {
 		if err := k.Add(l, 0); err != nil {
 			t.Fatal(err)
@@ -224,7 +224,7 @@ func TestKeeperReloadsScriptsAfterRestart(t *testing.T) {
 	c, srv, rc := single(t)
 	ctx := context.Background()
 	key := uniqueKey(t)
-	l := mustObtain(t, c, key, 2*time.Second, WithToken("tok"))
+	l := mustAcquire(t, c, key, 2*time.Second, WithToken("tok"))
 	rec := newLostRecorder()
 	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost})
 	defer k.Stop()
@@ -338,13 +338,13 @@ func TestKeeperTinyIntervalDoesNotStarveOthers(t *testing.T) {
 	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnRenew: renewed.onRenew})
 	defer k.Stop()
 
-	tiny := mustObtain(t, c, uniqueKey(t), ttl)
+	tiny := mustAcquire(t, c, uniqueKey(t), ttl)
 	if err := k.Add(tiny, time.Millisecond); err != nil {
 		t.Fatalf("Add with a 1ms interval: %v", err)
 	}
 	healthy := make([]*Lock, 5)
 	for i := range healthy {
-		healthy[i] = mustObtain(t, c, uniqueKey(t), ttl)
+		healthy[i] = mustAcquire(t, c, uniqueKey(t), ttl)
 		if err := k.Add(healthy[i], 0); err != nil {
 			t.Fatal(err)
 		}
@@ -383,7 +383,7 @@ func TestKeeperRenewsAt300msRTT(t *testing.T) {
 
 	locks := make([]*Lock, 10)
 	for i := range locks {
-		locks[i] = mustObtain(t, c, uniqueKey(t), ttl)
+		locks[i] = mustAcquire(t, c, uniqueKey(t), ttl)
 		if err := k.Add(locks[i], 0); err != nil {
 			t.Fatal(err)
 		}
@@ -411,7 +411,7 @@ func TestKeeperReportsLossAtValidUntil(t *testing.T) {
 	rec := newLostRecorder()
 	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost})
 	defer k.Stop()
-	l := mustObtain(t, c, uniqueKey(t), ttl)
+	l := mustAcquire(t, c, uniqueKey(t), ttl)
 	if err := k.Add(l, interval); err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +484,7 @@ func TestKeeperAtRiskBeforeValidUntil(t *testing.T) {
 	rec, risk := newLostRecorder(), newRiskRecorder()
 	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnAtRisk: risk.onAtRisk, AtRiskMargin: margin})
 	defer k.Stop()
-	l := mustObtain(t, c, uniqueKey(t), ttl)
+	l := mustAcquire(t, c, uniqueKey(t), ttl)
 	if err := k.Add(l, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +532,7 @@ func TestKeeperAtRiskThenRecovers(t *testing.T) {
 	var renewed renewCounter
 	k := c.NewKeeper(KeeperOptions{OnLost: rec.onLost, OnAtRisk: risk.onAtRisk, OnRenew: renewed.onRenew})
 	defer k.Stop()
-	l := mustObtain(t, c, uniqueKey(t), ttl)
+	l := mustAcquire(t, c, uniqueKey(t), ttl)
 	if err := k.Add(l, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -572,8 +572,8 @@ func TestKeeperAtRiskBehindHungRound(t *testing.T) {
 
 	// long is renewed first and its round waits for most of its 6s lease; short (2s) falls due
 	// meanwhile.
-	long := mustObtain(t, c, uniqueKey(t), 6*time.Second)
-	short := mustObtain(t, c, uniqueKey(t), 2*time.Second)
+	long := mustAcquire(t, c, uniqueKey(t), 6*time.Second)
+	short := mustAcquire(t, c, uniqueKey(t), 2*time.Second)
 	p.Blackhole()
 	if err := k.Add(long, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -610,15 +610,15 @@ func TestKeeperIntervalFloor(t *testing.T) {
 	k := c.NewKeeper(KeeperOptions{})
 	defer k.Stop()
 	for name, add := range map[string]func() error{
-		"lease at the floor": func() error { return k.Add(mustObtain(t, c, uniqueKey(t), MinRenewInterval), 0) },
-		"negative interval":  func() error { return k.Add(mustObtain(t, c, uniqueKey(t), time.Second), -time.Millisecond) },
-		"interval above ttl": func() error { return k.Add(mustObtain(t, c, uniqueKey(t), time.Second), 2*time.Second) },
+		"lease at the floor": func() error { return k.Add(mustAcquire(t, c, uniqueKey(t), MinRenewInterval), 0) },
+		"negative interval":  func() error { return k.Add(mustAcquire(t, c, uniqueKey(t), time.Second), -time.Millisecond) },
+		"interval above ttl": func() error { return k.Add(mustAcquire(t, c, uniqueKey(t), time.Second), 2*time.Second) },
 	} {
 		if err := add(); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: got %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	if err := k.Add(mustObtain(t, c, uniqueKey(t), time.Minute), time.Nanosecond); err != nil {
+	if err := k.Add(mustAcquire(t, c, uniqueKey(t), time.Minute), time.Nanosecond); err != nil {
 		t.Errorf("a 1ns interval on a 1m lease: %v, want it raised to the floor", err)
 	}
 	if n := k.Len(); n != 1 {
@@ -643,8 +643,8 @@ func TestKeeperDeadConnectionDoesNotHoldOthers(t *testing.T) {
 	}})
 	defer k.Stop()
 
-	long := mustObtain(t, c, uniqueKey(t), 6*time.Second)
-	short := mustObtain(t, c, uniqueKey(t), 2*time.Second)
+	long := mustAcquire(t, c, uniqueKey(t), 6*time.Second)
+	short := mustAcquire(t, c, uniqueKey(t), 2*time.Second)
 	p.Blackhole()
 	if err := k.Add(long, 300*time.Millisecond); err != nil {
 		t.Fatal(err)

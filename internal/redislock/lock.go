@@ -31,7 +31,7 @@ const (
 	stateLost
 )
 
-// Lock is a lock this process obtained. Its methods are safe for concurrent use and safe on a nil
+// Lock is a lock this process acquired. Its methods are safe for concurrent use and safe on a nil
 // *Lock (they return ErrNotHeld).
 type Lock struct {
 	client   *Client
@@ -40,23 +40,23 @@ type Lock struct {
 	token    string
 	metadata string
 	fence    int64
-	// queued: obtained WithQueue on a single deployment, so releasing it hands it to the next waiter.
+	// queued: acquired WithQueue on a single deployment, so releasing it hands it to the next waiter.
 	queued bool
-	// readopted: the Obtain found the lock already held with its token (see Readopted).
+	// readopted: the Acquire found the lock already held with its token (see Readopted).
 	readopted bool
 
 	state atomic.Int32
 
 	mu         sync.Mutex
 	ttl        time.Duration
-	grantedAt  time.Time
+	leaseStart time.Time
 	validUntil time.Time
 }
 
-// ObtainOption configures one Obtain call.
-type ObtainOption func(*obtainOptions)
+// AcquireOption configures one Acquire call.
+type AcquireOption func(*acquireOptions)
 
-type obtainOptions struct {
+type acquireOptions struct {
 	token    string
 	metadata string
 	retry    RetryStrategy
@@ -69,43 +69,43 @@ type obtainOptions struct {
 	attempt string
 }
 
-// WithToken obtains with the given token instead of a random one. Obtaining a lock that is held
+// WithToken acquires with the given token instead of a random one. Acquiring a lock that is held
 // with this very token succeeds and extends it: that is how a restarted process re-adopts the locks
 // it held. The token is the lock's only credential: derive it from a secret, never from public data.
-// It must not contain a NUL byte (Obtain refuses it).
-func WithToken(token string) ObtainOption { return func(o *obtainOptions) { o.token = token } }
+// It must not contain a NUL byte (Acquire refuses it).
+func WithToken(token string) AcquireOption { return func(o *acquireOptions) { o.token = token } }
 
 // WithMetadata stores m beside the lock for the lock's lifetime, for others to read with Inspect
 // (e.g. who holds it). Default: empty.
-func WithMetadata(m string) ObtainOption { return func(o *obtainOptions) { o.metadata = m } }
+func WithMetadata(m string) AcquireOption { return func(o *acquireOptions) { o.metadata = m } }
 
-// WithRetry sets how Obtain retries while the lock is held by someone else. Default: NoRetry.
+// WithRetry sets how Acquire retries while the lock is held by someone else. Default: NoRetry.
 // Retries always end when the context does.
-func WithRetry(s RetryStrategy) ObtainOption { return func(o *obtainOptions) { o.retry = s } }
+func WithRetry(s RetryStrategy) AcquireOption { return func(o *acquireOptions) { o.retry = s } }
 
 // WithQueue makes the caller wait its turn: it joins the lock's queue as member with score, and a
 // free lock goes only to the waiter at the head (lowest score, then lowest member). A waiter that has
 // not asked again within liveness drops out of the queue, so a waiter that vanished cannot block
-// it; call Dequeue when giving up. When not obtained, the error is a *QueuedError with the position.
+// it; call Dequeue when giving up. When not acquired, the error is a *QueuedError with the position.
 //
-// On a single deployment, releasing a lock that was obtained with a queue (and ReleaseToken) hands
+// On a single deployment, releasing a lock that was acquired with a queue (and ReleaseToken) hands
 // it straight to the live waiter at the head, with the token, lease and metadata of that waiter's
 // last attempt, for the waiter's ttl but no longer than what is left of its liveness: the waiter
 // finds it held with its own token at its next attempt (a re-adoption, see Lock.Readopted), which
-// comes at once when the client was built WithReleaseNotifications and Obtain is waiting with
+// comes at once when the client was built WithReleaseNotifications and Acquire is waiting with
 // retries: the release message wakes it up, and the attempt confirms the lock in Redis. Nobody can
 // slip in between holders. Without WithToken, a queued waiter's token is derived from member
-// and a secret of the Client, so the next Obtain of member through the same Client claims what was
+// and a secret of the Client, so the next Acquire of member through the same Client claims what was
 // handed to an earlier one; member therefore names one waiter, not a group.
-func WithQueue(member string, score float64, liveness time.Duration) ObtainOption {
-	return func(o *obtainOptions) { o.queueMember, o.queueScore, o.queueLiveness = member, score, liveness }
+func WithQueue(member string, score float64, liveness time.Duration) AcquireOption {
+	return func(o *acquireOptions) { o.queueMember, o.queueScore, o.queueLiveness = member, score, liveness }
 }
 
-// Obtain takes the lock named key for ttl. It returns ErrNotObtained (possibly joined with the
+// Acquire acquires the lock named key for ttl. It returns ErrNotAcquired (possibly joined with the
 // context's error) when someone else holds the lock, and other errors when Redis could not answer;
 // errors.Is tells them apart. Transport errors are not retried here: a lock that Redis cannot grant
 // now will not become safe by hammering it, and the caller knows better how long to wait.
-func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if err := validateKey(key); err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	if err := validateTTL(ttl); err != nil {
 		return nil, err
 	}
-	o := obtainOptions{retry: NoRetry()}
+	o := acquireOptions{retry: NoRetry()}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -155,12 +155,12 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 		}
 		o.attempt = id
 		start := c.now()
-		l, err := c.attemptObtain(ctx, start, key, k, ttl, &o)
+		l, err := c.attemptAcquire(ctx, start, key, k, ttl, &o)
 		if err == nil {
 			return l, nil
 		}
-		if !errors.Is(err, ErrNotObtained) {
-			return nil, fmt.Errorf("obtain %s: %w", key, err)
+		if !errors.Is(err, ErrNotAcquired) {
+			return nil, fmt.Errorf("acquire %s: %w", key, err)
 		}
 		wait, again := o.retry.Backoff(attempt)
 		if !again {
@@ -182,24 +182,24 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	}
 }
 
-// awaitTurn waits for the next attempt after notObtained: until the backoff timer fires, or a
+// awaitTurn waits for the next attempt after notAcquired: until the backoff timer fires, or a
 // release frees the lock while we are next in line or hands it to our latest attempt. A release
 // message is only a wake-up: anyone who can publish on the channel can send one, so the next attempt
 // asks Redis, which re-adopts a lock handed to us and returns its true fence. It returns an error
 // only when ctx ends. watch is nil when there is no release channel to listen to.
-func (c *Client) awaitTurn(ctx context.Context, notObtained error, timer *time.Timer, watch *releaseWatch, o *obtainOptions) error {
+func (c *Client) awaitTurn(ctx context.Context, notAcquired error, timer *time.Timer, watch *releaseWatch, o *acquireOptions) error {
 	var releases <-chan release
 	if watch != nil {
 		releases = watch.ch
 	}
 	position := 0
-	if qe, ok := errors.AsType[*QueuedError](notObtained); ok {
+	if qe, ok := errors.AsType[*QueuedError](notAcquired); ok {
 		position = qe.Position
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			return errors.Join(notObtained, ctx.Err())
+			return errors.Join(notAcquired, ctx.Err())
 		case <-timer.C:
 			return nil
 		case r := <-releases:
@@ -214,15 +214,15 @@ func (c *Client) awaitTurn(ctx context.Context, notObtained error, timer *time.T
 	}
 }
 
-// attemptObtain makes one acquisition attempt on every node; the lease is counted from start.
-func (c *Client) attemptObtain(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *obtainOptions) (*Lock, error) {
+// attemptAcquire makes one acquisition attempt on every node; the lease is counted from start.
+func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *acquireOptions) (*Lock, error) {
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.queueMember != "" {
-			return c.runAcquire(ctx, n, scriptObtainQueued, k, k.withQueue(),
+			return c.runAcquire(ctx, n, scriptAcquireQueued, k, k.withQueue(),
 				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds())
 		}
-		return c.runAcquire(ctx, n, scriptObtain, k, k.withFence(), o.token, ttlMs, o.metadata, o.attempt)
+		return c.runAcquire(ctx, n, scriptAcquire, k, k.withFence(), o.token, ttlMs, o.metadata, o.attempt)
 	})
 
 	// fresh are the nodes that granted the lock to this attempt, readopted those where it already
@@ -240,7 +240,7 @@ func (c *Client) attemptObtain(ctx context.Context, start time.Time, key string,
 			}
 			continue
 		}
-		g, err := obtainReply(r.val)
+		g, err := acquireReply(r.val)
 		if err != nil {
 			errs = append(errs, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err})
 			continue
@@ -273,7 +273,7 @@ func (c *Client) attemptObtain(ctx context.Context, start time.Time, key string,
 			if o.queueMember != "" {
 				return nil, &QueuedError{Position: max(position, 1), Holder: holder}
 			}
-			return nil, ErrNotObtained
+			return nil, ErrNotAcquired
 		}
 		return nil, c.unavailable(granted+busy, errs)
 	}
@@ -289,11 +289,11 @@ func (c *Client) attemptObtain(ctx context.Context, start time.Time, key string,
 		// The acquisition took longer than the lease (a slow node, a paused process): the lock may
 		// already have expired somewhere, so it cannot be trusted.
 		undo()
-		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotObtained, ttl, c.now().Sub(start))
+		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotAcquired, ttl, c.now().Sub(start))
 	}
 	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence,
 		queued: o.queueMember != "" && c.handsOff(), readopted: isReadoption,
-		ttl: ttl, grantedAt: start, validUntil: validUntil}
+		ttl: ttl, leaseStart: start, validUntil: validUntil}
 	return l, nil
 }
 
@@ -349,7 +349,7 @@ func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script
 		if err != nil {
 			return nil, fmt.Errorf("wait for replicas: %w", err)
 		}
-		g, _ := obtainReply(val)
+		g, _ := acquireReply(val)
 		if !g.ok || acks >= int64(c.waitReplicas) {
 			return val, nil
 		}
@@ -376,7 +376,7 @@ func (c *Client) raiseFence(ctx context.Context, k keys, token string, fence int
 		return nil
 	}
 	if len(t.errs) == 0 {
-		return fmt.Errorf("%w: lost the lock on %d nodes while fencing", ErrNotObtained, t.no)
+		return fmt.Errorf("%w: lost the lock on %d nodes while fencing", ErrNotAcquired, t.no)
 	}
 	return c.unavailable(t.ok, t.errs)
 }
@@ -408,7 +408,7 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// Key returns the lock's name as given to Obtain.
+// Key returns the lock's name as given to Acquire.
 func (l *Lock) Key() string {
 	if l == nil {
 		return ""
@@ -440,7 +440,7 @@ func HolderToken(value string) string {
 	return token
 }
 
-// Readopted reports whether Obtain found the lock already held with this token, instead of
+// Readopted reports whether Acquire found the lock already held with this token, instead of
 // granting it afresh: a restarted holder re-adopting its lock, a retry after an attempt that Redis
 // applied late, or a lock a release handed to this waiter. The fence is then the one handed out
 // when the lock was granted.
@@ -467,7 +467,7 @@ func (l *Lock) Metadata() string {
 	return l.metadata
 }
 
-// LeaseTTL returns the lease length of the last successful obtain or refresh.
+// LeaseTTL returns the lease length of the last successful acquire or renew.
 func (l *Lock) LeaseTTL() time.Duration {
 	if l == nil {
 		return 0
@@ -477,18 +477,18 @@ func (l *Lock) LeaseTTL() time.Duration {
 	return l.ttl
 }
 
-// GrantedAt returns when the last successful obtain or refresh was sent: the lease runs from there.
-func (l *Lock) GrantedAt() time.Time {
+// LeaseStart returns when the last successful acquire or renew was sent: the lease runs from there.
+func (l *Lock) LeaseStart() time.Time {
 	if l == nil {
 		return time.Time{}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.grantedAt
+	return l.leaseStart
 }
 
 // ValidUntil returns the instant until which the holder may rely on the lock: the start of the last
-// successful obtain or refresh plus its lease, minus the drift allowance. Past it, assume the lock
+// successful acquire or renew plus its lease, minus the drift allowance. Past it, assume the lock
 // is gone. The zero time means the lock is not held.
 func (l *Lock) ValidUntil() time.Time {
 	if l == nil || l.state.Load() != stateHeld {
@@ -508,17 +508,17 @@ func (l *Lock) Held() bool {
 	return l.client.now().Before(l.ValidUntil())
 }
 
-// Refresh extends the lease to ttl (0 keeps the current lease length) if the lock is still ours.
+// Renew extends the lease to ttl (0 keeps the current lease length) if the lock is still ours.
 // It returns ErrLockLost when the lock is gone or held by someone else, ErrNotHeld after Release,
 // and other errors when Redis could not answer (the lock may still be ours; retry until ValidUntil).
-func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+func (l *Lock) Renew(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrNotHeld
 	}
 	if ttl == 0 {
 		ttl = l.LeaseTTL()
 	}
-	ttl = ttl.Truncate(time.Millisecond) // what Redis keeps (see Obtain)
+	ttl = ttl.Truncate(time.Millisecond) // what Redis keeps (see Acquire)
 	if err := validateTTL(ttl); err != nil {
 		return err
 	}
@@ -532,17 +532,17 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	start := c.now()
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptRefresh.Run(ctx, n, l.keys.lockMeta(), l.token, ttlMs).Result()
+		return scriptRenew.Run(ctx, n, l.keys.lockMeta(), l.token, ttlMs).Result()
 	})
-	if err := l.settleRefresh(tallyInts(replies), start, c.now(), ttl); err != nil {
-		return fmt.Errorf("refresh %s: %w", l.key, err)
+	if err := l.settleRenew(tallyInts(replies), start, c.now(), ttl); err != nil {
+		return fmt.Errorf("renew %s: %w", l.key, err)
 	}
 	return nil
 }
 
-// settleRefresh turns the nodes' answers to a refresh into the lock's new state and the caller's
-// error. Shared by Refresh and the Keeper, so both judge a renewal the same way.
-func (l *Lock) settleRefresh(t tally, start, now time.Time, ttl time.Duration) error {
+// settleRenew turns the nodes' answers to a renew into the lock's new state and the caller's
+// error. Shared by Renew and the Keeper, so both judge a renewal the same way.
+func (l *Lock) settleRenew(t tally, start, now time.Time, ttl time.Duration) error {
 	c := l.client
 	switch {
 	case t.ok >= c.quorum:
@@ -551,10 +551,10 @@ func (l *Lock) settleRefresh(t tally, start, now time.Time, ttl time.Duration) e
 			// Redis extended the key, but the answer came back after the lease we asked for had run
 			// out (a pause, a very slow network): we cannot know whether someone else held it since.
 			l.markLost()
-			return fmt.Errorf("%w: refresh answered after the lease ran out", ErrLockLost)
+			return fmt.Errorf("%w: renew answered after the lease ran out", ErrLockLost)
 		}
 		l.mu.Lock()
-		l.ttl, l.grantedAt, l.validUntil = ttl, start, validUntil
+		l.ttl, l.leaseStart, l.validUntil = ttl, start, validUntil
 		l.mu.Unlock()
 		return nil
 	case t.no > len(c.nodes)-c.quorum:
@@ -568,7 +568,7 @@ func (l *Lock) settleRefresh(t tally, start, now time.Time, ttl time.Duration) e
 func (l *Lock) markLost() { l.state.CompareAndSwap(stateHeld, stateLost) }
 
 // Release deletes the lock if it is still ours and, with WithReleaseNotifications, tells waiters.
-// A lock obtained WithQueue goes straight to the next waiter in its queue (see WithQueue).
+// A lock acquired WithQueue goes straight to the next waiter in its queue (see WithQueue).
 // It returns ErrNotHeld if the lock had expired or was taken by someone else in the meantime (their
 // lock is left untouched), and other errors when Redis could not answer (call it again).
 func (l *Lock) Release(ctx context.Context) error {
@@ -787,7 +787,7 @@ func randomID(what string, n int) (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// grant is one node's answer to an acquisition attempt (obtain.lua).
+// grant is one node's answer to an acquisition attempt (acquire.lua).
 type grant struct {
 	ok        bool
 	fence     int64
@@ -796,17 +796,17 @@ type grant struct {
 	holder    string // not ok: the holder's metadata
 }
 
-// obtainReply parses obtain.lua's reply: {1, fence, readopted} when obtained, {0, position[, holder]}
+// acquireReply parses acquire.lua's reply: {1, fence, readopted} when acquired, {0, position[, holder]}
 // when not.
-func obtainReply(v any) (grant, error) {
+func acquireReply(v any) (grant, error) {
 	vals, isSlice := v.([]any)
 	if !isSlice || len(vals) < 2 || len(vals) > 3 {
-		return grant{}, fmt.Errorf("unexpected obtain reply %v", v)
+		return grant{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
 	flag, ok1 := vals[0].(int64)
 	n, ok2 := vals[1].(int64)
 	if !ok1 || !ok2 {
-		return grant{}, fmt.Errorf("unexpected obtain reply %v", v)
+		return grant{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
 	if flag == 1 {
 		readopted, _ := vals[len(vals)-1].(int64)
@@ -821,7 +821,7 @@ func obtainReply(v any) (grant, error) {
 
 // Dequeue takes member out of the queue of the lock named key (see WithQueue): member no longer
 // wants the lock. If a release handed member the lock in the meantime, Dequeue gives it back and
-// hands it on, unless member already claimed it with another attempt (as a waiting Obtain does when
+// hands it on, unless member already claimed it with another attempt (as a waiting Acquire does when
 // a release wakes it up); do not Dequeue a member that holds its lock. On a single deployment, a
 // lock that is free (its lease ran out) while others wait is handed to the new head as well.
 // Removing a member that is not queued is not an error.
@@ -848,7 +848,7 @@ func handsOffArg(on bool) string {
 
 // ReleaseToken deletes the lock named key if token holds it: Release for a process that knows its
 // token but has no *Lock, such as an operator that restarted. On a single deployment it hands the
-// lock to the head of its queue, as Release does for a lock obtained WithQueue. It returns
+// lock to the head of its queue, as Release does for a lock acquired WithQueue. It returns
 // ErrNotHeld if token does not hold the lock (nothing is touched).
 func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := validateKey(key); err != nil {

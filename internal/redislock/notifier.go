@@ -32,7 +32,7 @@ func parseRelease(payload string) release {
 	return release{key: key, handedOff: true, member: member, attempt: attempt}
 }
 
-// releaseWatch is one waiting Obtain's interest in the releases of one lock.
+// releaseWatch is one waiting Acquire's interest in the releases of one lock.
 type releaseWatch struct {
 	key, member string
 	ch          chan release
@@ -42,7 +42,7 @@ type releaseWatch struct {
 // waiter at most one retry interval.
 const watchBuffer = 8
 
-// notifier shares one pub/sub subscription among the queued Obtain calls of a Client that are
+// notifier shares one pub/sub subscription among the queued Acquire calls of a Client that are
 // waiting, so a waiter learns within a push that a release handed it the lock, instead of at its
 // next retry. The subscription exists only while someone waits. Pub/sub may drop messages; the
 // waiters' retries remain the safety net, so a lost message costs time, never correctness.

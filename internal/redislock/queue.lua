@@ -1,9 +1,9 @@
--- queue.lua: helpers shared by obtain.lua, release.lua and dequeue.lua when they touch a queue;
+-- queue.lua: helpers shared by acquire.lua, release.lua and dequeue.lua when they touch a queue;
 -- scripts.go puts this file (after clock.lua) in front of them, so all three read and write the
 -- waiter queue the same way. Scripts that never touch a queue run without it: defining these
 -- helpers on every call costs measurable Redis time.
 --
--- Every script that includes this file takes the lock's keys in one order (keys in client.go):
+-- Every script that includes this file acquires the lock's keys in one order (keys in client.go):
 --   KEYS[1] lock      KEYS[2] meta      KEYS[3] fence
 --   KEYS[4] queue     sorted set: waiter -> score; the head is the lowest score, then the lowest name
 --   KEYS[5] waiters   sorted set: waiter -> liveness deadline (ms, server clock); a waiter that stops

@@ -9,15 +9,15 @@ import (
 	. "github.com/lockedjob/lockedjob/internal/redislock"
 )
 
-func obtainQueued(c *Client, key, member string, score float64, liveness time.Duration) (*Lock, error) {
-	return c.Obtain(context.Background(), key, time.Minute, WithQueue(member, score, liveness))
+func acquireQueued(c *Client, key, member string, score float64, liveness time.Duration) (*Lock, error) {
+	return c.Acquire(context.Background(), key, time.Minute, WithQueue(member, score, liveness))
 }
 
 func position(t *testing.T, err error) int {
 	t.Helper()
 	var qe *QueuedError
-	if !errors.As(err, &qe) || !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("got %v, want a QueuedError matching ErrNotObtained", err)
+	if !errors.As(err, &qe) || !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("got %v, want a QueuedError matching ErrNotAcquired", err)
 	}
 	return qe.Position
 }
@@ -27,18 +27,18 @@ func TestQueueServesByScoreThenMember(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
-	holder := mustObtain(t, c, key, time.Minute)
+	holder := mustAcquire(t, c, key, time.Minute)
 
 	// Join in an order that differs from the serving order.
 	for _, w := range []struct {
 		member string
 		score  float64
 	}{{"b", 10}, {"d", 5}, {"c", 5}} {
-		_, err := obtainQueued(c, key, w.member, w.score, time.Minute)
+		_, err := acquireQueued(c, key, w.member, w.score, time.Minute)
 		position(t, err)
 	}
 	for member, want := range map[string]int{"c": 1, "d": 2, "b": 3} {
-		_, err := obtainQueued(c, key, member, map[string]float64{"b": 10, "c": 5, "d": 5}[member], time.Minute)
+		_, err := acquireQueued(c, key, member, map[string]float64{"b": 10, "c": 5, "d": 5}[member], time.Minute)
 		if got := position(t, err); got != want {
 			t.Fatalf("%s at position %d, want %d", member, got, want)
 		}
@@ -47,14 +47,14 @@ func TestQueueServesByScoreThenMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lock is free, but only the head may take it.
-	if _, err := obtainQueued(c, key, "b", 10, time.Minute); position(t, err) != 3 {
+	if _, err := acquireQueued(c, key, "b", 10, time.Minute); position(t, err) != 3 {
 		t.Fatal("b jumped the queue")
 	}
 	for _, m := range []struct {
 		member string
 		score  float64
 	}{{"c", 5}, {"d", 5}, {"b", 10}} {
-		l, err := obtainQueued(c, key, m.member, m.score, time.Minute)
+		l, err := acquireQueued(c, key, m.member, m.score, time.Minute)
 		if err != nil {
 			t.Fatalf("%s at the head: %v", m.member, err)
 		}
@@ -68,18 +68,18 @@ func TestQueueServesByScoreThenMember(t *testing.T) {
 func TestQueueDropsVanishedWaiters(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
-	holder := mustObtain(t, c, key, time.Minute)
-	if _, err := obtainQueued(c, key, "ghost", 0, 100*time.Millisecond); position(t, err) != 1 {
+	holder := mustAcquire(t, c, key, time.Minute)
+	if _, err := acquireQueued(c, key, "ghost", 0, 100*time.Millisecond); position(t, err) != 1 {
 		t.Fatal("ghost should be first")
 	}
-	if _, err := obtainQueued(c, key, "live", 10, time.Minute); position(t, err) != 2 {
+	if _, err := acquireQueued(c, key, "live", 10, time.Minute); position(t, err) != 2 {
 		t.Fatal("live should be second")
 	}
 	if err := holder.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "the ghost to drop out and live to get the lock", func() bool {
-		_, err := obtainQueued(c, key, "live", 10, time.Minute)
+		_, err := acquireQueued(c, key, "live", 10, time.Minute)
 		return err == nil
 	})
 }
@@ -88,9 +88,9 @@ func TestDequeueAndReleaseToken(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
-	holder := mustObtain(t, c, key, time.Minute, WithToken("restart-safe-token"))
-	_, _ = obtainQueued(c, key, "first", 0, time.Minute)
-	_, _ = obtainQueued(c, key, "second", 1, time.Minute)
+	holder := mustAcquire(t, c, key, time.Minute, WithToken("restart-safe-token"))
+	_, _ = acquireQueued(c, key, "first", 0, time.Minute)
+	_, _ = acquireQueued(c, key, "second", 1, time.Minute)
 	if err := c.Dequeue(ctx, key, "first"); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestDequeueAndReleaseToken(t *testing.T) {
 	if err := c.ReleaseToken(ctx, key, holder.Token()); err != nil {
 		t.Fatalf("ReleaseToken: %v", err)
 	}
-	if _, err := obtainQueued(c, key, "second", 1, time.Minute); err != nil {
+	if _, err := acquireQueued(c, key, "second", 1, time.Minute); err != nil {
 		t.Fatalf("second should be at the head after first left: %v", err)
 	}
 }
@@ -109,19 +109,19 @@ func TestDequeueAndReleaseToken(t *testing.T) {
 func TestQueuedErrorNamesTheHolder(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
-	holder := mustObtain(t, c, key, time.Minute, WithMetadata("ns/holder"))
+	holder := mustAcquire(t, c, key, time.Minute, WithMetadata("ns/holder"))
 	var qe *QueuedError
-	if _, err := obtainQueued(c, key, "a", 0, time.Minute); !errors.As(err, &qe) || qe.Holder != "ns/holder" {
+	if _, err := acquireQueued(c, key, "a", 0, time.Minute); !errors.As(err, &qe) || qe.Holder != "ns/holder" {
 		t.Fatalf("got %v, want a QueuedError naming ns/holder", err)
 	}
-	if _, err := obtainQueued(c, key, "b", 1, time.Minute); !errors.As(err, &qe) || qe.Position != 2 {
+	if _, err := acquireQueued(c, key, "b", 1, time.Minute); !errors.As(err, &qe) || qe.Position != 2 {
 		t.Fatalf("got %v, want position 2", err)
 	}
 	if err := holder.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// Free, but "a" is ahead: nobody holds it, so no holder is named.
-	if _, err := obtainQueued(c, key, "b", 1, time.Minute); !errors.As(err, &qe) || qe.Holder != "" || qe.Position != 2 {
+	if _, err := acquireQueued(c, key, "b", 1, time.Minute); !errors.As(err, &qe) || qe.Holder != "" || qe.Position != 2 {
 		t.Fatalf("got %v (holder %q), want position 2 and no holder", err, qe.Holder)
 	}
 }

@@ -63,21 +63,21 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-func mustObtain(t testing.TB, c *Client, key string, ttl time.Duration, opts ...ObtainOption) *Lock {
+func mustAcquire(t testing.TB, c *Client, key string, ttl time.Duration, opts ...AcquireOption) *Lock {
 	t.Helper()
-	l, err := c.Obtain(context.Background(), key, ttl, opts...)
+	l, err := c.Acquire(context.Background(), key, ttl, opts...)
 	if err != nil {
-		t.Fatalf("Obtain(%q): %v", key, err)
+		t.Fatalf("Acquire(%q): %v", key, err)
 	}
 	return l
 }
 
-func TestObtainReleaseCycle(t *testing.T) {
+func TestAcquireReleaseCycle(t *testing.T) {
 	c, _, rc := single(t, WithKeyPrefix("test:"))
 	key := uniqueKey(t)
 	ctx := context.Background()
 
-	l := mustObtain(t, c, key, time.Minute, WithMetadata("holder-a"))
+	l := mustAcquire(t, c, key, time.Minute, WithMetadata("holder-a"))
 	if got, want := l.RedisKey(), "test:{"+key+"}"; got != want {
 		t.Fatalf("RedisKey = %q, want %q", got, want)
 	}
@@ -87,8 +87,8 @@ func TestObtainReleaseCycle(t *testing.T) {
 	if got, err := rc.Get(ctx, l.RedisKey()).Result(); err != nil || HolderToken(got) != l.Token() {
 		t.Fatalf("redis holds %q (%v), want the lock's token", got, err)
 	}
-	if _, err := c.Obtain(ctx, key, time.Minute); !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("second Obtain: got %v, want ErrNotObtained", err)
+	if _, err := c.Acquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("second Acquire: got %v, want ErrNotAcquired", err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -99,7 +99,7 @@ func TestObtainReleaseCycle(t *testing.T) {
 	if err := l.Release(ctx); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("second Release: got %v, want ErrNotHeld", err)
 	}
-	l2 := mustObtain(t, c, key, time.Minute)
+	l2 := mustAcquire(t, c, key, time.Minute)
 	if l2.Fence() <= l.Fence() {
 		t.Fatalf("fence went from %d to %d, want strictly increasing", l.Fence(), l2.Fence())
 	}
@@ -132,7 +132,7 @@ func TestContendedHoldersNeverOverlap(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for r := range rounds {
-				l, err := c.Obtain(ctx, key, 10*time.Second, WithRetry(ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
+				l, err := c.Acquire(ctx, key, 10*time.Second, WithRetry(ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
 				if err != nil {
 					fail("worker %d round %d: %v", w, r, err)
 					return
@@ -163,25 +163,25 @@ func TestContendedHoldersNeverOverlap(t *testing.T) {
 	}
 }
 
-// TestStaleHolderCannotTouchNewLock: after a lease expires and someone else takes the lock, the old
-// holder's Refresh and Release fail and leave the new holder's lock as it was.
+// TestStaleHolderCannotTouchNewLock: after a lease expires and someone else acquires the lock, the old
+// holder's Renew and Release fail and leave the new holder's lock as it was.
 func TestStaleHolderCannotTouchNewLock(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
 
-	stale := mustObtain(t, c, key, 50*time.Millisecond)
+	stale := mustAcquire(t, c, key, 50*time.Millisecond)
 	var fresh *Lock
 	eventually(t, 5*time.Second, "the first lease to expire and the lock to be taken again", func() bool {
-		l, err := c.Obtain(ctx, key, time.Minute, WithMetadata("fresh"))
+		l, err := c.Acquire(ctx, key, time.Minute, WithMetadata("fresh"))
 		fresh = l
 		return err == nil
 	})
 	if fresh.Fence() <= stale.Fence() {
 		t.Fatalf("fence after expiry %d, before %d: want higher", fresh.Fence(), stale.Fence())
 	}
-	if err := stale.Refresh(ctx, time.Minute); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("stale Refresh: got %v, want ErrLockLost", err)
+	if err := stale.Renew(ctx, time.Minute); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("stale Renew: got %v, want ErrLockLost", err)
 	}
 	if stale.Held() {
 		t.Fatal("stale lock still reports Held after ErrLockLost")
@@ -196,8 +196,8 @@ func TestStaleHolderCannotTouchNewLock(t *testing.T) {
 	if !st.Held || st.Metadata != "fresh" || st.TTL < 30*time.Second || st.Fence != fresh.Fence() {
 		t.Fatalf("new holder's lock changed: %+v", st)
 	}
-	if err := fresh.Refresh(ctx, 0); err != nil {
-		t.Fatalf("new holder's Refresh: %v", err)
+	if err := fresh.Renew(ctx, 0); err != nil {
+		t.Fatalf("new holder's Renew: %v", err)
 	}
 }
 
@@ -206,8 +206,8 @@ func TestReadoptionWithSameToken(t *testing.T) {
 	key := uniqueKey(t)
 	ctx := context.Background()
 
-	first := mustObtain(t, c, key, 2*time.Second, WithToken("operator-secret-token"), WithMetadata("a"))
-	again, err := c.Obtain(ctx, key, time.Minute, WithToken("operator-secret-token"), WithMetadata("a"))
+	first := mustAcquire(t, c, key, 2*time.Second, WithToken("operator-secret-token"), WithMetadata("a"))
+	again, err := c.Acquire(ctx, key, time.Minute, WithToken("operator-secret-token"), WithMetadata("a"))
 	if err != nil {
 		t.Fatalf("re-adopting with the held token: %v", err)
 	}
@@ -217,8 +217,8 @@ func TestReadoptionWithSameToken(t *testing.T) {
 	if ttl, err := again.TTL(ctx); err != nil || ttl < 30*time.Second {
 		t.Fatalf("re-adoption did not extend the lease: ttl %v, err %v", ttl, err)
 	}
-	if _, err := c.Obtain(ctx, key, time.Minute, WithToken("someone-else")); !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("other token: got %v, want ErrNotObtained", err)
+	if _, err := c.Acquire(ctx, key, time.Minute, WithToken("someone-else")); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("other token: got %v, want ErrNotAcquired", err)
 	}
 }
 
@@ -231,7 +231,7 @@ func TestInspect(t *testing.T) {
 	if err != nil || st.Held || st.Fence != 0 {
 		t.Fatalf("Inspect of a never-used lock: %+v, %v", st, err)
 	}
-	l := mustObtain(t, c, key, time.Minute, WithMetadata("ns/job-a"))
+	l := mustAcquire(t, c, key, time.Minute, WithMetadata("ns/job-a"))
 	st, err = c.Inspect(ctx, key)
 	if err != nil {
 		t.Fatalf("Inspect: %v", err)
@@ -252,25 +252,25 @@ func TestInspect(t *testing.T) {
 }
 
 // TestRestartWithoutPersistence: a Redis that restarts and loses its data makes the holder's next
-// refresh report ErrLockLost, and the next holder still gets a higher fencing token.
+// renew report ErrLockLost, and the next holder still gets a higher fencing token.
 func TestRestartWithoutPersistence(t *testing.T) {
 	c, srv, _ := single(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
 
-	before := mustObtain(t, c, key, time.Minute)
+	before := mustAcquire(t, c, key, time.Minute)
 	srv.Restart(t)
 
 	var err error
-	eventually(t, 10*time.Second, "a refresh that reaches the restarted server", func() bool {
-		err = before.Refresh(ctx, 0)
+	eventually(t, 10*time.Second, "a renew that reaches the restarted server", func() bool {
+		err = before.Renew(ctx, 0)
 		var ne *NodeError
 		return !errors.As(err, &ne) // transport errors while the client reconnects
 	})
 	if !errors.Is(err, ErrLockLost) {
-		t.Fatalf("refresh after restart: got %v, want ErrLockLost", err)
+		t.Fatalf("renew after restart: got %v, want ErrLockLost", err)
 	}
-	after := mustObtain(t, c, key, time.Minute)
+	after := mustAcquire(t, c, key, time.Minute)
 	if after.Fence() <= before.Fence() {
 		t.Fatalf("fence after data loss %d, before %d: want higher", after.Fence(), before.Fence())
 	}
@@ -279,19 +279,19 @@ func TestRestartWithoutPersistence(t *testing.T) {
 func TestContextCancellationStopsRetries(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
-	mustObtain(t, c, key, time.Minute)
+	mustAcquire(t, c, key, time.Minute)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := c.Obtain(ctx, key, time.Minute, WithRetry(FixedBackoff(10*time.Millisecond)))
-	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v, want ErrNotObtained joined with context.DeadlineExceeded", err)
+	_, err := c.Acquire(ctx, key, time.Minute, WithRetry(FixedBackoff(10*time.Millisecond)))
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want ErrNotAcquired joined with context.DeadlineExceeded", err)
 	}
 
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Obtain(ctx2, key, time.Minute, WithRetry(FixedBackoff(5*time.Millisecond)))
+		_, err := c.Acquire(ctx2, key, time.Minute, WithRetry(FixedBackoff(5*time.Millisecond)))
 		done <- err
 	}()
 	cancel2()
@@ -303,13 +303,13 @@ func TestContextCancellationStopsRetries(t *testing.T) {
 func TestLimitRetryGivesUp(t *testing.T) {
 	c, _, rc := single(t)
 	key := uniqueKey(t)
-	mustObtain(t, c, key, time.Minute)
+	mustAcquire(t, c, key, time.Minute)
 
-	// Count obtain attempts by the number of scripts the server ran.
+	// Count acquire attempts by the number of scripts the server ran.
 	before := evalCalls(t, rc)
-	_, err := c.Obtain(context.Background(), key, time.Minute, WithRetry(LimitRetry(FixedBackoff(time.Millisecond), 3)))
-	if !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("got %v, want ErrNotObtained", err)
+	_, err := c.Acquire(context.Background(), key, time.Minute, WithRetry(LimitRetry(FixedBackoff(time.Millisecond), 3)))
+	if !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("got %v, want ErrNotAcquired", err)
 	}
 	if got := evalCalls(t, rc) - before; got != 4 {
 		t.Fatalf("%d attempts, want 4 (1 + 3 retries)", got)
@@ -339,17 +339,17 @@ func evalCalls(t testing.TB, rc *redis.Client) int64 {
 func TestTransportErrorsAreNotLockOutcomes(t *testing.T) {
 	c, srv, _ := single(t)
 	key := uniqueKey(t)
-	l := mustObtain(t, c, key, time.Minute)
+	l := mustAcquire(t, c, key, time.Minute)
 	srv.Stop(t)
 
 	ctx := context.Background()
 	var ne *NodeError
-	_, err := c.Obtain(ctx, uniqueKey(t), time.Minute)
-	if err == nil || errors.Is(err, ErrNotObtained) || !errors.As(err, &ne) {
-		t.Fatalf("Obtain with Redis down: got %v, want a NodeError that is not ErrNotObtained", err)
+	_, err := c.Acquire(ctx, uniqueKey(t), time.Minute)
+	if err == nil || errors.Is(err, ErrNotAcquired) || !errors.As(err, &ne) {
+		t.Fatalf("Acquire with Redis down: got %v, want a NodeError that is not ErrNotAcquired", err)
 	}
-	if err := l.Refresh(ctx, 0); err == nil || errors.Is(err, ErrLockLost) || !errors.As(err, &ne) {
-		t.Fatalf("Refresh with Redis down: got %v, want a NodeError that is not ErrLockLost", err)
+	if err := l.Renew(ctx, 0); err == nil || errors.Is(err, ErrLockLost) || !errors.As(err, &ne) {
+		t.Fatalf("Renew with Redis down: got %v, want a NodeError that is not ErrLockLost", err)
 	}
 	if err := l.Release(ctx); err == nil || errors.Is(err, ErrNotHeld) {
 		t.Fatalf("Release with Redis down: got %v, want a transport error", err)
@@ -369,7 +369,7 @@ func TestReleaseNotifications(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SubscribeReleases: %v", err)
 	}
-	l := mustObtain(t, c, key, time.Minute)
+	l := mustAcquire(t, c, key, time.Minute)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -396,13 +396,13 @@ func TestReleaseNotificationNamesTheWaiterHandedTo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SubscribeReleases: %v", err)
 	}
-	holder, err := c.Obtain(ctx, key, time.Minute, WithQueue("holder", 1, time.Minute))
+	holder, err := c.Acquire(ctx, key, time.Minute, WithQueue("holder", 1, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"first", "second"} {
-		if _, err := c.Obtain(ctx, key, time.Minute, WithQueue(w, 2, time.Minute)); !errors.Is(err, ErrNotObtained) {
-			t.Fatalf("waiter %s: got %v, want ErrNotObtained", w, err)
+		if _, err := c.Acquire(ctx, key, time.Minute, WithQueue(w, 2, time.Minute)); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("waiter %s: got %v, want ErrNotAcquired", w, err)
 		}
 	}
 	if err := holder.Release(ctx); err != nil {
@@ -439,7 +439,7 @@ func TestReleaseNotificationsTellAMissedGap(t *testing.T) {
 		t.Fatal("a broken subscription was not told")
 	}
 	// And it works again.
-	l := mustObtain(t, c, uniqueKey(t), time.Minute)
+	l := mustAcquire(t, c, uniqueKey(t), time.Minute)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -457,15 +457,15 @@ func TestBadInput(t *testing.T) {
 	c, _, _ := single(t)
 	ctx := context.Background()
 	cases := map[string]func() error{
-		"empty key": func() error { _, err := c.Obtain(ctx, "", time.Second); return err },
-		"zero ttl":  func() error { _, err := c.Obtain(ctx, "k", 0); return err },
+		"empty key": func() error { _, err := c.Acquire(ctx, "", time.Second); return err },
+		"zero ttl":  func() error { _, err := c.Acquire(ctx, "k", 0); return err },
 		"negative ttl": func() error {
-			_, err := c.Obtain(ctx, "k", -time.Second)
+			_, err := c.Acquire(ctx, "k", -time.Second)
 			return err
 		},
-		"ttl under 1ms": func() error { _, err := c.Obtain(ctx, "k", 500*time.Microsecond); return err },
-		"brace in key":  func() error { _, err := c.Obtain(ctx, "a{b}", time.Second); return err },
-		"huge key":      func() error { _, err := c.Obtain(ctx, strings.Repeat("k", 2000), time.Second); return err },
+		"ttl under 1ms": func() error { _, err := c.Acquire(ctx, "k", 500*time.Microsecond); return err },
+		"brace in key":  func() error { _, err := c.Acquire(ctx, "a{b}", time.Second); return err },
+		"huge key":      func() error { _, err := c.Acquire(ctx, strings.Repeat("k", 2000), time.Second); return err },
 		"nil client":    func() error { _, err := New(nil); return err },
 		"redlock zero":  func() error { _, err := NewRedlock(nil); return err },
 		"redlock one": func() error {
@@ -482,19 +482,19 @@ func TestBadInput(t *testing.T) {
 			_, err := NewRedlock([]redis.UniversalClient{cl, nil, cl})
 			return err
 		},
-		"refresh ttl under 1ms": func() error {
-			l := mustObtain(t, c, uniqueKey(t), time.Second)
-			return l.Refresh(ctx, time.Microsecond)
+		"renew ttl under 1ms": func() error {
+			l := mustAcquire(t, c, uniqueKey(t), time.Second)
+			return l.Renew(ctx, time.Microsecond)
 		},
 		"keeper interval not shorter than ttl": func() error {
 			k := c.NewKeeper(KeeperOptions{})
 			defer k.Stop()
-			return k.Add(mustObtain(t, c, uniqueKey(t), time.Second), time.Second)
+			return k.Add(mustAcquire(t, c, uniqueKey(t), time.Second), time.Second)
 		},
 		"inspect empty key": func() error { _, err := c.Inspect(ctx, ""); return err },
 		// A NUL would let a token pass for another token's grant mark (holder.lua).
 		"NUL in token": func() error {
-			_, err := c.Obtain(ctx, uniqueKey(t), time.Second, WithToken("tok\x00mark"))
+			_, err := c.Acquire(ctx, uniqueKey(t), time.Second, WithToken("tok\x00mark"))
 			return err
 		},
 		"NUL in released token": func() error { return c.ReleaseToken(ctx, uniqueKey(t), "tok\x00mark") },
@@ -518,8 +518,8 @@ func TestNilLockIsSafe(t *testing.T) {
 	if err := l.Release(ctx); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("Release: %v", err)
 	}
-	if err := l.Refresh(ctx, time.Second); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("Refresh: %v", err)
+	if err := l.Renew(ctx, time.Second); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Renew: %v", err)
 	}
 	if _, err := l.TTL(ctx); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("TTL: %v", err)
@@ -575,7 +575,7 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := uniqueKey(t)
-	l := mustObtain(t, one, key, time.Minute)
+	l := mustAcquire(t, one, key, time.Minute)
 	if got, err := replica.Client(t).Get(ctx, l.RedisKey()).Result(); err != nil || HolderToken(got) != l.Token() {
 		t.Fatalf("replica holds %q (%v) after WAIT, want the token", got, err)
 	}
@@ -585,9 +585,9 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := uniqueKey(t)
-	_, err = two.Obtain(ctx, other, time.Minute)
+	_, err = two.Acquire(ctx, other, time.Minute)
 	var ne *NodeError
-	if err == nil || errors.Is(err, ErrNotObtained) || !errors.As(err, &ne) || !strings.Contains(err.Error(), "replicas acknowledged") {
+	if err == nil || errors.Is(err, ErrNotAcquired) || !errors.As(err, &ne) || !strings.Contains(err.Error(), "replicas acknowledged") {
 		t.Fatalf("got %v, want a node error about missing replica acknowledgements", err)
 	}
 	if n := rc.Exists(ctx, two.RedisKey(other)).Val(); n != 0 {

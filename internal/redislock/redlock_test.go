@@ -33,22 +33,22 @@ func keysLeft(t *testing.T, c *Client, srvs []*redisserver.Server, key string) i
 func TestRedlock(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
-			t.Run("minority down still acquires, refreshes and releases", func(t *testing.T) {
+			t.Run("minority down still acquires, renews and releases", func(t *testing.T) {
 				c, srvs := redlock(t, n)
 				for _, s := range srvs[:n/2] {
 					s.Kill(t)
 				}
 				ctx := context.Background()
 				key := uniqueKey(t)
-				l := mustObtain(t, c, key, 10*time.Second)
-				if err := l.Refresh(ctx, 0); err != nil {
-					t.Fatalf("Refresh: %v", err)
+				l := mustAcquire(t, c, key, 10*time.Second)
+				if err := l.Renew(ctx, 0); err != nil {
+					t.Fatalf("Renew: %v", err)
 				}
 				if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
 					t.Fatalf("TTL: %v %v", ttl, err)
 				}
-				if _, err := c.Obtain(ctx, key, time.Second); !errors.Is(err, ErrNotObtained) {
-					t.Fatalf("second Obtain: %v, want ErrNotObtained", err)
+				if _, err := c.Acquire(ctx, key, time.Second); !errors.Is(err, ErrNotAcquired) {
+					t.Fatalf("second Acquire: %v, want ErrNotAcquired", err)
 				}
 				if err := l.Release(ctx); err != nil {
 					t.Fatalf("Release: %v", err)
@@ -64,9 +64,9 @@ func TestRedlock(t *testing.T) {
 					s.Kill(t)
 				}
 				key := uniqueKey(t)
-				_, err := c.Obtain(context.Background(), key, 10*time.Second)
+				_, err := c.Acquire(context.Background(), key, 10*time.Second)
 				var ne *NodeError
-				if err == nil || errors.Is(err, ErrNotObtained) || !errors.As(err, &ne) {
+				if err == nil || errors.Is(err, ErrNotAcquired) || !errors.As(err, &ne) {
 					t.Fatalf("got %v, want an unavailability error with node errors", err)
 				}
 				if left := keysLeft(t, c, srvs, key); left != 0 {
@@ -81,14 +81,14 @@ func TestRedlock(t *testing.T) {
 				defer srvs[0].Resume(t)
 				ctx := context.Background()
 				start := time.Now()
-				l, err := c.Obtain(ctx, uniqueKey(t), 10*time.Second)
+				l, err := c.Acquire(ctx, uniqueKey(t), 10*time.Second)
 				took := time.Since(start)
 				if err != nil {
-					t.Fatalf("Obtain with one paused node: %v", err)
+					t.Fatalf("Acquire with one paused node: %v", err)
 				}
-				// Obtain makes two fan-outs (acquire, fence); each waits at most 1.5 node timeouts.
+				// Acquire makes two fan-outs (acquire, fence); each waits at most 1.5 node timeouts.
 				if limit := 3*nodeTimeout + 200*time.Millisecond; took > limit {
-					t.Fatalf("Obtain took %v with a paused node, want under %v", took, limit)
+					t.Fatalf("Acquire took %v with a paused node, want under %v", took, limit)
 				}
 				if err := l.Release(ctx); err != nil {
 					t.Fatalf("Release: %v", err)
@@ -108,7 +108,7 @@ func TestRedlock(t *testing.T) {
 				for range 16 {
 					wg.Go(func() {
 						for range 3 {
-							l, err := c.Obtain(ctx, key, 10*time.Second, WithRetry(ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
+							l, err := c.Acquire(ctx, key, 10*time.Second, WithRetry(ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
 							if err != nil {
 								mu.Lock()
 								problems = append(problems, err.Error())
@@ -156,7 +156,7 @@ func TestRedlockFenceSurvivesDivergentCounters(t *testing.T) {
 	// Holder 1 gets a quorum including the node that is ahead; holder 2's quorum excludes it.
 	for round, down := range []int{0, 2, 1, 2} {
 		srvs[down].Pause(t)
-		l := mustObtain(t, c, key, 5*time.Second)
+		l := mustAcquire(t, c, key, 5*time.Second)
 		srvs[down].Resume(t)
 		if l.Fence() <= last {
 			t.Fatalf("round %d (node %d paused): fence %d after %d", round, down, l.Fence(), last)
@@ -173,7 +173,7 @@ func TestRedlockFenceSurvivesDivergentCounters(t *testing.T) {
 
 func TestRedlockKeeper(t *testing.T) {
 	c, srvs := redlock(t, 3)
-	l := mustObtain(t, c, uniqueKey(t), time.Second)
+	l := mustAcquire(t, c, uniqueKey(t), time.Second)
 	rec := newLostRecorder()
 	var killed atomic.Bool
 	var renewedAfterKill atomic.Int64
@@ -207,23 +207,23 @@ func TestRedlockFailedAttemptLeavesNoLateKeys(t *testing.T) {
 	key := uniqueKey(t)
 	// Warm up connections and the script cache: otherwise the acquisition would wait behind the
 	// handshake, or meet NOSCRIPT, and nothing would apply late.
-	if err := mustObtain(t, c, uniqueKey(t), time.Minute).Release(context.Background()); err != nil {
+	if err := mustAcquire(t, c, uniqueKey(t), time.Minute).Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	srvs[0].Pause(t)
 	srvs[1].Pause(t)
-	_, err := c.Obtain(context.Background(), key, time.Minute)
+	_, err := c.Acquire(context.Background(), key, time.Minute)
 	var ne *NodeError
-	if err == nil || errors.Is(err, ErrNotObtained) || !errors.As(err, &ne) {
+	if err == nil || errors.Is(err, ErrNotAcquired) || !errors.As(err, &ne) {
 		t.Fatalf("got %v, want an unavailability error", err)
 	}
 	srvs[0].Resume(t)
 	srvs[1].Resume(t)
 	// The paused nodes now run the queued acquisition, then the release queued behind it.
 	eventually(t, 5*time.Second, "no lock keys left on any node", func() bool { return keysLeft(t, c, srvs, key) == 0 })
-	l, err := c.Obtain(context.Background(), key, time.Minute)
+	l, err := c.Acquire(context.Background(), key, time.Minute)
 	if err != nil {
-		t.Fatalf("Obtain after the failed attempt: %v", err)
+		t.Fatalf("Acquire after the failed attempt: %v", err)
 	}
 	_ = l.Release(context.Background())
 }

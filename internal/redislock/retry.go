@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// RetryStrategy decides how long Obtain waits before its next attempt on a busy lock.
+// RetryStrategy decides how long Acquire waits before its next attempt on a busy lock.
 // Backoff gets the number of attempts made so far (1 after the first) and returns the wait and
 // whether to try again at all. Strategies hold no state, so one value is safe for any number of
-// concurrent Obtain calls; the attempt count lives in the call.
+// concurrent Acquire calls; the attempt count lives in the call.
 type RetryStrategy interface {
 	Backoff(attempt int) (wait time.Duration, retry bool)
 }
@@ -22,14 +22,14 @@ func NoRetry() RetryStrategy {
 	return retryFunc(func(int) (time.Duration, bool) { return 0, false })
 }
 
-// FixedBackoff retries every d until the context passed to Obtain ends.
+// FixedBackoff retries every d until the context passed to Acquire ends.
 func FixedBackoff(d time.Duration) RetryStrategy {
 	return retryFunc(func(int) (time.Duration, bool) { return d, true })
 }
 
 // ExponentialBackoff retries with "full jitter": attempt n waits a uniformly random time in
 // [min, min(max, min*2^(n-1))]. Jitter spreads waiters that failed together, so they do not
-// hammer Redis in lockstep. It retries until the context passed to Obtain ends.
+// hammer Redis in lockstep. It retries until the context passed to Acquire ends.
 func ExponentialBackoff(minWait, maxWait time.Duration) RetryStrategy {
 	if minWait <= 0 {
 		minWait = time.Millisecond

@@ -21,7 +21,7 @@ import (
 // the server applies when it wakes up.
 func warmUp(t *testing.T, c *Client) {
 	t.Helper()
-	if err := mustObtain(t, c, uniqueKey(t), time.Minute).Release(context.Background()); err != nil {
+	if err := mustAcquire(t, c, uniqueKey(t), time.Minute).Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -37,7 +37,7 @@ func lockHolder(t *testing.T, rc *redis.Client, redisKey string) string {
 }
 
 // TestLateReleaseKeepsARetrysLock (issue 9 item 1): Redis stalls past the caller's deadline during
-// an Obtain with a derived token, wakes up and applies it; the caller's retry finds the lock held
+// an Acquire with a derived token, wakes up and applies it; the caller's retry finds the lock held
 // with its token and succeeds. The failed attempt's late release must not delete that lock.
 func TestLateReleaseKeepsARetrysLock(t *testing.T) {
 	c, srv, rc := single(t)
@@ -49,10 +49,10 @@ func TestLateReleaseKeepsARetrysLock(t *testing.T) {
 
 	srv.Pause(t)
 	actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err := c.Obtain(actx, key, time.Minute, WithToken(token))
+	_, err := c.Acquire(actx, key, time.Minute, WithToken(token))
 	cancel()
-	if err == nil || errors.Is(err, ErrNotObtained) {
-		t.Fatalf("stalled Obtain: %v, want a transport error", err)
+	if err == nil || errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("stalled Acquire: %v, want a transport error", err)
 	}
 	if n := LateReleasesStarted(c); n != 1 {
 		t.Fatalf("%d late releases started, want 1", n)
@@ -62,7 +62,7 @@ func TestLateReleaseKeepsARetrysLock(t *testing.T) {
 		return lockHolder(t, rc, c.RedisKey(key)) == token
 	})
 
-	l, err := c.Obtain(ctx, key, time.Minute, WithToken(token))
+	l, err := c.Acquire(ctx, key, time.Minute, WithToken(token))
 	if err != nil {
 		t.Fatalf("retry: %v", err)
 	}
@@ -71,13 +71,13 @@ func TestLateReleaseKeepsARetrysLock(t *testing.T) {
 	if v := lockHolder(t, rc, c.RedisKey(key)); v != token {
 		t.Fatalf("after the late release the lock holds %q, want the retry's token: the retry lost its lock", v)
 	}
-	if err := l.Refresh(ctx, 0); err != nil {
-		t.Fatalf("refresh of the retry's lock: %v", err)
+	if err := l.Renew(ctx, 0); err != nil {
+		t.Fatalf("renew of the retry's lock: %v", err)
 	}
 	if !l.Readopted() {
 		t.Fatal("the retry found the lock held with its token: want Readopted")
 	}
-	if other := mustObtain(t, c, uniqueKey(t), time.Minute, WithToken(token)); other.Readopted() {
+	if other := mustAcquire(t, c, uniqueKey(t), time.Minute, WithToken(token)); other.Readopted() {
 		t.Fatal("a free lock granted afresh reports Readopted")
 	}
 }
@@ -90,10 +90,10 @@ func TestFreshGrantIsUndoneLate(t *testing.T) {
 	warmUp(t, c)
 	srv.Pause(t)
 	actx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	_, err := c.Obtain(actx, key, time.Minute, WithToken("tok"))
+	_, err := c.Acquire(actx, key, time.Minute, WithToken("tok"))
 	cancel()
 	if err == nil {
-		t.Fatal("stalled Obtain succeeded")
+		t.Fatal("stalled Acquire succeeded")
 	}
 	srv.Resume(t)
 	eventually(t, 10*time.Second, "the late release to finish", func() bool { return LateReleasesRunning(c) == 0 })
@@ -112,10 +112,10 @@ func TestLateReleasesAreDeduplicated(t *testing.T) {
 	srv.Pause(t)
 	for range 10 {
 		actx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		_, err := c.Obtain(actx, key, 10*time.Second, WithToken("tok"))
+		_, err := c.Acquire(actx, key, 10*time.Second, WithToken("tok"))
 		cancel()
 		if err == nil {
-			t.Fatal("Obtain on a paused node succeeded")
+			t.Fatal("Acquire on a paused node succeeded")
 		}
 	}
 	n := LateReleasesStarted(c)
@@ -137,10 +137,10 @@ func TestLateReleasesAreCapped(t *testing.T) {
 	srv.Pause(t)
 	for range 5 {
 		actx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		_, err := c.Obtain(actx, uniqueKey(t), 10*time.Second)
+		_, err := c.Acquire(actx, uniqueKey(t), 10*time.Second)
 		cancel()
 		if err == nil {
-			t.Fatal("Obtain on a paused node succeeded")
+			t.Fatal("Acquire on a paused node succeeded")
 		}
 	}
 	started, running := LateReleasesStarted(c), LateReleasesRunning(c)
@@ -163,21 +163,21 @@ func TestWaitShortfallKeepsAReadoptedLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := uniqueKey(t)
-	l := mustObtain(t, plain, key, time.Minute, WithToken("tok"))
+	l := mustAcquire(t, plain, key, time.Minute, WithToken("tok"))
 
 	waiting, err := New(rc, WithWaitReplicas(1, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = waiting.Obtain(ctx, key, time.Minute, WithToken("tok"))
+	_, err = waiting.Acquire(ctx, key, time.Minute, WithToken("tok"))
 	if err == nil || !strings.Contains(err.Error(), "replicas acknowledged") {
 		t.Fatalf("re-adoption without replicas: %v, want an error about replica acknowledgements", err)
 	}
 	if v := lockHolder(t, rc, l.RedisKey()); v != "tok" {
 		t.Fatalf("after the WAIT shortfall the lock holds %q, want it kept", v)
 	}
-	if err := l.Refresh(ctx, 0); err != nil {
-		t.Fatalf("refresh after the shortfall: %v", err)
+	if err := l.Renew(ctx, 0); err != nil {
+		t.Fatalf("renew after the shortfall: %v", err)
 	}
 }
 
@@ -196,13 +196,13 @@ func TestRedlockReadoptionKeepsTheFence(t *testing.T) {
 	}
 	ctx := context.Background()
 	key := uniqueKey(t)
-	l := mustObtain(t, c, key, time.Minute, WithToken("tok"))
+	l := mustAcquire(t, c, key, time.Minute, WithToken("tok"))
 
 	srvs[0].Restart(t)
 	// Drop the connection that died with the old process, so node 0 answers the re-adoption.
 	eventually(t, 5*time.Second, "node 0 to answer", func() bool { return clients[0].Ping(ctx).Err() == nil })
 
-	again, err := c.Obtain(ctx, key, time.Minute, WithToken("tok"))
+	again, err := c.Acquire(ctx, key, time.Minute, WithToken("tok"))
 	if err != nil {
 		t.Fatalf("re-adoption: %v", err)
 	}
@@ -221,9 +221,9 @@ func TestRedlockReadoptionKeepsTheFence(t *testing.T) {
 	for i := range 2 {
 		eventually(t, 5*time.Second, "the restarted node to answer", func() bool { return clients[i].Ping(ctx).Err() == nil })
 	}
-	fresh, err := c.Obtain(ctx, key, time.Minute, WithToken("tok"))
+	fresh, err := c.Acquire(ctx, key, time.Minute, WithToken("tok"))
 	if err != nil {
-		t.Fatalf("obtain after a majority lost its data: %v", err)
+		t.Fatalf("acquire after a majority lost its data: %v", err)
 	}
 	if fresh.Readopted() || fresh.Fence() <= l.Fence() {
 		t.Fatalf("fence %d (re-adopted %v), want a fresh grant above %d", fresh.Fence(), fresh.Readopted(), l.Fence())
@@ -238,7 +238,7 @@ func TestFenceRisesAfterTheCounterWentBack(t *testing.T) {
 	key := uniqueKey(t)
 	var fences []int64
 	for range 2 {
-		l := mustObtain(t, c, key, time.Minute)
+		l := mustAcquire(t, c, key, time.Minute)
 		fences = append(fences, l.Fence())
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -248,7 +248,7 @@ func TestFenceRisesAfterTheCounterWentBack(t *testing.T) {
 	if err := rc.Set(ctx, c.RedisKey(key)+":fence", strconv.FormatInt(fences[0], 10), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	l := mustObtain(t, c, key, time.Minute)
+	l := mustAcquire(t, c, key, time.Minute)
 	for _, f := range fences {
 		if l.Fence() <= f {
 			t.Fatalf("fence %d after the counter went back, want above every earlier one %v", l.Fence(), fences)
@@ -268,12 +268,12 @@ func readAttempt(t *testing.T, rc *redis.Client, ticketsKey, member string) stri
 }
 
 // TestForgedHandoffIsOnlyAWakeUp (issue 9 item 6): a release message naming a waiting member and
-// its latest attempt, published while someone else holds the lock, must not make Obtain return.
+// its latest attempt, published while someone else holds the lock, must not make Acquire return.
 func TestForgedHandoffIsOnlyAWakeUp(t *testing.T) {
 	c, _, rc := single(t, WithReleaseNotifications(releaseChannel))
 	key := uniqueKey(t)
 	ctx := context.Background()
-	holder := mustObtain(t, c, key, time.Minute)
+	holder := mustAcquire(t, c, key, time.Minute)
 
 	got, cancel := startListeningWaiter(t, c, rc, key)
 	defer cancel()
@@ -295,7 +295,7 @@ func TestForgedHandoffIsOnlyAWakeUp(t *testing.T) {
 		}
 	})
 	if returned {
-		t.Fatalf("Obtain returned (err %v) on a forged handoff while another holder has the lock", err)
+		t.Fatalf("Acquire returned (err %v) on a forged handoff while another holder has the lock", err)
 	}
 	expectCancelledWait(t, cancel, got)
 	if len(attempt) < 16 {
@@ -309,8 +309,8 @@ func TestHandoffLeaseIsBoundedByRemainingLiveness(t *testing.T) {
 	c, _, rc := single(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
-	holder := mustObtain(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
-	if _, err := c.Obtain(ctx, key, time.Minute, WithQueue("ghost", 1, 2*time.Second)); position(t, err) != 1 {
+	holder := mustAcquire(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("ghost", 1, 2*time.Second)); position(t, err) != 1 {
 		t.Fatal("ghost should be first")
 	}
 	deadline, err := rc.ZScore(ctx, holder.RedisKey()+":waiters", "ghost").Result()
@@ -343,18 +343,18 @@ func TestHandoffLeaseIsBoundedByRemainingLiveness(t *testing.T) {
 // the client must count the same lease, never a longer one.
 func TestTTLIsTruncatedToMilliseconds(t *testing.T) {
 	c, _, _ := single(t)
-	l := mustObtain(t, c, uniqueKey(t), 10*time.Second+900*time.Microsecond)
+	l := mustAcquire(t, c, uniqueKey(t), 10*time.Second+900*time.Microsecond)
 	if got := l.LeaseTTL(); got != 10*time.Second {
-		t.Fatalf("lease %v after Obtain, want 10s", got)
+		t.Fatalf("lease %v after Acquire, want 10s", got)
 	}
-	if got := l.ValidUntil().Sub(l.GrantedAt()); got > 10*time.Second {
+	if got := l.ValidUntil().Sub(l.LeaseStart()); got > 10*time.Second {
 		t.Fatalf("validity %v, longer than the 10s Redis keeps", got)
 	}
-	if err := l.Refresh(context.Background(), 5*time.Second+999*time.Microsecond); err != nil {
+	if err := l.Renew(context.Background(), 5*time.Second+999*time.Microsecond); err != nil {
 		t.Fatal(err)
 	}
 	if got := l.LeaseTTL(); got != 5*time.Second {
-		t.Fatalf("lease %v after Refresh, want 5s", got)
+		t.Fatalf("lease %v after Renew, want 5s", got)
 	}
 }
 
@@ -382,15 +382,15 @@ func TestGrantMarkIsNoCredential(t *testing.T) {
 	c, _, rc := single(t)
 	ctx := context.Background()
 	key := uniqueKey(t)
-	l := mustObtain(t, c, key, time.Minute, WithToken("tok-long"))
+	l := mustAcquire(t, c, key, time.Minute, WithToken("tok-long"))
 	raw, err := rc.Get(ctx, l.RedisKey()).Result()
 	if err != nil || raw == "tok-long" || HolderToken(raw) != "tok-long" {
 		t.Fatalf("a fresh grant stored %q (%v), want the token with a grant mark", raw, err)
 	}
 
 	for _, other := range []string{"tok", "tok-lon", "tok-long-"} {
-		if _, err := c.Obtain(ctx, key, time.Minute, WithToken(other)); !errors.Is(err, ErrNotObtained) {
-			t.Fatalf("Obtain with %q: %v, want ErrNotObtained", other, err)
+		if _, err := c.Acquire(ctx, key, time.Minute, WithToken(other)); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("Acquire with %q: %v, want ErrNotAcquired", other, err)
 		}
 		if err := c.ReleaseToken(ctx, key, other); !errors.Is(err, ErrNotHeld) {
 			t.Fatalf("ReleaseToken with %q: %v, want ErrNotHeld", other, err)
@@ -403,8 +403,8 @@ func TestGrantMarkIsNoCredential(t *testing.T) {
 		t.Fatalf("the lock holds %q after the others tried, want it kept", v)
 	}
 
-	if err := l.Refresh(ctx, 0); err != nil {
-		t.Fatalf("holder's Refresh: %v", err)
+	if err := l.Renew(ctx, 0); err != nil {
+		t.Fatalf("holder's Renew: %v", err)
 	}
 	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
 		t.Fatalf("holder's TTL: %v, %v", ttl, err)
@@ -430,7 +430,7 @@ func TestFenceCounterAheadOfTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	for want := far + 1; want <= far+2; want++ {
-		l := mustObtain(t, c, key, time.Minute)
+		l := mustAcquire(t, c, key, time.Minute)
 		if l.Fence() != want {
 			t.Fatalf("fence %d, want %d (the counter plus one)", l.Fence(), want)
 		}

@@ -9,10 +9,10 @@ import (
 // The scripts run through EVALSHA and fall back to EVAL when a server (e.g. one that restarted)
 // does not know them yet; see redis.Script.Run.
 var (
-	//go:embed obtain.lua
-	obtainSrc string
-	//go:embed refresh.lua
-	refreshSrc string
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed renew.lua
+	renewSrc string
 	//go:embed release.lua
 	releaseSrc string
 	//go:embed inspect.lua
@@ -40,10 +40,10 @@ var (
 	//go:embed queue.lua
 	queueSrc string
 
-	scriptObtain         = redis.NewScript(holderSrc + clockSrc + obtainSrc)
-	scriptObtainQueued   = redis.NewScript(holderSrc + clockSrc + queueSrc + obtainSrc)
-	refreshFullSrc       = holderSrc + refreshSrc // the keeper loads it itself (refreshPipeline)
-	scriptRefresh        = redis.NewScript(refreshFullSrc)
+	scriptAcquire        = redis.NewScript(holderSrc + clockSrc + acquireSrc)
+	scriptAcquireQueued  = redis.NewScript(holderSrc + clockSrc + queueSrc + acquireSrc)
+	renewFullSrc         = holderSrc + renewSrc // the keeper loads it itself (renewPipeline)
+	scriptRenew          = redis.NewScript(renewFullSrc)
 	scriptRelease        = redis.NewScript(holderSrc + releaseSrc)
 	scriptReleaseHandoff = redis.NewScript(holderSrc + clockSrc + queueSrc + releaseSrc)
 	scriptInspect        = redis.NewScript(inspectSrc)

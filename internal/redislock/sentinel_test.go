@@ -16,7 +16,7 @@ import (
 // TestSentinelFailoverKeepsAReplicatedLock runs the library through Redis Sentinel (a master, a
 // replica and a sentinel, all real processes) and kills the master. A lock taken with
 // WithWaitReplicas(1) was acknowledged by the replica, so after the sentinel promotes it the holder
-// still holds the lock: its refresh succeeds and never reports ErrLockLost.
+// still holds the lock: its renew succeeds and never reports ErrLockLost.
 func TestSentinelFailoverKeepsAReplicatedLock(t *testing.T) {
 	master := redisserver.Start(t)
 	host, port, _ := strings.Cut(master.Addr(), ":")
@@ -47,15 +47,15 @@ func TestSentinelFailoverKeepsAReplicatedLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := uniqueKey(t)
-	l := mustObtain(t, c, key, time.Minute, WithMetadata("survivor"))
+	l := mustAcquire(t, c, key, time.Minute, WithMetadata("survivor"))
 
 	master.Kill(t)
 	eventually(t, 30*time.Second, "the sentinel to promote the replica", func() bool {
 		addr, err := sc.GetMasterAddrByName(ctx, "lockmaster").Result()
 		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == replica.Addr()
 	})
-	eventually(t, 30*time.Second, "a refresh on the new master", func() bool {
-		err := l.Refresh(ctx, 0)
+	eventually(t, 30*time.Second, "a renew on the new master", func() bool {
+		err := l.Renew(ctx, 0)
 		if errors.Is(err, ErrLockLost) {
 			t.Fatalf("the replicated lock was lost in the failover: %v", err)
 		}

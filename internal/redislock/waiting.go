@@ -10,12 +10,12 @@ import (
 
 // The verbs of a waiter that does not ask for the lock again while it waits: its process keeps it
 // queued (KeepQueued) and learns its place from whoever watches the releases (Lineup). Asking again
-// (Obtain WithQueue) costs a script per waiter; these cost one call per lock, however long the queue.
+// (Acquire WithQueue) costs a script per waiter; these cost one call per lock, however long the queue.
 
 // KeepQueued pushes back, to liveness from now, the deadline of each member that still stands in
 // the queue of the lock named key (see WithQueue), as if each had asked again, and returns the
 // members that do not stand in it: they left, were handed the lock, or dropped out because nobody
-// kept them in time. Only Obtain puts a member back. On Redlock a member counts as gone when any
+// kept them in time. Only Acquire puts a member back. On Redlock a member counts as gone when any
 // node lost it, since a node without it would hand its majority vote to someone behind.
 func (c *Client) KeepQueued(ctx context.Context, key string, liveness time.Duration, members ...string) (gone []string, err error) {
 	if err := validateKey(key); err != nil {
@@ -61,7 +61,7 @@ func (c *Client) KeepQueued(ctx context.Context, key string, liveness time.Durat
 // Lineup returns the members standing at the given positions of the queue of the lock named key
 // (1 is the head; ascending), in one call: after a handoff, the waiters whose place changed learn it
 // without asking Redis each. The answer stops before the first position past the end of the queue.
-// Positions count as Obtain's QueuedError does. Only a single deployment keeps one queue (see
+// Positions count as Acquire's QueuedError does. Only a single deployment keeps one queue (see
 // HandsOff); on Redlock, Lineup is refused.
 func (c *Client) Lineup(ctx context.Context, key string, positions ...int) ([]string, error) {
 	if err := validateKey(key); err != nil {

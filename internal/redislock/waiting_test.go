@@ -28,13 +28,13 @@ func TestKeepQueuedOutlivesTheWaitersOwnLiveness(t *testing.T) {
 	c, _, rc := single(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
-	holder := mustObtain(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	holder := mustAcquire(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
 	const short = 300 * time.Millisecond
 	// "dropped" stands ahead of "kept", so only its dropping out lets "kept" be handed the lock.
-	if _, err := obtainQueued(c, key, "dropped", 1, short); position(t, err) != 1 {
+	if _, err := acquireQueued(c, key, "dropped", 1, short); position(t, err) != 1 {
 		t.Fatal("dropped should be first in line")
 	}
-	if _, err := obtainQueued(c, key, "kept", 2, short); position(t, err) != 2 {
+	if _, err := acquireQueued(c, key, "kept", 2, short); position(t, err) != 2 {
 		t.Fatal("kept should be second in line")
 	}
 	joined := serverNowMs(t, rc)
@@ -59,7 +59,7 @@ func TestKeepQueuedOutlivesTheWaitersOwnLiveness(t *testing.T) {
 	if !st.Held {
 		t.Fatal("the release handed the lock to nobody")
 	}
-	l, err := obtainQueued(c, key, "kept", 2, short)
+	l, err := acquireQueued(c, key, "kept", 2, short)
 	if err != nil || !l.Readopted() {
 		t.Fatalf("kept claims the handed lock: %v", err)
 	}
@@ -70,16 +70,16 @@ func TestKeepQueuedOutlivesTheWaitersOwnLiveness(t *testing.T) {
 }
 
 // TestLineupNamesThePlacesAsked: one call tells who stands at each asked place, up to the queue's
-// end, in the order Obtain reports positions.
+// end, in the order Acquire reports positions.
 func TestLineupNamesThePlacesAsked(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
-	mustObtain(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	mustAcquire(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
 	var want []string
 	for i := range 25 {
 		m := fmt.Sprintf("w%02d", i)
-		if _, err := obtainQueued(c, key, m, float64(100-i), time.Minute); position(t, err) < 1 {
+		if _, err := acquireQueued(c, key, m, float64(100-i), time.Minute); position(t, err) < 1 {
 			t.Fatal("not queued")
 		}
 		want = append([]string{m}, want...) // a lower score stands ahead
@@ -91,9 +91,9 @@ func TestLineupNamesThePlacesAsked(t *testing.T) {
 	if exp := []string{want[0], want[1], want[9], want[19]}; !slices.Equal(got, exp) {
 		t.Fatalf("Lineup = %v, want %v", got, exp)
 	}
-	_, err = obtainQueued(c, key, want[9], float64(100-15), time.Minute)
+	_, err = acquireQueued(c, key, want[9], float64(100-15), time.Minute)
 	if position(t, err) != 10 {
-		t.Fatalf("Obtain and Lineup disagree on position 10")
+		t.Fatalf("Acquire and Lineup disagree on position 10")
 	}
 	if _, err := c.Lineup(ctx, key, 2, 1); err == nil {
 		t.Fatal("positions out of order were accepted")
@@ -116,8 +116,8 @@ func TestLineupRefusedOnRedlock(t *testing.T) {
 func TestKeepQueuedOnRedlock(t *testing.T) {
 	c, _ := redlock(t, 3)
 	key := uniqueKey(t)
-	mustObtain(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
-	if _, err := obtainQueued(c, key, "a", 1, time.Minute); position(t, err) != 1 {
+	mustAcquire(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute))
+	if _, err := acquireQueued(c, key, "a", 1, time.Minute); position(t, err) != 1 {
 		t.Fatal("a should be first in line")
 	}
 	gone, err := c.KeepQueued(context.Background(), key, time.Minute, "a", "b")

@@ -48,7 +48,7 @@ var errRawBusy = errors.New("raw: lock is held")
 // gave up waiting for it), as opposed to a failure that should stop a benchmark.
 func isBusy(err error) bool {
 	var taken *redsync.ErrTaken
-	return errors.Is(err, redislock.ErrNotObtained) ||
+	return errors.Is(err, redislock.ErrNotAcquired) ||
 		errors.Is(err, bsm.ErrNotObtained) ||
 		errors.Is(err, redsync.ErrFailed) ||
 		errors.As(err, &taken) ||
@@ -129,7 +129,7 @@ func newClient(tb testing.TB, addr string) (*redis.Client, *rttCounter) {
 type lockedjobWorker struct {
 	c    *redislock.Client
 	key  string
-	opts []redislock.ObtainOption
+	opts []redislock.AcquireOption
 	l    *redislock.Lock
 }
 
@@ -137,14 +137,14 @@ func lockedjobFactory(c *redislock.Client) factory {
 	return func(key string, retry time.Duration) worker {
 		w := &lockedjobWorker{c: c, key: key}
 		if retry > 0 {
-			w.opts = []redislock.ObtainOption{redislock.WithRetry(redislock.FixedBackoff(retry))}
+			w.opts = []redislock.AcquireOption{redislock.WithRetry(redislock.FixedBackoff(retry))}
 		}
 		return w
 	}
 }
 
 func (w *lockedjobWorker) Acquire(ctx context.Context) error {
-	l, err := w.c.Obtain(ctx, w.key, lockTTL, w.opts...)
+	l, err := w.c.Acquire(ctx, w.key, lockTTL, w.opts...)
 	if err != nil {
 		return err
 	}
@@ -166,7 +166,7 @@ type lockedjobQueueWorker struct {
 }
 
 // queueLiveness is how long a queued waiter that stops asking keeps its place. Waiters here ask
-// every 10ms and never vanish; a release hands the lock over for min(ttl, liveness), so a liveness
+// every 10ms and never vanish; a release hands the lock off for min(ttl, liveness), so a liveness
 // of a whole lease lets the waiter use the handoff as it arrives instead of claiming it first.
 const queueLiveness = lockTTL
 
@@ -175,7 +175,7 @@ func lockedjobQueueFactory(c *redislock.Client) factory {
 	return func(key string, retry time.Duration) worker {
 		w := &lockedjobQueueWorker{lockedjobWorker: lockedjobWorker{c: c, key: key}, member: fmt.Sprintf("w-%d", n.Add(1))}
 		if retry > 0 {
-			w.opts = []redislock.ObtainOption{redislock.WithRetry(redislock.FixedBackoff(retry))}
+			w.opts = []redislock.AcquireOption{redislock.WithRetry(redislock.FixedBackoff(retry))}
 		}
 		return w
 	}
@@ -184,7 +184,7 @@ func lockedjobQueueFactory(c *redislock.Client) factory {
 func (w *lockedjobQueueWorker) Acquire(ctx context.Context) error {
 	score := float64(time.Now().UnixMicro())
 	opts := append(slices.Clip(w.opts), redislock.WithQueue(w.member, score, queueLiveness))
-	l, err := w.c.Obtain(ctx, w.key, lockTTL, opts...)
+	l, err := w.c.Acquire(ctx, w.key, lockTTL, opts...)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Giving up: leave the queue so the next run does not wait for a ghost.
@@ -269,8 +269,8 @@ func redsyncFor(clients ...*redis.Client) *redsync.Redsync {
 // rawRelease is a compare-and-delete: the least any safe lock must do on release.
 const rawRelease = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) else return 0 end`
 
-// rawRefresh is a compare-and-PEXPIRE, for the renewal baseline.
-const rawRefresh = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) else return 0 end`
+// rawRenew is a compare-and-PEXPIRE, for the renewal baseline.
+const rawRenew = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) else return 0 end`
 
 // loadScript loads src into every node once and returns its SHA, so the raw baseline can call
 // EVALSHA directly: exactly one round trip, no NOSCRIPT fallback.

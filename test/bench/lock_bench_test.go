@@ -112,7 +112,7 @@ func redlockImpls(tb testing.TB, servers []*redisserver.Server) []impl {
 	return out
 }
 
-// cycle is one Obtain+Release on w.
+// cycle is one Acquire+Release on w.
 func cycle(ctx context.Context, w worker) error {
 	if err := w.Acquire(ctx); err != nil {
 		return fmt.Errorf("acquire: %w", err)
@@ -123,7 +123,7 @@ func cycle(ctx context.Context, w worker) error {
 	return nil
 }
 
-// benchCycle times Obtain+Release on one key from one goroutine, for each implementation.
+// benchCycle times Acquire+Release on one key from one goroutine, for each implementation.
 func benchCycle(b *testing.B, impls []impl) {
 	for _, im := range impls {
 		b.Run("impl="+im.name, func(b *testing.B) {
@@ -145,7 +145,7 @@ func benchCycle(b *testing.B, impls []impl) {
 	}
 }
 
-// BenchmarkUncontended: one goroutine, one key, Obtain then Release, one Redis.
+// BenchmarkUncontended: one goroutine, one key, Acquire then Release, one Redis.
 func BenchmarkUncontended(b *testing.B) {
 	s := redisserver.Start(b)
 	benchCycle(b, singleNodeImpls(b, s.Addr()))
@@ -158,7 +158,7 @@ func BenchmarkRedlock3(b *testing.B) {
 	benchCycle(b, redlockImpls(b, servers))
 }
 
-// BenchmarkParallelDistinctKeys: 64 goroutines, each with its own key, each op one Obtain+Release.
+// BenchmarkParallelDistinctKeys: 64 goroutines, each with its own key, each op one Acquire+Release.
 func BenchmarkParallelDistinctKeys(b *testing.B) {
 	s := redisserver.Start(b)
 	procs := runtime.GOMAXPROCS(0)
@@ -186,8 +186,8 @@ func BenchmarkParallelDistinctKeys(b *testing.B) {
 	}
 }
 
-// BenchmarkContendedOneKey: 32 goroutines compete for one key. Each loops: Obtain with a fixed 10ms
-// retry, Release at once (hold time zero, the same for all), Obtain again. One op is one successful
+// BenchmarkContendedOneKey: 32 goroutines compete for one key. Each loops: Acquire with a fixed 10ms
+// retry, Release at once (hold time zero, the same for all), Acquire again. One op is one successful
 // acquisition by any goroutine: b.N acquisitions in total, so ns/op is the inverse of throughput.
 // acq/s is that throughput; cv is the coefficient of variation (stddev/mean) of the acquisitions
 // per goroutine, 0 for perfectly fair; rtt/op counts every round trip, failed attempts included.
@@ -266,7 +266,7 @@ func runContended(b *testing.B, workers []worker, im impl) (wins []int64, elapse
 				if ticket >= 0 {
 					wins[i]++
 				}
-				// Released with a context of its own: a lock taken as the run ends must not be left behind.
+				// Released with a context of its own: a lock acquired as the run ends must not be left behind.
 				if err := w.Release(context.Background()); err != nil {
 					fail(fmt.Errorf("worker %d: release: %w", i, err))
 					return

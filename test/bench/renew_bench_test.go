@@ -15,7 +15,7 @@ import (
 
 const (
 	// renewTTL is long so that no lock expires between sub-benchmarks on a loaded machine; the
-	// keeper and Refresh both keep this lease length.
+	// keeper and Renew both keep this lease length.
 	renewTTL = 30 * time.Second
 	// keeperInterval is how often the keeper renews each lock. It only spaces the rounds out: the
 	// keeper's cost is measured as its busy time, see renewStats.
@@ -32,7 +32,7 @@ const (
 //     batch, from the instant the keeper sent it (recovered from Lock.ValidUntil, since the client
 //     runs with zero drift allowance) to the OnRenew callback of the batch's last lock. The idle time
 //     between rounds, which only the interval decides, is left out.
-//   - impl=refresh-each: (*Lock).Refresh called 10,000 times in sequence, one round trip each.
+//   - impl=renew-each: (*Lock).Renew called 10,000 times in sequence, one round trip each.
 //   - impl=raw-pipeline: one go-redis pipeline of 10,000 EVALSHA compare-and-PEXPIRE scripts.
 //
 // cpu-ns/renewal is this process's user+system CPU (getrusage) per renewal; redis-server is another
@@ -46,18 +46,18 @@ func BenchmarkRenew10k(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	locks := obtainMany(b, lc, renewLocks)
+	locks := acquireMany(b, lc, renewLocks)
 
 	b.Run("impl=keeper", func(b *testing.B) { benchKeeper(b, lc, locks, counters{ctr}, stats) })
 
-	b.Run("impl=refresh-each", func(b *testing.B) {
+	b.Run("impl=renew-each", func(b *testing.B) {
 		b.ReportAllocs()
 		ctx := context.Background()
 		counters{ctr}.reset()
 		cpu0, srv0 := cpuTime(b), serverCPU(b, stats)
 		for b.Loop() {
 			for _, l := range locks {
-				if err := l.Refresh(ctx, 0); err != nil {
+				if err := l.Renew(ctx, 0); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -68,7 +68,7 @@ func BenchmarkRenew10k(b *testing.B) {
 
 	rc, rctr := newClient(b, s.Addr())
 	keys, tokens := rawLocks(b, rc, renewLocks)
-	sha := loadScript(b, rawRefresh, rc)
+	sha := loadScript(b, rawRenew, rc)
 	ttlMs := renewTTL.Milliseconds()
 	b.Run("impl=raw-pipeline", func(b *testing.B) {
 		b.ReportAllocs()
@@ -87,7 +87,7 @@ func BenchmarkRenew10k(b *testing.B) {
 			}
 			for _, cmd := range cmds {
 				if v, err := cmd.(*redis.Cmd).Int64(); err != nil || v != 1 {
-					b.Fatalf("raw refresh: %v %v", v, err)
+					b.Fatalf("raw renew: %v %v", v, err)
 				}
 			}
 		}
@@ -109,7 +109,7 @@ func benchKeeper(b *testing.B, lc *redislock.Client, locks []*redislock.Lock, rt
 	defer k.Stop()
 
 	// Add every lock only once all of them are due, so the first round is one continuous sweep
-	// rather than many small batches spread over the time it took to obtain them.
+	// rather than many small batches spread over the time it took to acquire them.
 	var lastGrant time.Time
 	for _, l := range locks {
 		if g := l.ValidUntil().Add(-renewTTL); g.After(lastGrant) {
@@ -245,8 +245,8 @@ func (s *renewStats) waitFor(n int64) error {
 	}
 }
 
-// obtainMany takes n locks with the lockedjob client, 32 goroutines at a time.
-func obtainMany(tb testing.TB, lc *redislock.Client, n int) []*redislock.Lock {
+// acquireMany takes n locks with the lockedjob client, 32 goroutines at a time.
+func acquireMany(tb testing.TB, lc *redislock.Client, n int) []*redislock.Lock {
 	tb.Helper()
 	locks := make([]*redislock.Lock, n)
 	errs := make([]error, n)
@@ -255,7 +255,7 @@ func obtainMany(tb testing.TB, lc *redislock.Client, n int) []*redislock.Lock {
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
-				locks[i], errs[i] = lc.Obtain(context.Background(), fmt.Sprintf("renew-%d", i), renewTTL)
+				locks[i], errs[i] = lc.Acquire(context.Background(), fmt.Sprintf("renew-%d", i), renewTTL)
 			}
 		})
 	}
@@ -289,7 +289,7 @@ func rawLocks(tb testing.TB, c *redis.Client, n int) (keys, tokens []string) {
 	}
 	for _, cmd := range cmds {
 		if !cmd.(*redis.BoolCmd).Val() {
-			tb.Fatalf("raw lock %v not obtained", cmd.Args())
+			tb.Fatalf("raw lock %v not acquired", cmd.Args())
 		}
 	}
 	return keys, tokens

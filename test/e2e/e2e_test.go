@@ -287,9 +287,9 @@ var _ = Describe("Operator paused for longer than the TTL", Ordered, func() {
 		// The test is the other holder.
 		locks, err := redislock.New(rdb, redislock.WithKeyPrefix(s.prefix))
 		Expect(err).NotTo(HaveOccurred())
-		other, err := locks.Obtain(ctx, s.libKey(lock), 30*time.Second, redislock.WithMetadata("e2e-test"))
+		other, err := locks.Acquire(ctx, s.libKey(lock), 30*time.Second, redislock.WithMetadata("e2e-test"))
 		Expect(err).NotTo(HaveOccurred())
-		acquired := other.GrantedAt()
+		acquired := other.LeaseStart()
 		DeferCleanup(func(ctx SpecContext) { _ = other.Release(ctx) })
 		Expect(other.Fence()).To(BeNumerically(">", fence), "the new holder's fencing token outranks the paused one")
 		// Both "hold" the lock now: the paused operator's Job still runs.

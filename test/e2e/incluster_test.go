@@ -170,8 +170,8 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		Eventually(func() (int64, error) { return rdb.Exists(ctx, lj.Status.LockKey).Result() }).
 			WithTimeout(15*time.Second).Should(BeZero(), "lock key did not expire")
 
-		// The test is the next holder: it takes the lock and writes under its newer token.
-		other := obtainAs(ctx, rdb, d.prefix, lj.Status.LockKey)
+		// The test is the next holder: it acquires the lock and writes under its newer token.
+		other := acquireAs(ctx, rdb, d.prefix, lj.Status.LockKey)
 		DeferCleanup(func(ctx SpecContext) { _ = other.Release(ctx) })
 		Expect(other.Fence()).To(BeNumerically(">", staleFence))
 		Expect(store.Write(ctx, other.Fence(), "next-holder", "the newer holder's data")).To(Succeed())
@@ -516,13 +516,13 @@ func kubectlBin() string {
 	return "kubectl"
 }
 
-// obtainAs takes the lock stored under redisKey in the lock library, as another holder would.
-func obtainAs(ctx context.Context, rdb *redis.Client, prefix, redisKey string) *redislock.Lock {
+// acquireAs acquires the lock stored under redisKey in the lock library, as another holder would.
+func acquireAs(ctx context.Context, rdb *redis.Client, prefix, redisKey string) *redislock.Lock {
 	GinkgoHelper()
 	name := strings.TrimSuffix(strings.TrimPrefix(redisKey, prefix+"{"), "}")
 	locks, err := redislock.New(rdb, redislock.WithKeyPrefix(prefix))
 	Expect(err).NotTo(HaveOccurred())
-	l, err := locks.Obtain(ctx, name, 30*time.Second, redislock.WithMetadata("e2e-test"))
+	l, err := locks.Acquire(ctx, name, 30*time.Second, redislock.WithMetadata("e2e-test"))
 	Expect(err).NotTo(HaveOccurred())
 	return l
 }

@@ -158,7 +158,7 @@ func check(name string, h history, overlapAllowed bool) verdict {
 		fail("operator crash: %s", strings.Join(v.Crashes, "; "))
 	}
 	if len(v.SucceededTaken) > 0 {
-		fail("Succeeded although the lock was taken during the run: %s", strings.Join(v.SucceededTaken, ", "))
+		fail("Succeeded although the lock was acquired during the run: %s", strings.Join(v.SucceededTaken, ", "))
 	}
 	if v.Overlaps > 0 && !overlapAllowed {
 		fail("%d overlap(s) of different holders (longest %s) although the operator stayed alive and Redis kept its data",

@@ -91,7 +91,7 @@ func latency(r *run) (time.Time, error) {
 }
 
 // redisPause SIGSTOPs redis-server past the ttl while a1 holds: on SIGCONT
-// the lease has ended and b1 may obtain at once, so operator a must have
+// the lease has ended and b1 may acquire at once, so operator a must have
 // stopped a1's pod before the lease ended.
 func redisPause(r *run) (time.Time, error) {
 	if err := r.holderAndWaiter(8*time.Second, ljOpts{}); err != nil {
@@ -104,7 +104,7 @@ func redisPause(r *run) (time.Time, error) {
 }
 
 // redisRestart restarts redis-server without persistence while a1 holds: the
-// lock and the fence counter are gone, b1 obtains at once. Overlap is allowed
+// lock and the fence counter are gone, b1 acquires at once. Overlap is allowed
 // (Redis lost data); fences must still rise.
 func redisRestart(r *run) (time.Time, error) {
 	if err := r.holderAndWaiter(6*time.Second, ljOpts{}); err != nil {

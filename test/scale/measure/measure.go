@@ -20,7 +20,7 @@ type RequestKey struct {
 	Resource    string
 	Subresource string
 	// DryRun marks requests with ?dryRun: validated and admitted, never stored. The operator
-	// dry-runs every Job before it takes the lock for it.
+	// dry-runs every Job before it acquires the lock for it.
 	DryRun bool
 }
 
@@ -241,7 +241,7 @@ func (c CommandStats) Scripts() int64 {
 	return sum
 }
 
-// Renewals counts the keeper's renewals: refresh.lua is the only script that runs PEXPIRE, twice
+// Renewals counts the keeper's renewals: renew.lua is the only script that runs PEXPIRE, twice
 // (the lock and its metadata).
 func (c CommandStats) Renewals() int64 { return c["pexpire"] / 2 }
 

@@ -1,4 +1,4 @@
--- refresh.lua: extend the lock only if we still hold it (compare-and-PEXPIRE). holder.lua comes
+-- renew.lua: extend the lock only if we still hold it (compare-and-PEXPIRE). holder.lua comes
 -- first.
 -- KEYS[1] lock key   KEYS[2] meta key
 -- ARGV[1] token      ARGV[2] ttl in ms

@@ -1,4 +1,4 @@
--- obtain.lua: take the lock if it is free (or already ours) and hand out a fencing token; with a
+-- acquire.lua: acquire the lock if it is free (or already ours) and hand out a fencing token; with a
 -- queue, only the waiter at the head of the queue may take a free lock. holder.lua and clock.lua
 -- come first, and queue.lua too when queued.
 -- KEYS[1] lock key     (string: the holder's token, marked by the attempt on a fresh grant (see
@@ -10,7 +10,7 @@
 -- ARGV[5] waiter  ARGV[6] score       ARGV[7] waiter liveness in ms (with a queue)
 -- Returns {1, fence, 0} for a fresh grant, {1, fence, 1} for a re-adoption (the lock already held
 -- our token: a restarted holder, an earlier attempt applied late, or a handoff), and
--- {0, position, holder} when not obtained: position is 0 without a queue; holder is the holder's
+-- {0, position, holder} when not acquired: position is 0 without a queue; holder is the holder's
 -- metadata, or false when the holder stored none or the lock is free but another waiter is ahead.
 -- Waiters learn who blocks them without a second call.
 local queued = #KEYS == 6
