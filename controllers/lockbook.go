@@ -238,7 +238,7 @@ func (b *LockBook) entryFor(lj *batchv1alpha1.LockedJob) *bookEntry {
 	return e
 }
 
-// detach acquires the lock out of an entry and returns it (nil if none); b.mu is held. The caller
+// detach removes the lock from an entry and returns it (nil if none); b.mu is held. The caller
 // stops renewing it after unlocking, since the keeper may be calling back into the book.
 func (b *LockBook) detach(e *bookEntry) *redislock.Lock {
 	l := e.lock

@@ -3,7 +3,7 @@
 -- waiter queue the same way. Scripts that never touch a queue run without it: defining these
 -- helpers on every call costs measurable Redis time.
 --
--- Every script that includes this file acquires the lock's keys in one order (keys in client.go):
+-- Every script that includes this file receives the lock's keys in one order (keys in client.go):
 --   KEYS[1] lock      KEYS[2] meta      KEYS[3] fence
 --   KEYS[4] queue     sorted set: waiter -> score; the head is the lowest score, then the lowest name
 --   KEYS[5] waiters   sorted set: waiter -> liveness deadline (ms, server clock); a waiter that stops
