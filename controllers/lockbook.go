@@ -2,13 +2,10 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -16,10 +13,6 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
-
-// maxConcurrentStops bounds the Job stops that run outside the reconcile queue at once, so a Redis
-// outage that loses every lock does not start thousands of API calls in one burst.
-const maxConcurrentStops = 16
 
 // LockBook is the operator's record of the locks it holds and of the outcomes it has not yet seen
 // written to status. It owns the Keeper that renews the locks, so renewal runs on its own schedule,
@@ -97,9 +90,6 @@ func NewLockBook(c *redislock.Client) *LockBook {
 	b.keeper = c.NewKeeper(redislock.KeeperOptions{OnLost: b.onLost, OnAtRisk: b.onAtRisk, OnRenew: b.onRenew})
 	return b
 }
-
-// Redis returns the lock client.
-func (b *LockBook) Redis() *redislock.Client { return b.redis }
 
 // Events delivers a generic event for every LockedJob whose lock was lost.
 func (b *LockBook) Events() <-chan event.GenericEvent { return b.events }
@@ -284,175 +274,4 @@ func (b *LockBook) setGauge() { locksHeld.Set(float64(len(b.byLk))) }
 // Stop stops renewing. Locks stay in Redis until they expire, so a successor can re-adopt them.
 func (b *LockBook) Stop() { b.keeper.Stop() }
 
-// SetHandlers replaces OnRenewFailed and StopWorkload while the keeper may be calling back: each
-// manager a process builds after losing its leadership brings a reconciler of its own, and the
-// book must stop Jobs through that one's clients, not through a stopped manager's cache.
-func (b *LockBook) SetHandlers(onRenewFailed func(*batchv1alpha1.LockedJob, error), stop func(context.Context, Workload, error)) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.OnRenewFailed, b.StopWorkload = onRenewFailed, stop
-}
-
-// Leading reports whether the book acts on losses (stops Jobs, emits, wakes the reconciler) or
-// only renews.
-func (b *LockBook) Leading() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.term != 0
-}
-
-// Leadership returns a runnable for a manager with leader election: the book leads from the
-// moment the manager is elected (the runnable starts) until the manager stops (its context ends),
-// and renews only before and after. From this call on the book no longer leads until then.
-func (b *LockBook) Leadership() manager.Runnable {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.terms++
-	b.term = 0
-	return &leadership{book: b, term: b.terms}
-}
-
-// leadership is the runnable of one manager's term; it needs the leader election.
-type leadership struct {
-	book *LockBook
-	term int64
-}
-
 var _ manager.LeaderElectionRunnable = (*leadership)(nil)
-
-func (l *leadership) NeedLeaderElection() bool { return true }
-
-func (l *leadership) Start(ctx context.Context) error {
-	log := ctrl.Log.WithName("lockbook")
-	l.book.mu.Lock()
-	l.book.term = l.term
-	held := len(l.book.byLk)
-	l.book.mu.Unlock()
-	log.Info("Leading: acting on lock losses again", "locksHeld", held)
-	<-ctx.Done()
-	l.book.mu.Lock()
-	if l.book.term == l.term {
-		l.book.term = 0
-	}
-	held = len(l.book.byLk)
-	l.book.mu.Unlock()
-	log.Info("Not leading: renewing held locks only", "locksHeld", held)
-	return nil
-}
-
-// dropQuietly removes a lock the book no longer leads for: no Event, no Job stop, no reconcile,
-// since a process that does not lead must not write to the API server. The leader (this process
-// again, or another) re-observes the LockedJob on its start: it re-adopts the lock or finds it lost.
-// b.mu is held; the caller stops renewing the returned lock after unlocking.
-func (b *LockBook) dropQuietly(e *bookEntry, why string, cause error) *redislock.Lock {
-	l := b.detach(e)
-	if b.entries[e.UID] == e {
-		delete(b.entries, e.UID)
-	}
-	ctrl.Log.WithName("lockbook").Info("Dropped a lock while not leading; the leader re-observes its LockedJob",
-		"LockedJob", klog.KRef(e.LockedJob.Namespace, e.LockedJob.Name), "why", why, "cause", cause.Error())
-	return l
-}
-
-// onRenew runs on the keeper's goroutine: count, and report the start of a run of failures.
-func (b *LockBook) onRenew(l *redislock.Lock, err error) {
-	onRenewMetric(l, err)
-	b.mu.Lock()
-	e, ok := b.byLk[l]
-	first := ok && err != nil && !e.failing
-	if ok {
-		e.failing = err != nil
-	}
-	var obj *batchv1alpha1.LockedJob
-	if first {
-		obj = e.object()
-	}
-	// The keeper retries a failed renewal; only the leader tells the user (an Event is a write).
-	onRenewFailed := b.OnRenewFailed
-	leading := b.term != 0
-	b.mu.Unlock()
-	if first && leading && onRenewFailed != nil {
-		onRenewFailed(obj, err)
-	}
-}
-
-// object is a reference to the entry's LockedJob, enough for events and enqueueing.
-func (e *bookEntry) object() *batchv1alpha1.LockedJob {
-	obj := &batchv1alpha1.LockedJob{}
-	obj.Namespace, obj.Name, obj.UID = e.LockedJob.Namespace, e.LockedJob.Name, e.UID
-	return obj
-}
-
-// onLost runs on the keeper's goroutine when a lock is gone (or could not be renewed before its
-// validity ended): record it, stop the Job, and wake the reconciler, without blocking the renewal of
-// the other locks.
-//
-// While the book does not lead, the loss is dropped quietly instead: most often the new leader
-// released a lock whose Job ended, and this process's compare-and-expire found another value.
-func (b *LockBook) onLost(l *redislock.Lock, err error) {
-	b.mu.Lock()
-	e, ok := b.byLk[l]
-	leading := b.term != 0
-	switch {
-	case ok && !leading:
-		b.dropQuietly(e, "lost", err) // the keeper has dropped it already
-	case ok:
-		b.detach(e) // the keeper has dropped it already
-	}
-	b.mu.Unlock()
-	if ok && leading {
-		b.reportLoss(e, err)
-	}
-}
-
-// onAtRisk runs on the keeper's goroutine when renewals keep failing and the lease will end soon:
-// the Job is stopped now, while the lock is still ours, so its pods are gone before anyone else can
-// acquire the lock. The keeper goes on renewing: if Redis comes back, the lock covers the pods until
-// they are gone and the reconciler releases it.
-//
-// While the book does not lead it cannot stop the Job: it drops the lock quietly, and the leader
-// finds it lost (or re-adopts it, if Redis came back in time) when it re-observes the LockedJob.
-func (b *LockBook) onAtRisk(l *redislock.Lock, err error) {
-	b.mu.Lock()
-	e, ok := b.byLk[l]
-	leading := b.term != 0
-	var dropped *redislock.Lock
-	if ok && !leading {
-		dropped = b.dropQuietly(e, "lease at risk", err)
-	}
-	b.mu.Unlock()
-	b.stopRenewing(dropped)
-	if ok && leading {
-		b.reportLoss(e, fmt.Errorf("renewals failing and the lease ends in less than its at-risk margin, so the Job is stopped while the lock still covers it: %w", err))
-	}
-}
-
-// reportLoss records the first loss of an entry, stops its Job and wakes the reconciler.
-func (b *LockBook) reportLoss(e *bookEntry, cause error) {
-	b.mu.Lock()
-	first := e.lost == nil
-	if first {
-		e.lost = cause
-	}
-	w := e.Workload
-	obj := e.object()
-	stopWorkload := b.StopWorkload
-	b.mu.Unlock()
-	if !first {
-		return
-	}
-	lockLostTotal.Inc()
-	go func() {
-		if stopWorkload != nil && w.Job != "" && w.Policy != batchv1alpha1.LockLostIgnore {
-			b.stops <- struct{}{}
-			ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-			stopWorkload(ctx, w, cause)
-			cancel()
-			<-b.stops
-		}
-		b.events <- event.GenericEvent{Object: obj}
-	}()
-}
-
-// stopTimeout bounds one out-of-queue Job stop; the reconciler retries what it did not finish.
-const stopTimeout = 10 * time.Second

@@ -24,24 +24,18 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -195,201 +189,6 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	return res, err
 }
 
-// act carries out one step. next reports that the step changed what the pass observed and the
-// state machine should decide again in the same pass.
-func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ctrl.Result, next bool, err error) {
-	switch st {
-	case stepIdle:
-		return ctrl.Result{}, false, nil
-	case stepAddFinalizer:
-		if err := r.addFinalizer(ctx, p); err != nil {
-			return ctrl.Result{}, false, err
-		}
-		// Go on in this pass: waiting for the finalizer's own update event put every LockedJob of a
-		// burst behind the finalizers of all the others before its first Job.
-		p.before, p.obs.hasFinalizer = p.lj.DeepCopy(), true
-		return ctrl.Result{}, true, nil
-	case stepForget:
-		r.Locks.Forget(p.lj.UID)
-		r.waiting.done(r.Config.Identity.Holder(p.lj))
-		return ctrl.Result{}, false, r.letGo(ctx, p)
-	case stepReleaseAfterEnd:
-		res, err = r.releaseAfterEnd(ctx, p)
-		return res, false, err
-	case stepLoseLock:
-		return ctrl.Result{}, false, r.loseLock(ctx, p, p.obs.lost)
-	case stepFinish:
-		return ctrl.Result{}, false, r.finish(ctx, p)
-	case stepReadopt:
-		return r.readopt(ctx, p)
-	case stepJobGone:
-		res, err = r.jobGone(ctx, p)
-		return res, false, err
-	case stepScopeNotAllowed:
-		r.markScopeNotAllowed(p)
-		return ctrl.Result{}, false, nil // the user must act; retrying changes nothing
-	case stepAcquire:
-		return r.acquire(ctx, p)
-	case stepCreateJob:
-		return r.createJob(ctx, p)
-	case stepRunning:
-		r.recordRunning(p)
-		// A pod's waiting reason changes without the Job changing: look again soon while no pod is
-		// ready, so a missing image shows in status within seconds. Otherwise a running Job needs no
-		// pass until something changes: the Job (watched), or the lock (the keeper reports a loss).
-		if mayBeStuck(p.obs.job) {
-			// At the usual priority, not the urgent one of the handoff that started this Job.
-			return ctrl.Result{RequeueAfter: stuckRecheck, Priority: ptr.To(0)}, false, nil
-		}
-		return ctrl.Result{}, false, nil
-	case stepDeleteReadopt:
-		return r.deleteReadopt(ctx, p)
-	case stepDeleteJob:
-		return r.deleteJob(ctx, p)
-	case stepDeleteRelease:
-		res, err = r.deleteRelease(ctx, p)
-		return res, false, err
-	}
-	return ctrl.Result{}, false, fmt.Errorf("unknown step %d", st)
-}
-
-// observe fills p.obs: the object's own record, the lock book, and the Job. A Job that the cache
-// does not have is looked up on the API server before anything is decided, so a Job that was just
-// created (or is about to be stopped) is never taken for a missing one.
-func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
-	lj := p.lj
-	book := r.Locks.recordOf(lj.UID)
-	p.obs = observation{
-		deleting:     !lj.DeletionTimestamp.IsZero(),
-		hasFinalizer: controllerutil.ContainsFinalizer(lj, finalizer),
-		terminal:     isTerminal(lj.Status.Phase),
-		lockRecorded: conditionTrue(lj, batchv1alpha1.ConditionLockAcquired),
-		scopeAllowed: lj.Spec.Lock.Scope != batchv1alpha1.LockScopeCluster || r.clusterScopeAllowed(lj.Namespace),
-		holding:      book.lock,
-		lost:         book.lost,
-		released:     book.released,
-		jobCreated:   lj.Status.JobUID != "",
-	}
-	name := lj.Status.JobName
-	if name == "" {
-		name = book.job // a stale object may lack what an earlier pass recorded
-	}
-	if name == "" {
-		return nil
-	}
-	job, err := r.findJob(ctx, lj, name)
-	if err != nil {
-		return err
-	}
-	p.obs.job = job
-	if job != nil && lj.Status.JobUID == "" {
-		lj.Status.JobName, lj.Status.JobUID = job.Name, job.UID
-		p.obs.jobCreated = true
-	}
-	// Pods are listed only once the Job has had stuckRecheck to start them: a pod that starts in
-	// seconds, as nearly all do, costs no LIST (which the API server answers by scanning the pods
-	// of the namespace, thousands of them under a burst).
-	if job != nil && mayBeStuck(job) && r.Clock.Since(job.CreationTimestamp.Time) >= stuckRecheck {
-		p.obs.stuck = r.stuckPod(ctx, job)
-	}
-	return nil
-}
-
-// findJob reads the named Job of this LockedJob from the cache, else from the API server. It
-// returns nil when neither has it; a Job of that name that this LockedJob does not control is an
-// error, never adopted.
-func (r *LockedJobReconciler) findJob(ctx context.Context, lj *batchv1alpha1.LockedJob, name string) (*batchv1.Job, error) {
-	key := client.ObjectKey{Namespace: lj.Namespace, Name: name}
-	job := &batchv1.Job{}
-	err := r.Get(ctx, key, job)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, job)
-	}
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get job %s: %w", name, err)
-	}
-	if !metav1.IsControlledBy(job, lj) {
-		return nil, fmt.Errorf("job %s exists and does not belong to this LockedJob", name)
-	}
-	return job, nil
-}
-
-// record is the one status write at the end of a pass, with optimistic locking: a pass that read a
-// stale LockedJob must not overwrite what a later pass recorded. observedGeneration moves only when
-// the pass succeeded; nothing is written when nothing changed.
-// raced reports a write that lost to a newer version of the object.
-func (r *LockedJobReconciler) record(ctx context.Context, p *pass, reterr error) (raced bool, err error) {
-	if !p.obs.hasFinalizer && !p.obs.deleting {
-		return false, nil // the finalizer pass writes metadata only
-	}
-	if p.obs.deleting && !controllerutil.ContainsFinalizer(p.lj, finalizer) {
-		return false, nil // this pass let the object go: there is nobody left to read its status
-	}
-	if reterr == nil {
-		p.lj.Status.ObservedGeneration = p.lj.Generation
-	}
-	setReady(p.lj)
-	if equality.Semantic.DeepEqual(p.before.Status, p.lj.Status) {
-		return false, nil
-	}
-	err = r.Status().Patch(ctx, p.lj, client.MergeFromWithOptions(p.before, client.MergeFromWithOptimisticLock{}))
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case apierrors.IsConflict(err):
-		return true, nil
-	}
-	return false, err
-}
-
-// recordNow writes status at once (before the Job is created) with optimistic locking and moves the
-// patch base, so the final write carries only what changes after it. A conflict means another pass
-// or writer got there first: the Job is not created on a stale view.
-func (r *LockedJobReconciler) recordNow(ctx context.Context, p *pass) error {
-	p.lj.Status.ObservedGeneration = p.lj.Generation
-	setReady(p.lj)
-	if err := r.Status().Patch(ctx, p.lj, client.MergeFromWithOptions(p.before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("record lock in status: %w", err)
-	}
-	p.before = p.lj.DeepCopy()
-	return nil
-}
-
-// addFinalizer stores the finalizer before anything is acquired, with optimistic locking so a
-// stale pass cannot drop another controller's finalizer.
-func (r *LockedJobReconciler) addFinalizer(ctx context.Context, p *pass) error {
-	base := p.lj.DeepCopy()
-	controllerutil.AddFinalizer(p.lj, finalizer)
-	if err := r.Patch(ctx, p.lj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("add finalizer: %w", err)
-	}
-	return nil
-}
-
-// letGo removes the finalizer of a finished LockedJob that holds no lock and has no Job that may
-// still run: the finalizer guards a lock and the pods under it, and this one has neither, so its
-// deletion needs no pass of the operator (deleting 1,000 finished LockedJobs waited for 1,000
-// passes). A Job left running (spec.lock.onLockLost Ignore, or a suspended one) keeps the
-// finalizer, and deletion stops it as before.
-func (r *LockedJobReconciler) letGo(ctx context.Context, p *pass) error {
-	if job := p.obs.job; job != nil && !jobFinished(job) {
-		return nil
-	}
-	return r.removeFinalizer(ctx, p)
-}
-
-func (r *LockedJobReconciler) removeFinalizer(ctx context.Context, p *pass) error {
-	base := p.lj.DeepCopy()
-	controllerutil.RemoveFinalizer(p.lj, finalizer)
-	if err := r.Patch(ctx, p.lj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("remove finalizer: %w", err)
-	}
-	return nil
-}
-
 // SetupWithManager wires the reconciler: LockedJobs, the Jobs they own, lost-lock events from the
 // keeper and release wake-ups from Redis. It may be called again with a new manager after the
 // previous one lost its leadership: everything it registers belongs to the manager, and the book's
@@ -411,21 +210,13 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	if err := mgr.Add(r.Locks.Leadership()); err != nil {
 		return fmt.Errorf("add lock book leadership: %w", err)
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &batchv1alpha1.LockedJob{}, indexLockKey, func(o client.Object) []string {
-		return []string{o.(*batchv1alpha1.LockedJob).Status.LockKey}
-	}); err != nil {
-		return fmt.Errorf("index %s: %w", indexLockKey, err)
-	}
-	// A waiter's queue member is its holder name, derived from the object, not read from status.
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &batchv1alpha1.LockedJob{}, indexQueueMember, func(o client.Object) []string {
-		return []string{r.Config.Identity.Holder(o.(*batchv1alpha1.LockedJob))}
-	}); err != nil {
-		return fmt.Errorf("index %s: %w", indexQueueMember, err)
+	if err := indexForWakeups(ctx, mgr.GetFieldIndexer(), r.Config.Identity); err != nil {
+		return err
 	}
 	handed, moved := make(chan event.GenericEvent, 256), make(chan event.GenericEvent, 256)
-	waker := &releaseWaker{redis: r.Locks.Redis(), identity: r.Config.Identity, reader: mgr.GetClient(), waiting: &r.waiting,
+	waker := &releaseWaker{locks: r.Locks, identity: r.Config.Identity, reader: mgr.GetClient(), waiting: &r.waiting,
 		handed: handed, moved: moved, timeout: r.Config.RedisTimeout}
-	keeper := &queueKeeper{redis: r.Locks.Redis(), waiting: &r.waiting, liveness: r.Config.waiterLiveness(),
+	keeper := &queueKeeper{locks: r.Locks, waiting: &r.waiting, liveness: r.Config.waiterLiveness(),
 		timeout: r.Config.RedisTimeout, wake: handed}
 	for _, runnable := range []manager.Runnable{waker, keeper} {
 		if err := mgr.Add(runnable); err != nil {
@@ -442,27 +233,6 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Named("lockedjob").
 		Complete(r)
-}
-
-// jobEndedFirst passes Job events to the owning LockedJob, ahead of other work when the Job just
-// finished: that pass releases the lock and hands it to the next waiter.
-func jobEndedFirst(owner handler.EventHandler) handler.EventHandler {
-	return handler.Funcs{
-		CreateFunc:  owner.Create,
-		DeleteFunc:  owner.Delete,
-		GenericFunc: owner.Generic,
-		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if ended(e.ObjectNew) && !ended(e.ObjectOld) {
-				q = atPriority(q, priorityJobEnded)
-			}
-			owner.Update(ctx, e, q)
-		},
-	}
-}
-
-func ended(o client.Object) bool {
-	job, ok := o.(*batchv1.Job)
-	return ok && jobFinished(job)
 }
 
 func (r *LockedJobReconciler) clusterScopeAllowed(ns string) bool {

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,7 +29,7 @@ const (
 // handoff) wakes every waiter of the lock, and so does a broken subscription (Missed) for every
 // lock. Redis pub/sub may drop a message; the waiters' re-checks stay as the safety net.
 type releaseWaker struct {
-	redis    *redislock.Client
+	locks    *LockBook
 	identity Identity
 	reader   client.Reader
 	waiting  *waitBook
@@ -40,7 +41,7 @@ type releaseWaker struct {
 // Start implements manager.Runnable; it runs only on the leader.
 func (w *releaseWaker) Start(ctx context.Context) error {
 	for {
-		released, err := w.redis.SubscribeReleases(ctx)
+		released, err := w.locks.SubscribeReleases(ctx)
 		if err == nil {
 			for r := range released {
 				w.wake(ctx, r)
@@ -87,12 +88,12 @@ var placesTold = func() []int {
 // tellPlaces reads who now stands at placesTold, one Redis call for the whole queue, and wakes
 // those waiters of this operator with a hint of their place.
 func (w *releaseWaker) tellPlaces(ctx context.Context, r redislock.Released) {
-	key, ok := libraryKey(r.Key, w.redis.RedisKey(""))
+	key, ok := libraryKey(r.Key, w.locks.RedisKey(""))
 	if !ok {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, w.timeout)
-	members, err := w.redis.Lineup(cctx, key, placesTold...)
+	members, err := w.locks.Lineup(cctx, key, placesTold...)
 	cancel()
 	if err != nil {
 		ctrl.Log.WithName("releasewaker").V(1).Info("Reading the lineup after a handoff failed; waiters learn their place at their re-check", "lock", key, "error", err.Error())
@@ -143,4 +144,20 @@ func (w *releaseWaker) send(ctx context.Context, ch chan event.GenericEvent, ljs
 			return
 		}
 	}
+}
+
+// indexForWakeups adds the cache indexes the release waker looks LockedJobs up by.
+func indexForWakeups(ctx context.Context, indexer client.FieldIndexer, id Identity) error {
+	if err := indexer.IndexField(ctx, &batchv1alpha1.LockedJob{}, indexLockKey, func(o client.Object) []string {
+		return []string{o.(*batchv1alpha1.LockedJob).Status.LockKey}
+	}); err != nil {
+		return fmt.Errorf("index %s: %w", indexLockKey, err)
+	}
+	// A waiter's queue member is its holder name, derived from the object, not read from status.
+	if err := indexer.IndexField(ctx, &batchv1alpha1.LockedJob{}, indexQueueMember, func(o client.Object) []string {
+		return []string{id.Holder(o.(*batchv1alpha1.LockedJob))}
+	}); err != nil {
+		return fmt.Errorf("index %s: %w", indexQueueMember, err)
+	}
+	return nil
 }

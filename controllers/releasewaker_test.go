@@ -41,7 +41,7 @@ func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &releaseWaker{redis: lockClient, identity: id, reader: api, waiting: &waitBook{}, timeout: time.Second,
+	w := &releaseWaker{locks: bookOver(t, lockClient), identity: id, reader: api, waiting: &waitBook{}, timeout: time.Second,
 		handed: make(chan event.GenericEvent, 8), moved: make(chan event.GenericEvent, 8)}
 	woken := func() []string {
 		var names []string

@@ -220,7 +220,7 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 	u := newUnitRig(t, interceptor.Funcs{})
 	u.r.Config.LegacyLockKeys = true
 	ctx := context.Background()
-	rdb := u.r.Locks.Redis()
+	rdb := u.r.Locks.redis
 	legacy, _ := u.r.Config.Identity.LegacyLockKey(u.lj)
 	other, err := rdb.Acquire(ctx, legacy, time.Minute, redislock.WithMetadata("old-holder"))
 	if err != nil {

@@ -1,8 +1,10 @@
 package controllers
 
 import (
+	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -72,4 +74,32 @@ func setReady(lj *batchv1alpha1.LockedJob) {
 		}
 		setCondition(lj, batchv1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	}
+}
+
+func (r *LockedJobReconciler) markScopeNotAllowed(p *pass) {
+	msg := fmt.Sprintf("spec.lock.scope Cluster is not allowed in namespace %s: the operator trusts only %v", p.lj.Namespace, r.Config.ClusterScopeNamespaces)
+	p.lj.Status.Phase = batchv1alpha1.PhasePending
+	p.lj.Status.Message = msg
+	setCondition(p.lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonScopeNotAllowed, msg)
+}
+
+// redisDown records a Redis failure and returns err for the runtime's backoff.
+func (r *LockedJobReconciler) redisDown(p *pass, err error) error {
+	msg := fmt.Sprintf("Redis unavailable: %v", err)
+	if !conditionFalse(p.lj, batchv1alpha1.ConditionRedisAvailable) {
+		r.event(p.lj, corev1.EventTypeWarning, batchv1alpha1.ReasonRedisUnavailable, "Redis", "%s", msg)
+	}
+	setCondition(p.lj, batchv1alpha1.ConditionRedisAvailable, metav1.ConditionFalse, batchv1alpha1.ReasonRedisUnavailable, msg)
+	return err
+}
+
+func (r *LockedJobReconciler) redisUp(p *pass) {
+	setCondition(p.lj, batchv1alpha1.ConditionRedisAvailable, metav1.ConditionTrue, batchv1alpha1.ReasonRedisOK, "Redis answered")
+}
+
+func reasonOf(ok bool) string {
+	if ok {
+		return batchv1alpha1.ReasonJobComplete
+	}
+	return batchv1alpha1.ReasonJobFailed
 }

@@ -36,9 +36,15 @@ func unitLocks(t *testing.T) (*LockBook, *redislock.Client, *redis.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	book := NewLockBook(lockClient)
+	return bookOver(t, lockClient), lockClient, rc
+}
+
+// bookOver returns a lock book over c, stopped at the end of the test.
+func bookOver(t *testing.T, c *redislock.Client) *LockBook {
+	t.Helper()
+	book := NewLockBook(c)
 	t.Cleanup(book.Stop)
-	return book, lockClient, rc
+	return book
 }
 
 // trackedLock acquires lock "k" for ttl and has book renew it every 200ms for a LockedJob whose Job

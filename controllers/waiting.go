@@ -1,22 +1,10 @@
 package controllers
 
 import (
-	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
-	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // Waiting without asking (docs/design.md, "Scale"). A waiter behind the head of its queue has
@@ -28,16 +16,6 @@ import (
 //   - the head still asks on its backoff: a lock freed by an expiry is announced by nobody;
 //   - the others ask again only after Config.QueueRecheck, the safety net for what no announcement
 //     tells (a waiter ahead that gave up, a lost message).
-
-// Priorities in the controller's work queue (controller-runtime's priority queue; default 0). Under a
-// burst the queue holds thousands of passes: the ones that a lock or a running Job waits on go first.
-const (
-	// priorityUrgent: a lock handed to a waiter (it is held for nobody until the waiter claims it),
-	// or a lock lost or at risk (the Job must stop).
-	priorityUrgent = 100
-	// priorityJobEnded: a Job finished; its pass releases the lock and hands it on.
-	priorityJobEnded = 50
-)
 
 // waiter is one waiting LockedJob of this operator, by its queue member (Identity.Holder).
 type waiter struct {
@@ -184,98 +162,4 @@ func (b *waitBook) byLock() map[string]map[string]types.NamespacedName {
 		out[w.key][m] = w.obj
 	}
 	return out
-}
-
-// queueKeeper keeps this operator's waiters in their queues while they do not ask Redis themselves,
-// as the keeper renews held locks: one call per lock every third of the waiters' liveness. A waiter
-// that is not queued any more (handed the lock, or dropped while nobody kept it) is woken to ask.
-type queueKeeper struct {
-	redis    *redislock.Client
-	waiting  *waitBook
-	liveness time.Duration
-	timeout  time.Duration // of one call
-	wake     chan<- event.GenericEvent
-}
-
-// Start implements manager.Runnable; it runs only on the leader, whose passes fill the book.
-func (k *queueKeeper) Start(ctx context.Context) error {
-	t := time.NewTicker(k.liveness / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			k.keep(ctx)
-		}
-	}
-}
-
-func (k *queueKeeper) keep(ctx context.Context) {
-	log := ctrl.Log.WithName("queuekeeper")
-	for key, waiters := range k.waiting.byLock() {
-		members := make([]string, 0, len(waiters))
-		for m := range waiters {
-			members = append(members, m)
-		}
-		cctx, cancel := context.WithTimeout(ctx, k.timeout)
-		gone, err := k.redis.KeepQueued(cctx, key, k.liveness, members...)
-		cancel()
-		if err != nil {
-			// The waiters drop out only after their liveness; the next round or their own recheck
-			// comes first.
-			log.Error(err, "Keeping waiters queued failed", "lock", key, "waiters", len(members))
-			continue
-		}
-		for _, m := range gone {
-			k.waiting.wake(m)
-			send(ctx, k.wake, waiters[m])
-		}
-	}
-}
-
-// send wakes the LockedJob named obj through a channel source.
-func send(ctx context.Context, ch chan<- event.GenericEvent, obj types.NamespacedName) {
-	lj := &batchv1alpha1.LockedJob{}
-	lj.Namespace, lj.Name = obj.Namespace, obj.Name
-	select {
-	case ch <- event.GenericEvent{Object: lj}:
-	case <-ctx.Done():
-	}
-}
-
-// jitter spreads passes that were scheduled together: d/2 up to d.
-func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
-
-// enqueueAt enqueues the object of each generic event at priority p.
-func enqueueAt(p int) handler.EventHandler {
-	return handler.Funcs{GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		atPriority(q, p).Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
-	}}
-}
-
-// atPriority makes Add use priority p, when the controller's queue is a priority queue.
-func atPriority(q workqueue.TypedRateLimitingInterface[reconcile.Request], p int) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-	pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request])
-	if !ok {
-		return q
-	}
-	return queueAt{PriorityQueue: pq, priority: p}
-}
-
-// queueAt raises every add to its priority. It overrides AddWithOpts too: controller-runtime's own
-// handlers (EnqueueRequestForOwner among them) wrap the queue again and add through AddWithOpts
-// with a priority of their own (none, or low for an unchanged object), which would undo ours.
-type queueAt struct {
-	priorityqueue.PriorityQueue[reconcile.Request]
-	priority int
-}
-
-func (q queueAt) Add(r reconcile.Request) { q.AddWithOpts(priorityqueue.AddOpts{}, r) }
-
-func (q queueAt) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
-	if o.Priority == nil || *o.Priority < q.priority {
-		o.Priority = &q.priority
-	}
-	q.PriorityQueue.AddWithOpts(o, items...)
 }

@@ -124,7 +124,7 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	if err := lockClient.ReleaseToken(ctx, key, id.Token(get(holder))); err != nil {
 		t.Fatal(err)
 	}
-	w := &releaseWaker{redis: lockClient, identity: id, reader: api, waiting: &r.waiting, timeout: time.Second,
+	w := &releaseWaker{locks: bookOver(t, lockClient), identity: id, reader: api, waiting: &r.waiting, timeout: time.Second,
 		handed: make(chan event.GenericEvent, n), moved: make(chan event.GenericEvent, n)}
 	drain := func(ch chan event.GenericEvent) []string {
 		var names []string
@@ -196,7 +196,7 @@ func TestQueueKeeperKeepsWaitersQueued(t *testing.T) {
 		}
 	}
 	wake := make(chan event.GenericEvent, 4)
-	k := &queueKeeper{redis: lockClient, waiting: &waitBook{}, liveness: time.Minute, timeout: time.Second, wake: wake}
+	k := &queueKeeper{locks: bookOver(t, lockClient), waiting: &waitBook{}, liveness: time.Minute, timeout: time.Second, wake: wake}
 	for _, m := range []string{"a", "b"} {
 		k.waiting.waiting(m, types.NamespacedName{Namespace: "ns", Name: m}, key, time.Now().Add(time.Hour), 0)
 	}

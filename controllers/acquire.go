@@ -1,0 +1,183 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+)
+
+// Acquiring (stepAcquire): validate the Job once, then ask for the lock as a queued waiter, or give
+// up after spec.lock.acquireTimeout.
+
+// redisCtx bounds one Redis call of a pass.
+func (r *LockedJobReconciler) redisCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.Config.RedisTimeout)
+}
+
+// acquire validates the Job, then acquires the lock or records why the LockedJob waits.
+func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
+	lj, now := p.lj, r.Clock.Now()
+	first := lj.Status.WaitingSince == nil
+	if first {
+		lj.Status.WaitingSince = &metav1.Time{Time: now}
+		lj.Status.Phase = batchv1alpha1.PhasePending
+		// The Job API refuses some templates only at create; finding out after acquiring the lock
+		// would hold it for nothing. The template is immutable, so once is enough.
+		if err := r.validateJob(ctx, lj); err != nil {
+			if isRefusal(err) {
+				r.failJobInvalid(p, err)
+				return ctrl.Result{}, false, nil
+			}
+			return ctrl.Result{}, false, err
+		}
+		r.warnShortTTL(lj)
+	}
+	lj.Status.LockKey = r.Locks.RedisKey(p.key)
+	waited := now.Sub(lj.Status.WaitingSince.Time)
+	if t := lj.Spec.Lock.AcquireTimeout; t != nil && waited >= t.Duration {
+		return ctrl.Result{}, false, r.giveUp(ctx, p, t.Duration)
+	}
+
+	// A waiter asks Redis only when something may have changed (see waiting.go).
+	if !first {
+		switch what, hint, left, priority := r.waiting.next(r.Config.Identity.Holder(lj), now); what {
+		case askHint:
+			return r.wait(p, &redislock.QueuedError{Position: hint.position, Holder: hint.holder}, waited), false, nil
+		case askNothing:
+			return ctrl.Result{RequeueAfter: left, Priority: &priority}, false, nil
+		}
+	}
+
+	if holder, busy, err := r.legacyHolder(ctx, p); err != nil {
+		return ctrl.Result{}, false, r.redisDown(p, err)
+	} else if busy {
+		return r.wait(p, &redislock.QueuedError{Position: 1, Holder: holder}, waited), false, nil
+	}
+
+	rctx, cancel := r.redisCtx(ctx)
+	lock, err := r.Locks.Acquire(rctx, r.claim(p), ttlOf(lj), r.Config.Identity.QueueScore(lj), r.Config.waiterLiveness())
+	cancel()
+	if errors.Is(err, redislock.ErrNotAcquired) {
+		return r.wait(p, err, waited), false, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("acquire %s: %w", p.key, err))
+	}
+
+	r.redisUp(p)
+	r.waiting.done(r.Config.Identity.Holder(lj))
+	locksAcquiredTotal.Inc()
+	lockWaitSeconds.Observe(waited.Seconds())
+	r.recordHeld(p, lock)
+	if lj.Status.JobName == "" {
+		lj.Status.JobName = jobName(lj, lock.Fence())
+	}
+	if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
+		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.key, err)
+	}
+	p.obs.holding = lock
+	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.key, "fencingToken", lock.Fence())
+	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d after waiting %s", lj.Spec.Lock.Name, lock.Fence(), waited.Round(time.Millisecond))
+	lj.Status.AcquiredAt = &metav1.Time{Time: lock.LeaseStart()}
+	return ctrl.Result{}, true, nil
+}
+
+// legacyHolder reports whether the lock is held under the key layout of an earlier version (see
+// docs/design.md, "Migration"), whose holder then blocks this acquisition as any holder would. A
+// legacy key held with this LockedJob's own token was handed to it as a queued waiter: it is given
+// back instead of waited for. Costs one Redis call while Config.LegacyLockKeys is on.
+func (r *LockedJobReconciler) legacyHolder(ctx context.Context, p *pass) (holder string, busy bool, err error) {
+	legacy, ok := r.Config.Identity.LegacyLockKey(p.lj)
+	if !r.Config.LegacyLockKeys || !ok || legacy == p.key {
+		return "", false, nil
+	}
+	rctx, cancel := r.redisCtx(ctx)
+	defer cancel()
+	st, err := r.Locks.Inspect(rctx, legacy)
+	if err != nil || !st.Held {
+		return "", false, err
+	}
+	old := r.claim(p)
+	old.key = legacy
+	err = r.Locks.Release(rctx, old)
+	switch {
+	case err == nil:
+		return "", false, nil
+	case errors.Is(err, redislock.ErrNotHeld):
+		return st.Metadata, true, nil
+	default:
+		return "", false, err
+	}
+}
+
+// validateJob asks the API server to create the Job as a dry run, so admission and validation speak
+// before the lock is acquired. The name is one no acquisition gets (fence 0).
+func (r *LockedJobReconciler) validateJob(ctx context.Context, lj *batchv1alpha1.LockedJob) error {
+	job, err := buildJob(lj, jobName(lj, 0), 0, r.Config.Identity.Holder(lj), r.Scheme)
+	if err != nil {
+		return err
+	}
+	err = r.Create(ctx, job, client.DryRunAll)
+	if apierrors.IsAlreadyExists(err) {
+		return nil // validation passed; only the name is taken
+	}
+	if err != nil {
+		return fmt.Errorf("validate job: %w", err)
+	}
+	return nil
+}
+
+// isRefusal tells an answer that no retry changes (the Job itself is invalid or not allowed) from a
+// transient failure.
+func isRefusal(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)
+}
+
+// failJobInvalid ends a LockedJob whose Job the API server refuses.
+func (r *LockedJobReconciler) failJobInvalid(p *pass, cause error) {
+	lj := p.lj
+	msg := fmt.Sprintf("The Job of spec.jobTemplate was refused by the API server: %v", cause)
+	lj.Status.Phase = batchv1alpha1.PhaseFailed
+	lj.Status.Message = msg
+	lj.Status.QueuePosition, lj.Status.BlockedBy = nil, ""
+	setCondition(lj, batchv1alpha1.ConditionFailed, metav1.ConditionTrue, batchv1alpha1.ReasonJobInvalid, msg)
+	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonJobInvalid, "ValidateJob", "%s", msg)
+}
+
+// warnShortTTL says once when the lease cannot outlive a leader change: a successor operator
+// re-adopts only after the old leader's lease ends, by which time this lock has expired.
+func (r *LockedJobReconciler) warnShortTTL(lj *batchv1alpha1.LockedJob) {
+	if r.Config.FailoverTime <= 0 || ttlOf(lj) > r.Config.FailoverTime {
+		return
+	}
+	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonTTLBelowFailover, "Acquire",
+		"spec.lock.ttl %s is not longer than the operator's failover time %s: if the operator's leader changes while the Job runs, the lock expires before a successor can renew it and the Job's lock is lost",
+		ttlOf(lj), r.Config.FailoverTime)
+}
+
+// giveUp fails a LockedJob that waited longer than spec.lock.acquireTimeout.
+func (r *LockedJobReconciler) giveUp(ctx context.Context, p *pass, timeout time.Duration) error {
+	lj := p.lj
+	if err := r.dequeue(ctx, p); err != nil {
+		return err
+	}
+	r.waiting.done(r.Config.Identity.Holder(lj))
+	msg := fmt.Sprintf("Lock %s not acquired within spec.lock.acquireTimeout (%s)", lj.Spec.Lock.Name, timeout)
+	lj.Status.Phase = batchv1alpha1.PhaseFailed
+	lj.Status.Message = msg
+	lj.Status.QueuePosition, lj.Status.BlockedBy = nil, ""
+	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonLockTimeout, msg)
+	setCondition(lj, batchv1alpha1.ConditionFailed, metav1.ConditionTrue, batchv1alpha1.ReasonLockTimeout, msg)
+	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonLockTimeout, "Acquire", "%s", msg)
+	return nil
+}

@@ -1,0 +1,121 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+)
+
+// A lost lock, or one whose lease is at risk: the keeper's callbacks, the Job stop and the wake-up.
+
+// maxConcurrentStops bounds the Job stops that run outside the reconcile queue at once, so a Redis
+// outage that loses every lock does not start thousands of API calls in one burst.
+const maxConcurrentStops = 16
+
+// onRenew runs on the keeper's goroutine: count, and report the start of a run of failures.
+func (b *LockBook) onRenew(l *redislock.Lock, err error) {
+	onRenewMetric(l, err)
+	b.mu.Lock()
+	e, ok := b.byLk[l]
+	first := ok && err != nil && !e.failing
+	if ok {
+		e.failing = err != nil
+	}
+	var obj *batchv1alpha1.LockedJob
+	if first {
+		obj = e.object()
+	}
+	// The keeper retries a failed renewal; only the leader tells the user (an Event is a write).
+	onRenewFailed := b.OnRenewFailed
+	leading := b.term != 0
+	b.mu.Unlock()
+	if first && leading && onRenewFailed != nil {
+		onRenewFailed(obj, err)
+	}
+}
+
+// object is a reference to the entry's LockedJob, enough for events and enqueueing.
+func (e *bookEntry) object() *batchv1alpha1.LockedJob {
+	obj := &batchv1alpha1.LockedJob{}
+	obj.Namespace, obj.Name, obj.UID = e.LockedJob.Namespace, e.LockedJob.Name, e.UID
+	return obj
+}
+
+// onLost runs on the keeper's goroutine when a lock is gone (or could not be renewed before its
+// validity ended): record it, stop the Job, and wake the reconciler, without blocking the renewal of
+// the other locks.
+//
+// While the book does not lead, the loss is dropped quietly instead: most often the new leader
+// released a lock whose Job ended, and this process's compare-and-expire found another value.
+func (b *LockBook) onLost(l *redislock.Lock, err error) {
+	b.mu.Lock()
+	e, ok := b.byLk[l]
+	leading := b.term != 0
+	switch {
+	case ok && !leading:
+		b.dropQuietly(e, "lost", err) // the keeper has dropped it already
+	case ok:
+		b.detach(e) // the keeper has dropped it already
+	}
+	b.mu.Unlock()
+	if ok && leading {
+		b.reportLoss(e, err)
+	}
+}
+
+// onAtRisk runs on the keeper's goroutine when renewals keep failing and the lease will end soon:
+// the Job is stopped now, while the lock is still ours, so its pods are gone before anyone else can
+// acquire the lock. The keeper goes on renewing: if Redis comes back, the lock covers the pods until
+// they are gone and the reconciler releases it.
+//
+// While the book does not lead it cannot stop the Job: it drops the lock quietly, and the leader
+// finds it lost (or re-adopts it, if Redis came back in time) when it re-observes the LockedJob.
+func (b *LockBook) onAtRisk(l *redislock.Lock, err error) {
+	b.mu.Lock()
+	e, ok := b.byLk[l]
+	leading := b.term != 0
+	var dropped *redislock.Lock
+	if ok && !leading {
+		dropped = b.dropQuietly(e, "lease at risk", err)
+	}
+	b.mu.Unlock()
+	b.stopRenewing(dropped)
+	if ok && leading {
+		b.reportLoss(e, fmt.Errorf("renewals failing and the lease ends in less than its at-risk margin, so the Job is stopped while the lock still covers it: %w", err))
+	}
+}
+
+// reportLoss records the first loss of an entry, stops its Job and wakes the reconciler.
+func (b *LockBook) reportLoss(e *bookEntry, cause error) {
+	b.mu.Lock()
+	first := e.lost == nil
+	if first {
+		e.lost = cause
+	}
+	w := e.Workload
+	obj := e.object()
+	stopWorkload := b.StopWorkload
+	b.mu.Unlock()
+	if !first {
+		return
+	}
+	lockLostTotal.Inc()
+	go func() {
+		if stopWorkload != nil && w.Job != "" && w.Policy != batchv1alpha1.LockLostIgnore {
+			b.stops <- struct{}{}
+			ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+			stopWorkload(ctx, w, cause)
+			cancel()
+			<-b.stops
+		}
+		b.events <- event.GenericEvent{Object: obj}
+	}()
+}
+
+// stopTimeout bounds one out-of-queue Job stop; the reconciler retries what it did not finish.
+const stopTimeout = 10 * time.Second

@@ -1,0 +1,76 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	"github.com/lockedjob/lockedjob/internal/redislock"
+)
+
+// The book is the controller's one door to Redis: every acquisition, re-adoption, release, queue
+// call and read goes through the methods below, so what the operator asks of the lock library can
+// be read, counted and changed in one place. The rest of the package uses the library's types and
+// errors only.
+
+// claim names one LockedJob's lock as the lock library knows it: what every call about it carries.
+type claim struct {
+	key    string // the lock's name in the lock library (see lockName)
+	token  string // the LockedJob's derived token (Identity.Token)
+	holder string // its holder name, also its member in the lock's queue (Identity.Holder)
+}
+
+// Acquire asks for the lock as a queued waiter: Redis hands a free lock to the head of the queue
+// only, and a waiter that is not the head gets a *redislock.QueuedError (ErrNotAcquired) with its
+// place and the holder. score orders the queue; liveness is how long the waiter stays queued
+// without a call that keeps it.
+func (b *LockBook) Acquire(ctx context.Context, c claim, ttl time.Duration, score float64, liveness time.Duration) (*redislock.Lock, error) {
+	return b.redis.Acquire(ctx, c.key, ttl,
+		redislock.WithToken(c.token),
+		redislock.WithMetadata(c.holder),
+		redislock.WithQueue(c.holder, score, liveness))
+}
+
+// Readopt asks for the lock with the LockedJob's own token, outside the queue: it finds a lock
+// that is still ours (Lock.Readopted), acquires it afresh if it is free, and returns ErrNotAcquired
+// if another holder has it.
+func (b *LockBook) Readopt(ctx context.Context, c claim, ttl time.Duration) (*redislock.Lock, error) {
+	return b.redis.Acquire(ctx, c.key, ttl, redislock.WithToken(c.token), redislock.WithMetadata(c.holder))
+}
+
+// Release deletes the lock if it is held with the claim's token (no *Lock needed, so it works after
+// a restart), handing it to the head of its queue. It returns ErrNotHeld when the lock was not ours.
+func (b *LockBook) Release(ctx context.Context, c claim) error {
+	return b.redis.ReleaseToken(ctx, c.key, c.token)
+}
+
+// Dequeue takes the claim's holder out of the lock's queue, giving back a lock handed to it that it
+// never used.
+func (b *LockBook) Dequeue(ctx context.Context, c claim) error {
+	return b.redis.Dequeue(ctx, c.key, c.holder)
+}
+
+// Inspect reads the lock named key without acquiring it.
+func (b *LockBook) Inspect(ctx context.Context, key string) (redislock.State, error) {
+	return b.redis.Inspect(ctx, key)
+}
+
+// RedisKey is the Redis key of the lock named key, as status shows it.
+func (b *LockBook) RedisKey(key string) string { return b.redis.RedisKey(key) }
+
+// HandsOff reports whether a release hands the lock to the head of its queue (not on Redlock).
+func (b *LockBook) HandsOff() bool { return b.redis.HandsOff() }
+
+// Lineup returns the queue members at the given 1-based places of the lock named key.
+func (b *LockBook) Lineup(ctx context.Context, key string, places ...int) ([]string, error) {
+	return b.redis.Lineup(ctx, key, places...)
+}
+
+// KeepQueued keeps members queued for another liveness and returns those no longer in the queue.
+func (b *LockBook) KeepQueued(ctx context.Context, key string, liveness time.Duration, members ...string) ([]string, error) {
+	return b.redis.KeepQueued(ctx, key, liveness, members...)
+}
+
+// SubscribeReleases announces releases and handoffs until ctx ends (see redislock).
+func (b *LockBook) SubscribeReleases(ctx context.Context) (<-chan redislock.Released, error) {
+	return b.redis.SubscribeReleases(ctx)
+}

@@ -1,0 +1,42 @@
+package controllers
+
+import (
+	"strings"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// Naming a LockedJob's lock for the lock library.
+
+// lockName is the lock's name in the lock library. A lock acquired before is named by the Redis key
+// that status recorded at acquisition, so an operator upgraded to a new key layout still re-adopts
+// and releases the lock it holds under the old one.
+func (r *LockedJobReconciler) lockName(lj *batchv1alpha1.LockedJob) string {
+	if lj.Status.FencingToken != nil && lj.Status.LockKey != "" {
+		want := r.Config.Identity.LockKey(lj)
+		if lj.Status.LockKey == r.Locks.RedisKey(want) {
+			return want
+		}
+		if name, ok := libraryKey(lj.Status.LockKey, r.Locks.RedisKey("")); ok {
+			return name
+		}
+	}
+	return r.Config.Identity.LockKey(lj)
+}
+
+// libraryKey inverts Client.RedisKey: redisKey is prefix + "{" + name + "}", and empty is
+// RedisKey("") = prefix + "{}".
+func libraryKey(redisKey, empty string) (string, bool) {
+	prefix := strings.TrimSuffix(empty, "{}")
+	rest, ok := strings.CutPrefix(redisKey, prefix+"{")
+	if !ok || !strings.HasSuffix(rest, "}") || len(rest) < 2 {
+		return "", false
+	}
+	return strings.TrimSuffix(rest, "}"), true
+}
+
+// claim names this pass's LockedJob's lock for the lock book's Redis calls.
+func (r *LockedJobReconciler) claim(p *pass) claim {
+	id := r.Config.Identity
+	return claim{key: p.key, token: id.Token(p.lj), holder: id.Holder(p.lj)}
+}
