@@ -29,18 +29,9 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	lj, now := p.lj, r.Clock.Now()
 	first := lj.Status.WaitingSince == nil
 	if first {
-		lj.Status.WaitingSince = &metav1.Time{Time: now}
-		lj.Status.Phase = batchv1alpha1.PhasePending
-		// The Job API refuses some templates only at create; finding out after acquiring the lock
-		// would hold it for nothing. The template is immutable, so once is enough.
-		if err := r.validateJob(ctx, lj); err != nil {
-			if isRefusal(err) {
-				r.failJobInvalid(p, err)
-				return ctrl.Result{}, false, nil
-			}
+		if refused, err := r.startWaiting(ctx, p, now); refused || err != nil {
 			return ctrl.Result{}, false, err
 		}
-		r.warnShortTTL(lj)
 	}
 	lj.Status.LockKey = r.Locks.RedisKey(p.key)
 	waited := now.Sub(lj.Status.WaitingSince.Time)
@@ -73,7 +64,33 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("acquire %s: %w", p.key, err))
 	}
+	if err := r.holdAcquired(ctx, p, lock, waited); err != nil {
+		return ctrl.Result{}, false, err
+	}
+	return ctrl.Result{}, true, nil
+}
 
+// startWaiting records the first attempt and validates the Job: the Job API refuses some templates
+// only at create, and finding out after acquiring the lock would hold it for nothing. The template
+// is immutable, so once is enough. refused reports a Job the API server will never accept.
+func (r *LockedJobReconciler) startWaiting(ctx context.Context, p *pass, now time.Time) (refused bool, err error) {
+	lj := p.lj
+	lj.Status.WaitingSince = &metav1.Time{Time: now}
+	lj.Status.Phase = batchv1alpha1.PhasePending
+	if err := r.validateJob(ctx, lj); err != nil {
+		if isRefusal(err) {
+			r.failJobInvalid(p, err)
+			return true, nil
+		}
+		return false, err
+	}
+	r.warnShortTTL(lj)
+	return false, nil
+}
+
+// holdAcquired records a fresh acquisition and has the book renew the lock from now on.
+func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *redislock.Lock, waited time.Duration) error {
+	lj := p.lj
 	r.redisUp(p)
 	r.waiting.done(r.Config.Identity.Holder(lj))
 	locksAcquiredTotal.Inc()
@@ -83,13 +100,13 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		lj.Status.JobName = jobName(lj, lock.Fence())
 	}
 	if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.key, err)
+		return fmt.Errorf("renew %s: %w", p.key, err)
 	}
 	p.obs.holding = lock
 	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.key, "fencingToken", lock.Fence())
 	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d after waiting %s", lj.Spec.Lock.Name, lock.Fence(), waited.Round(time.Millisecond))
 	lj.Status.AcquiredAt = &metav1.Time{Time: lock.LeaseStart()}
-	return ctrl.Result{}, true, nil
+	return nil
 }
 
 // legacyHolder reports whether the lock is held under the key layout of an earlier version (see

@@ -42,9 +42,9 @@ var resources = map[string]schema.GroupVersionResource{
 	"FlowSchema":               {Group: "flowcontrol.apiserver.k8s.io", Version: "v1", Resource: "flowschemas"},
 }
 
-// clusterScoped are the kinds above that live outside namespaces. kustomize's namespace
+// clusterWide are the kinds above that live outside namespaces. kustomize's namespace
 // transformer still stamps a namespace on a FlowSchema (the API server drops it).
-var clusterScoped = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true,
+var clusterWide = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true,
 	"CustomResourceDefinition": true, "FlowSchema": true}
 
 const managerDeployment = "lockedjob-controller-manager"
@@ -105,7 +105,7 @@ func (c *localCluster) get(ctx context.Context, t *testing.T, o *unstructured.Un
 		t.Fatalf("test does not know where the API serves %s", key(o))
 	}
 	var ri dynamic.ResourceInterface = c.dyn.Resource(gvr)
-	if o.GetNamespace() != "" && !clusterScoped[o.GetKind()] {
+	if o.GetNamespace() != "" && !clusterWide[o.GetKind()] {
 		ri = c.dyn.Resource(gvr).Namespace(o.GetNamespace())
 	}
 	live, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})

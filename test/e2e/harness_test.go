@@ -160,7 +160,7 @@ func (s *scenario) expectRedisClean(ctx context.Context) {
 // and redislock's keysFor).
 func (s *scenario) redisKey(lock string) string { return s.prefix + "{" + s.libKey(lock) + "}" }
 
-// libKey is the lock's name in the lock library: namespace-scoped keys carry the cluster ID the
+// libKey is the lock's name in the lock library: keys of Namespace scope carry the cluster ID the
 // e2e managers run with (--cluster-id e2e).
 func (s *scenario) libKey(lock string) string { return "ns/e2e/" + s.ns + "/" + lock }
 

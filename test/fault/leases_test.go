@@ -35,7 +35,7 @@ type leaseWatcher struct {
 // of two PTTL readings.
 const renewalSlack = 20 * time.Millisecond
 
-// watchLease starts watching the Cluster-scoped lock named lock until ctx ends.
+// watchLease starts watching the lock of scope Cluster named lock until ctx ends.
 func watchLease(ctx context.Context, addr, lock string) *leaseWatcher {
 	key := keyPrefix + "{cluster/" + lock + "}"
 	w := &leaseWatcher{key: key, meta: key + ":meta",

@@ -35,7 +35,7 @@ const (
 )
 
 // scenario is one fault, injected while LockedJobs of both clusters contend
-// for one Cluster-scoped lock.
+// for one lock of scope Cluster.
 type scenario struct {
 	name string
 	// overlapAllowed: the fault pauses or kills a process, or Redis loses

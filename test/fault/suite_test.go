@@ -32,7 +32,7 @@ import (
 )
 
 const (
-	// keyPrefix is shared by both operators: Cluster-scoped locks of both
+	// keyPrefix is shared by both operators: locks of scope Cluster of both
 	// clusters meet in one Redis key.
 	keyPrefix = "fault:"
 	// namespacePrefix marks the scenarios' namespaces (the recorders ignore the rest).
