@@ -158,6 +158,7 @@ var _ = Describe("LockedJob controller", func() {
 			Expect(condition(got, c).Status).To(Equal(metav1.ConditionTrue), c)
 			Expect(condition(got, c).ObservedGeneration).To(Equal(got.Generation), c)
 		}
+		Expect(condition(got, batchv1alpha1.ConditionFinished).Status).To(Equal(metav1.ConditionFalse))
 
 		job := jobOf(got)
 		Expect(metav1.IsControlledBy(job, got)).To(BeTrue())
@@ -186,6 +187,8 @@ var _ = Describe("LockedJob controller", func() {
 		finishJob(got, true)
 		done := waitPhase(lj, batchv1alpha1.PhaseSucceeded)
 		Expect(condition(done, batchv1alpha1.ConditionComplete).Status).To(Equal(metav1.ConditionTrue))
+		Expect(condition(done, batchv1alpha1.ConditionFinished).Status).To(Equal(metav1.ConditionTrue))
+		Expect(condition(done, batchv1alpha1.ConditionFinished).Reason).To(Equal(batchv1alpha1.ReasonJobComplete))
 		Expect(condition(done, batchv1alpha1.ConditionLockAcquired).Reason).To(Equal(batchv1alpha1.ReasonReleased))
 		Expect(rdb.Exists(ctx, got.Status.LockKey).Val()).To(BeZero())
 		Expect(jobsIn(ns)).To(HaveLen(1))
@@ -396,6 +399,7 @@ var _ = Describe("LockedJob controller", func() {
 		}))
 		failed := waitPhase(impatient, batchv1alpha1.PhaseFailed)
 		Expect(condition(failed, batchv1alpha1.ConditionFailed).Reason).To(Equal(batchv1alpha1.ReasonLockTimeout))
+		Expect(condition(failed, batchv1alpha1.ConditionFinished).Reason).To(Equal(batchv1alpha1.ReasonLockTimeout))
 		Expect(failed.Status.JobName).To(BeEmpty())
 	})
 
@@ -405,6 +409,9 @@ var _ = Describe("LockedJob controller", func() {
 		finishJob(running, false)
 		failed := waitPhase(lj, batchv1alpha1.PhaseFailed)
 		Expect(condition(failed, batchv1alpha1.ConditionFailed).Reason).To(Equal(batchv1alpha1.ReasonJobFailed))
+		// kubectl wait --for=condition=Finished returns on a failure too.
+		Expect(condition(failed, batchv1alpha1.ConditionFinished).Status).To(Equal(metav1.ConditionTrue))
+		Expect(condition(failed, batchv1alpha1.ConditionFinished).Reason).To(Equal(batchv1alpha1.ReasonJobFailed))
 		Expect(rdb.Exists(ctx, running.Status.LockKey).Val()).To(BeZero())
 	})
 

@@ -26,7 +26,7 @@ func (r *LockedJobReconciler) record(ctx context.Context, p *pass, reterr error)
 	if reterr == nil {
 		p.lj.Status.ObservedGeneration = p.lj.Generation
 	}
-	setReady(p.lj)
+	summarize(p.lj)
 	if equality.Semantic.DeepEqual(p.before.Status, p.lj.Status) {
 		return false, nil
 	}
@@ -45,7 +45,7 @@ func (r *LockedJobReconciler) record(ctx context.Context, p *pass, reterr error)
 // or writer got there first: the Job is not created on a stale view.
 func (r *LockedJobReconciler) recordNow(ctx context.Context, p *pass) error {
 	p.lj.Status.ObservedGeneration = p.lj.Generation
-	setReady(p.lj)
+	summarize(p.lj)
 	if err := r.Status().Patch(ctx, p.lj, client.MergeFromWithOptions(p.before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("record lock in status: %w", err)
 	}

@@ -102,6 +102,7 @@ var _ = Describe("LockedJob safety", func() {
 
 		lost := waitPhase(lj, batchv1alpha1.PhaseLockLost)
 		Expect(condition(lost, batchv1alpha1.ConditionComplete)).To(BeNil())
+		Expect(condition(lost, batchv1alpha1.ConditionFinished).Reason).To(Equal(batchv1alpha1.ReasonLockLost))
 		Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal("someone-else"), "the other holder's lock is left alone")
 	})
 

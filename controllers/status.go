@@ -39,6 +39,34 @@ func conditionFalse(lj *batchv1alpha1.LockedJob, condType string) bool {
 	return meta.IsStatusConditionFalse(lj.Status.Conditions, condType)
 }
 
+// summarize sets the conditions that sum up the others, before every status write.
+func summarize(lj *batchv1alpha1.LockedJob) {
+	setReady(lj)
+	setFinished(lj)
+}
+
+// setFinished is True once the phase is terminal, with the reason of the condition that ended it
+// (JobComplete, JobFailed, LockTimeout, JobInvalid, JobDeleted, LockLost), and False before.
+func setFinished(lj *batchv1alpha1.LockedJob) {
+	var ending string
+	switch lj.Status.Phase {
+	case batchv1alpha1.PhaseSucceeded:
+		ending = batchv1alpha1.ConditionComplete
+	case batchv1alpha1.PhaseFailed:
+		ending = batchv1alpha1.ConditionFailed
+	case batchv1alpha1.PhaseLockLost:
+		ending = batchv1alpha1.ConditionLockLost
+	default:
+		setCondition(lj, batchv1alpha1.ConditionFinished, metav1.ConditionFalse, batchv1alpha1.ReasonInProgress, "The LockedJob has not reached its end")
+		return
+	}
+	reason, msg := string(lj.Status.Phase), lj.Status.Message
+	if c := meta.FindStatusCondition(lj.Status.Conditions, ending); c != nil && c.Status == metav1.ConditionTrue {
+		reason = c.Reason
+	}
+	setCondition(lj, batchv1alpha1.ConditionFinished, metav1.ConditionTrue, reason, msg)
+}
+
 // setReady summarises the others: Ready is True while the Job runs under its lock and once it has
 // succeeded, and False with the reason otherwise. Redis trouble outranks the phase while the
 // LockedJob is not finished, because it is what blocks progress.

@@ -191,6 +191,10 @@ const (
 	// ConditionReady: the LockedJob is where it should be: running under its lock or finished
 	// successfully. False with the reason why otherwise (waiting, failed, lost, Redis down).
 	ConditionReady = "Ready"
+	// ConditionFinished: the LockedJob has reached its end (Succeeded, Failed or LockLost), whatever
+	// the outcome; its reason tells which. `kubectl wait --for=condition=Finished` returns on success
+	// and failure alike.
+	ConditionFinished = "Finished"
 )
 
 // Condition and event reasons.
@@ -216,6 +220,7 @@ const (
 	ReasonRedisOK          = "RedisOK"
 	ReasonScopeNotAllowed  = "ScopeNotAllowed"
 	ReasonPending          = "Pending"
+	ReasonInProgress       = "InProgress"
 )
 
 // Environment variables and annotations that carry the lock to the Job's pods.
