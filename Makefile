@@ -77,8 +77,8 @@ actionlint: actionlint-bin ## Check the GitHub workflows in .github/workflows (a
 	"$(ACTIONLINT)"
 
 .PHONY: verify
-verify: manifests generate helm-chart ## Fail if generated files (CRD, RBAC, deepcopy, dist/chart) are out of date.
-	@git diff --exit-code -- config/crd config/rbac api dist/chart || { echo "generated files changed: run 'make manifests generate helm-chart' and commit"; exit 1; }
+verify: manifests generate helm-chart dashboards ## Fail if generated files (CRD, RBAC, deepcopy, dist/chart, Grafana dashboards) are out of date.
+	@git diff --exit-code -- config/crd config/rbac config/grafana api dist/chart || { echo "generated files changed: run 'make manifests generate helm-chart dashboards' and commit"; exit 1; }
 
 .PHONY: redis
 redis: ## Make sure redis-server is installed (installs the Debian package when root).
@@ -327,6 +327,10 @@ install-helm: helm ## Build the pinned helm into bin/ (HELM_VERSION).
 .PHONY: helm-chart
 helm-chart: kubebuilder kustomize controller-gen ## Regenerate dist/chart from `make build-installer` (dist/install.yaml) with kubebuilder's Helm plugin.
 	"$(KUBEBUILDER)" edit --plugins=helm/v2-alpha
+
+.PHONY: dashboards
+dashboards: kubebuilder ## Regenerate the Grafana dashboards in config/grafana (kubebuilder's Grafana plugin, hack/dashboards.sh).
+	KUBEBUILDER="$(KUBEBUILDER)" bash hack/dashboards.sh
 
 .PHONY: helm-lint
 helm-lint: helm ## Lint dist/chart (helm lint --strict).

@@ -92,7 +92,9 @@ func (r *LockedJobReconciler) startWaiting(ctx context.Context, p *pass, now tim
 func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *redislock.Lock, waited time.Duration) error {
 	lj := p.lj
 	r.redisUp(p)
-	r.waiting.done(r.Config.Identity.Holder(lj))
+	if gap, handed := r.waiting.acquired(r.Config.Identity.Holder(lj), time.Now()); handed {
+		handoffSeconds.Observe(gap.Seconds())
+	}
 	locksAcquiredTotal.Inc()
 	lockWaitSeconds.Observe(waited.Seconds())
 	r.recordHeld(p, lock)

@@ -6,8 +6,11 @@ import (
 	"strconv"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -495,9 +498,11 @@ var _ = Describe("LockedJob controller", func() {
 		Eventually(func() float64 { return testutil.ToFloat64(lockRenewalsTotal.WithLabelValues("success")) }).
 			Should(BeNumerically(">=", renewed+2))
 
+		handoffs := sampleCount(handoffSeconds)
 		finishJob(running, true)
 		waitPhase(waiter, batchv1alpha1.PhaseRunning)
 		Expect(testutil.ToFloat64(locksAcquiredTotal)).To(BeNumerically(">=", acquired+2))
+		Expect(sampleCount(handoffSeconds)).To(BeNumerically(">=", handoffs+1), "the handoff to the waiter is measured")
 
 		families, err := metrics.Registry.Gather()
 		Expect(err).NotTo(HaveOccurred())
@@ -506,7 +511,7 @@ var _ = Describe("LockedJob controller", func() {
 			names = append(names, f.GetName())
 		}
 		Expect(names).To(ContainElements("lockedjob_locks_held", "lockedjob_lockedjobs_waiting", "lockedjob_locks_acquired_total",
-			"lockedjob_lock_wait_seconds", "lockedjob_lock_renewals_total", "lockedjob_lock_lost_total"))
+			"lockedjob_lock_wait_seconds", "lockedjob_handoff_seconds", "lockedjob_lock_renewals_total", "lockedjob_lock_lost_total"))
 	})
 
 	It("reports Redis unavailable and creates no Job without the lock", func() {
@@ -567,3 +572,10 @@ func withPriority(p int32) func(*batchv1alpha1.LockedJob) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// sampleCount is how many observations a histogram has taken.
+func sampleCount(h prometheus.Histogram) uint64 {
+	var m dto.Metric
+	Expect(h.Write(&m)).To(Succeed())
+	return m.GetHistogram().GetSampleCount()
+}

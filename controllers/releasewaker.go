@@ -68,6 +68,7 @@ func (w *releaseWaker) wake(ctx context.Context, r redislock.Released) {
 	}
 	// The member may be another cluster's waiter on a shared Redis: then nobody here wakes. Its
 	// phase is not asked: the cache may not show it Waiting yet, and the lock waits for it.
+	w.waiting.handed(r.HandedTo, time.Now())
 	w.send(ctx, w.handed, w.wakeEach(w.lockedJobs(ctx, false, client.MatchingFields{indexQueueMember: r.HandedTo})))
 	w.tellPlaces(ctx, r)
 }

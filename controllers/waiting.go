@@ -30,6 +30,9 @@ type waiter struct {
 	woken bool
 	// hint: a lineup told the waiter its new place; the next pass records it without asking.
 	hint *placeHint
+	// handedAt is when a release announced that it handed the lock to this waiter, for
+	// lockedjob_handoff_seconds; zero if none did.
+	handedAt time.Time
 }
 
 // placeHint is what a lineup read after a handoff told of one waiter's place.
@@ -70,10 +73,32 @@ func (b *waitBook) waiting(member string, obj types.NamespacedName, key string, 
 	w := &waiter{obj: obj, key: key, due: due, priority: priority}
 	if old := b.set[member]; old != nil {
 		// next consumed what the pass started with; anything here came while it ran and is news.
-		w.woken, w.hint = old.woken, old.hint
+		w.woken, w.hint, w.handedAt = old.woken, old.hint, old.handedAt
 	}
 	b.set[member] = w
 	lockedJobsWaiting.Set(float64(len(b.set)))
+}
+
+// handed notes that a release handed the lock to member at at.
+func (b *waitBook) handed(member string, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w := b.set[member]; w != nil {
+		w.handedAt = at
+	}
+}
+
+// acquired forgets a member that now holds its lock and returns how long ago a release handed it
+// the lock, if one was announced.
+func (b *waitBook) acquired(member string, now time.Time) (sinceHanded time.Duration, handed bool) {
+	b.mu.Lock()
+	w := b.set[member]
+	b.mu.Unlock()
+	b.done(member)
+	if w == nil || w.handedAt.IsZero() {
+		return 0, false
+	}
+	return now.Sub(w.handedAt), true
 }
 
 // done forgets a member that no longer waits (it holds its lock, gave up, or is gone).
