@@ -55,7 +55,8 @@ func parseFlags() (options, zap.Options) {
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so only one replica acts at a time.")
 	// A new leader re-adopts the locks of a crashed one only after the lease runs out, so keep
-	// lease duration plus start-up time well under the shortest spec.lock.ttl (default 30s).
+	// lease duration plus start-up time well under the shortest spec.lock.ttl (default
+	// batchv1alpha1.DefaultLockTTL).
 	flag.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a crashed leader's lease blocks a successor. Keep it well under the shortest lock TTL.")
 	flag.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its lease before it steps down.")
 	flag.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "How often candidates try to take the lease.")
