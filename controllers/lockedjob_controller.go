@@ -45,7 +45,7 @@ const (
 	// finalizer keeps a LockedJob until its lock is released and its Job's pods are gone.
 	finalizer = "batch.lockedjob.dev/release-lock"
 
-	defaultTTL = 30 * time.Second
+	defaultTTL = batchv1alpha1.DefaultLockTTL // for objects stored before the CRD defaulted spec.lock.ttl
 	// conflictRequeue is how soon a pass whose write lost an optimistic-lock race runs again, with
 	// the object as the API server has it now.
 	conflictRequeue = 50 * time.Millisecond

@@ -2,15 +2,12 @@ package v1alpha1
 
 import (
 	"math/big"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
 )
 
 var durationRE = regexp.MustCompile(DurationPattern)
@@ -93,15 +90,7 @@ func FuzzDurationPattern(f *testing.F) {
 
 // TestCRDUsesDurationPattern keeps the CRD's patterns in step with the tested one.
 func TestCRDUsesDurationPattern(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "batch.lockedjob.dev_lockedjobs.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(b, crd); err != nil {
-		t.Fatal(err)
-	}
-	lock := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["lock"]
+	lock := crdLockSchema(t)
 	for _, field := range []string{"ttl", "renewInterval", "acquireTimeout"} {
 		prop := lock.Properties[field]
 		if prop.Pattern != DurationPattern {

@@ -17,6 +17,8 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"time"
+
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,6 +36,12 @@ const (
 	// The operator allows it only for namespaces it is configured to trust.
 	LockScopeCluster LockScope = "Cluster"
 )
+
+// DefaultLockTTL is spec.lock.ttl when the object does not set it. The API server fills it in
+// (the +kubebuilder:default marker on LockSpec.TTL, which must name the same duration:
+// TestCRDDefaultTTLIsDefaultLockTTL); the operator falls back to it for objects stored before the
+// CRD had that default.
+const DefaultLockTTL = 30 * time.Second
 
 // LockLostPolicy says what happens to a running Job whose lock was lost.
 // +kubebuilder:validation:Enum=Suspend;Delete;Ignore
