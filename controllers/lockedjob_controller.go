@@ -139,7 +139,6 @@ type pass struct {
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get,resourceNames=kube-system
 
 // Reconcile observes the LockedJob, its lock and its Job, decides the next step of the state
 // machine (see decide), acts, and records status in one optimistic patch at the end.

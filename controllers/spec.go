@@ -24,7 +24,7 @@ func renewIntervalOf(lj *batchv1alpha1.LockedJob) time.Duration {
 
 func lossPolicy(lj *batchv1alpha1.LockedJob) batchv1alpha1.LockLostPolicy {
 	if lj.Spec.Lock.OnLockLost == "" {
-		return batchv1alpha1.LockLostSuspend
+		return batchv1alpha1.DefaultLockLostPolicy
 	}
 	return lj.Spec.Lock.OnLockLost
 }

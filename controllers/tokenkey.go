@@ -19,6 +19,10 @@ import (
 //
 // +kubebuilder:rbac:groups="",namespace=lockedjob-system,resources=secrets,verbs=get,resourceNames=lockedjob-token-key
 // +kubebuilder:rbac:groups="",namespace=lockedjob-system,resources=secrets,verbs=create
+//
+// The default cluster ID is the kube-system namespace's UID: get on that one namespace only.
+//
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get,resourceNames=kube-system
 
 const (
 	// TokenSecretName is the Secret, in the operator's namespace, that holds the token key under

@@ -32,6 +32,22 @@ func TestCRDDefaultTTLIsDefaultLockTTL(t *testing.T) {
 	}
 }
 
+// TestCRDDefaultLockLostPolicy: as for the ttl, the CRD's default for spec.lock.onLockLost and the
+// operator's fallback are one policy.
+func TestCRDDefaultLockLostPolicy(t *testing.T) {
+	def := crdLockSchema(t).Properties["onLockLost"].Default
+	if def == nil {
+		t.Fatal("spec.lock.onLockLost has no default in the CRD")
+	}
+	var p LockLostPolicy
+	if err := json.Unmarshal(def.Raw, &p); err != nil {
+		t.Fatalf("spec.lock.onLockLost default %s: %v", def.Raw, err)
+	}
+	if p != DefaultLockLostPolicy {
+		t.Fatalf("spec.lock.onLockLost defaults to %s in the CRD and to DefaultLockLostPolicy %s in Go", p, DefaultLockLostPolicy)
+	}
+}
+
 // crdLockSchema is the schema of spec.lock in the generated CRD.
 func crdLockSchema(t *testing.T) apiextensionsv1.JSONSchemaProps {
 	t.Helper()

@@ -43,6 +43,10 @@ const (
 // CRD had that default.
 const DefaultLockTTL = 30 * time.Second
 
+// DefaultLockLostPolicy is spec.lock.onLockLost when the object does not set it; like
+// DefaultLockTTL it must match the CRD's default (TestCRDDefaultLockLostPolicy).
+const DefaultLockLostPolicy = LockLostSuspend
+
 // LockLostPolicy says what happens to a running Job whose lock was lost.
 // +kubebuilder:validation:Enum=Suspend;Delete;Ignore
 type LockLostPolicy string
