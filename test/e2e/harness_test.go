@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -477,17 +476,6 @@ func printMeasurements() {
 		_, _ = fmt.Fprintf(GinkgoWriter, "%s\n", m)
 	}
 	_, _ = fmt.Fprintf(GinkgoWriter, "suite total: %s\n", since(suite.start))
-}
-
-// percentile is the nearest-rank percentile of ds (p in 0..100).
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	rank := int(math.Ceil(p / 100 * float64(len(s))))
-	return s[min(max(rank, 1), len(s))-1]
 }
 
 // ---------------------------------------------------------------- small helpers

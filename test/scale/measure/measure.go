@@ -112,9 +112,12 @@ func parseLabels(s string) (map[string]string, error) {
 }
 
 // Sub returns r - before, dropping series that did not change.
-func (r Requests) Sub(before Requests) Requests {
-	out := Requests{}
-	for k, v := range r {
+func (r Requests) Sub(before Requests) Requests { return diff(r, before) }
+
+// diff returns now - before per key, dropping the keys that did not change.
+func diff[M ~map[K]V, K comparable, V int64 | float64](now, before M) M {
+	out := M{}
+	for k, v := range now {
 		if d := v - before[k]; d != 0 {
 			out[k] = d
 		}
@@ -209,15 +212,7 @@ func ParseCommandStats(info string) (CommandStats, error) {
 }
 
 // Sub returns c - before, dropping commands that were not called in between.
-func (c CommandStats) Sub(before CommandStats) CommandStats {
-	out := CommandStats{}
-	for k, v := range c {
-		if d := v - before[k]; d != 0 {
-			out[k] = d
-		}
-	}
-	return out
-}
+func (c CommandStats) Sub(before CommandStats) CommandStats { return diff(c, before) }
 
 // Operations sums the calls a workload made: everything but the benchmark's own INFO.
 func (c CommandStats) Operations() int64 {
