@@ -31,10 +31,16 @@ type Identity struct {
 // ID and the namespace, so neither tenants nor clusters that share one Redis block each other;
 // Cluster scope is the one way to share a lock, across namespaces and clusters.
 func (id Identity) LockKey(lj *batchv1alpha1.LockedJob) string {
-	if lj.Spec.Lock.Scope == batchv1alpha1.LockScopeCluster {
-		return "cluster/" + lj.Spec.Lock.Name
+	return id.KeyOf(lj.Spec.Lock.Scope, lj.Namespace, lj.Spec.Lock.Name)
+}
+
+// KeyOf is the lock library's name of the lock called name, of the given scope, used from
+// namespace (ignored for Cluster scope).
+func (id Identity) KeyOf(scope batchv1alpha1.LockScope, namespace, name string) string {
+	if scope == batchv1alpha1.LockScopeCluster {
+		return "cluster/" + name
 	}
-	return "ns/" + id.ClusterID + "/" + lj.Namespace + "/" + lj.Spec.Lock.Name
+	return "ns/" + id.ClusterID + "/" + namespace + "/" + name
 }
 
 // LegacyLockKey is the key operators before the per-cluster namespace keys used for the same lock,

@@ -54,6 +54,11 @@ func (b *LockBook) Inspect(ctx context.Context, key string) (redislock.State, er
 	return b.redis.Inspect(ctx, key)
 }
 
+// QueueState reads how many wait for the lock named key and who is at the head (not on Redlock).
+func (b *LockBook) QueueState(ctx context.Context, key string) (redislock.QueueState, error) {
+	return b.redis.QueueState(ctx, key)
+}
+
 // RedisKey is the Redis key of the lock named key, as status shows it.
 func (b *LockBook) RedisKey(key string) string { return b.redis.RedisKey(key) }
 

@@ -163,6 +163,9 @@ func startOperator(mutate ...func(*Config)) *operator {
 	}
 	mctx, mcancel := context.WithCancel(ctx)
 	Expect(r.SetupWithManager(mctx, mgr)).To(Succeed())
+	view := &LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: testIdentity,
+		MinInterval: 200 * time.Millisecond, Resync: 300 * time.Millisecond}
+	Expect(view.SetupWithManager(mgr)).To(Succeed())
 	o := &operator{book: book, cancel: mcancel, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()

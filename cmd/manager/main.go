@@ -199,6 +199,10 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up lockedjob controller: %w", err)
 	}
+	view := &controllers.LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: id, RedisTimeout: o.redisTimeout}
+	if err := view.SetupWithManager(mgr); err != nil {
+		return err
+	}
 	// +kubebuilder:scaffold:builder
 	return nil
 }

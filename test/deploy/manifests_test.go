@@ -35,9 +35,36 @@ const (
 	image   = "lockedjob.local/manager:dev"
 )
 
-// helperRoles are the CRD admin/editor/viewer ClusterRoles: kustomize installs them, the chart
-// only with rbac.helpers.enabled=true. The operator itself never uses them.
-var helperRoles = []string{"lockedjob-lockedjob-admin-role", "lockedjob-lockedjob-editor-role", "lockedjob-lockedjob-viewer-role"}
+// helperRoles are the admin/editor/viewer ClusterRoles kubebuilder scaffolds for each kind:
+// kustomize installs them, the chart only with rbac.helpers.enabled=true. The operator itself never
+// uses them. One set per CRD in config/crd/bases, so a new kind needs no edit here.
+var helperRoles = func() []string {
+	crds, err := filepath.Glob(filepath.Join("..", "..", "config", "crd", "bases", "*.yaml"))
+	if err != nil || len(crds) == 0 {
+		panic(fmt.Sprintf("no CRDs in config/crd/bases: %v", err))
+	}
+	var roles []string
+	for _, path := range crds {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			panic(err)
+		}
+		var crd struct {
+			Spec struct {
+				Names struct {
+					Singular string `json:"singular"`
+				} `json:"names"`
+			} `json:"spec"`
+		}
+		if err := utilyaml.Unmarshal(raw, &crd); err != nil || crd.Spec.Names.Singular == "" {
+			panic(fmt.Sprintf("%s: no spec.names.singular: %v", path, err))
+		}
+		for _, role := range []string{"admin", "editor", "viewer"} {
+			roles = append(roles, fmt.Sprintf("lockedjob-%s-%s-role", crd.Spec.Names.Singular, role))
+		}
+	}
+	return roles
+}()
 
 // tools are the project's root and its pinned binaries.
 type tools struct {

@@ -1,0 +1,233 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// The per-lock view (docs/design.md, "Semaphores and the per-lock view"): a declared Lock or
+// ClusterLock shows its lock as Redis holds it. Its status is read from Redis when a LockedJob of
+// the lock changes, and every Resync for what nobody here announces (an expiry, another cluster's
+// holder); it is written only when it changed, at most once per MinInterval per lock.
+
+// +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks;clusterlocks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks/status;clusterlocks/status,verbs=get;update;patch
+
+// LockViewReconciler keeps the status of Lock and ClusterLock objects.
+type LockViewReconciler struct {
+	client.Client
+	Locks    *LockBook
+	Identity Identity
+	Clock    clock.PassiveClock
+	// MinInterval is the least time between two status writes of one lock (default 5s).
+	MinInterval time.Duration
+	// Resync is how often a declared lock is read again when nothing announced a change (default 2m).
+	Resync time.Duration
+	// RedisTimeout bounds each Redis read (default 2s).
+	RedisTimeout time.Duration
+
+	mu      sync.Mutex
+	written map[types.NamespacedName]time.Time // last status write, by object (namespace "" for ClusterLock)
+}
+
+// SetupWithManager registers one controller per kind; both map LockedJob changes to the view of
+// their lock.
+func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.MinInterval = cmpOr(r.MinInterval, 5*time.Second)
+	r.Resync = cmpOr(r.Resync, 2*time.Minute)
+	r.RedisTimeout = cmpOr(r.RedisTimeout, 2*time.Second)
+	r.written = map[types.NamespacedName]time.Time{}
+	// The view's own status writes must not trigger a read: only spec changes and LockedJobs do.
+	onlySpec := builder.WithPredicates(predicate.GenerationChangedPredicate{})
+	if err := ctrl.NewControllerManagedBy(mgr).
+		For(&batchv1alpha1.Lock{}, onlySpec).
+		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(batchv1alpha1.LockScopeNamespace))).
+		Named("lock").
+		Complete(reconcile.Func(r.reconcileLock)); err != nil {
+		return fmt.Errorf("set up lock view controller: %w", err)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		For(&batchv1alpha1.ClusterLock{}, onlySpec).
+		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(batchv1alpha1.LockScopeCluster))).
+		Named("clusterlock").
+		Complete(reconcile.Func(r.reconcileClusterLock)); err != nil {
+		return fmt.Errorf("set up cluster lock view controller: %w", err)
+	}
+	return nil
+}
+
+// viewOf maps a LockedJob to the view object of its lock, for locks of the given scope.
+func viewOf(scope batchv1alpha1.LockScope) handler.MapFunc {
+	return func(_ context.Context, o client.Object) []reconcile.Request {
+		lj, ok := o.(*batchv1alpha1.LockedJob)
+		if !ok || lockScope(lj) != scope {
+			return nil
+		}
+		name := types.NamespacedName{Name: lj.Spec.Lock.Name}
+		if scope == batchv1alpha1.LockScopeNamespace {
+			name.Namespace = lj.Namespace
+		}
+		return []reconcile.Request{{NamespacedName: name}}
+	}
+}
+
+func (r *LockViewReconciler) reconcileLock(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	l := &batchv1alpha1.Lock{}
+	if err := r.Get(ctx, req.NamespacedName, l); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	key := r.Identity.KeyOf(batchv1alpha1.LockScopeNamespace, l.Namespace, l.Name)
+	return r.refresh(ctx, l, &l.Status, key, l.Namespace)
+}
+
+func (r *LockViewReconciler) reconcileClusterLock(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	l := &batchv1alpha1.ClusterLock{}
+	if err := r.Get(ctx, req.NamespacedName, l); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	key := r.Identity.KeyOf(batchv1alpha1.LockScopeCluster, "", l.Name)
+	return r.refresh(ctx, l, &l.Status, key, "")
+}
+
+// refresh reads the lock from Redis into *status and writes it when it changed, no sooner than
+// MinInterval after the last write. namespace is the Lock's, "" for a ClusterLock.
+func (r *LockViewReconciler) refresh(ctx context.Context, obj client.Object, status *batchv1alpha1.LockViewStatus, key, namespace string) (reconcile.Result, error) {
+	id := client.ObjectKeyFromObject(obj)
+	if wait := r.writeWait(id); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	base := obj.DeepCopyObject().(client.Object)
+	before := status.DeepCopy()
+	status.ObservedGeneration = obj.GetGeneration()
+	readErr := r.read(ctx, status, key, namespace)
+	status.ObservedAt = before.ObservedAt
+	if equality.Semantic.DeepEqual(before, status) {
+		return reconcile.Result{RequeueAfter: r.Resync}, readErr
+	}
+	status.ObservedAt = &metav1.Time{Time: r.Clock.Now().Truncate(time.Second)}
+	if err := r.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("record the view of lock %s: %w", key, err)
+	}
+	r.wrote(id)
+	return reconcile.Result{RequeueAfter: r.Resync}, readErr
+}
+
+// read fills status from Redis: the holder with its fence, and the queue. On a failed read only the
+// RedisAvailable condition changes, so the last view stays visible.
+func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.LockViewStatus, key, namespace string) error {
+	rctx, cancel := context.WithTimeout(ctx, r.RedisTimeout)
+	defer cancel()
+	st, err := r.Locks.Inspect(rctx, key)
+	if err != nil {
+		r.setRedis(status, metav1.ConditionFalse, batchv1alpha1.ReasonRedisUnavailable, fmt.Sprintf("Redis unavailable: %v", err))
+		return fmt.Errorf("inspect %s: %w", key, err)
+	}
+	status.LockKey = r.Locks.RedisKey(key)
+	status.Permits = 1
+	status.LastFencingToken = st.Fence
+	status.Holders = nil
+	if st.Held {
+		status.Holders = []batchv1alpha1.LockHolder{r.holder(ctx, st.Metadata, st.Fence, namespace)}
+	}
+	status.InUse = int32(len(status.Holders))
+	status.Waiting, status.Head = nil, ""
+	if r.Locks.HandsOff() {
+		q, err := r.Locks.QueueState(rctx, key)
+		if err != nil {
+			r.setRedis(status, metav1.ConditionFalse, batchv1alpha1.ReasonRedisUnavailable, fmt.Sprintf("Redis unavailable: %v", err))
+			return fmt.Errorf("queue of %s: %w", key, err)
+		}
+		waiting := int32(q.Waiting)
+		status.Waiting, status.Head = &waiting, q.Head
+	}
+	r.setRedis(status, metav1.ConditionTrue, batchv1alpha1.ReasonRedisOK, "Redis answered")
+	return nil
+}
+
+// holder describes the holder named holderName. A holder of this cluster is named by its
+// LockedJob (and, if the cache has it holding, when it acquired); another cluster's only by name.
+func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fence int64, namespace string) batchv1alpha1.LockHolder {
+	h := batchv1alpha1.LockHolder{Holder: holderName, FencingToken: fence}
+	parts := strings.SplitN(holderName, "/", 4)
+	if len(parts) != 4 || parts[0] != r.Identity.ClusterID {
+		return h
+	}
+	ljNamespace, ljName := parts[1], parts[2]
+	switch namespace {
+	case "":
+		h.LockedJob = ljNamespace + "/" + ljName
+	case ljNamespace:
+		h.LockedJob = ljName
+	default:
+		return h // a Namespace-scope key names its namespace: another one cannot hold it
+	}
+	lj := &batchv1alpha1.LockedJob{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ljNamespace, Name: ljName}, lj); err == nil && lj.Status.Holder == holderName {
+		h.AcquiredAt = lj.Status.AcquiredAt
+	}
+	return h
+}
+
+func (r *LockViewReconciler) setRedis(status *batchv1alpha1.LockViewStatus, s metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: batchv1alpha1.ConditionRedisAvailable, Status: s, Reason: reason, Message: msg,
+		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
+	})
+}
+
+// writeWait is how long the view of id must wait before its next status write.
+func (r *LockViewReconciler) writeWait(id types.NamespacedName) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.written[id]
+	if !ok {
+		return 0
+	}
+	return max(r.MinInterval-r.Clock.Since(last), 0)
+}
+
+func (r *LockViewReconciler) wrote(id types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.written[id] = r.Clock.Now()
+}
+
+// lockScope is a LockedJob's scope, Namespace when unset (objects stored before the CRD default).
+func lockScope(lj *batchv1alpha1.LockedJob) batchv1alpha1.LockScope {
+	if lj.Spec.Lock.Scope == "" {
+		return batchv1alpha1.LockScopeNamespace
+	}
+	return lj.Spec.Lock.Scope
+}
+
+// cmpOr returns d, or def when d is not positive.
+func cmpOr(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
