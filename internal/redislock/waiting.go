@@ -88,3 +88,30 @@ func (c *Client) Lineup(ctx context.Context, key string, positions ...int) ([]st
 	}
 	return members, nil
 }
+
+// Dequeue takes member out of the queue of the lock named key (see WithQueue): member no longer
+// wants the lock. If a release handed member the lock in the meantime, Dequeue gives it back and
+// hands it on, unless member already claimed it with another attempt (as a waiting Acquire does when
+// a release wakes it up); do not Dequeue a member that holds its lock. On a single deployment, a
+// lock that is free (its lease ran out) while others wait is handed to the new head as well.
+// Removing a member that is not queued is not an error.
+func (c *Client) Dequeue(ctx context.Context, key, member string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	keys := c.keysFor(key, true).withQueue()
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return scriptDequeue.Run(ctx, n, keys, member, c.notify, handsOffArg(c.handsOff())).Result()
+	})
+	if t := tallyInts(replies); len(t.errs) > len(c.nodes)-c.quorum {
+		return fmt.Errorf("dequeue %s: %w", key, c.unavailable(len(replies)-len(t.errs), t.errs))
+	}
+	return nil
+}
+
+func handsOffArg(on bool) string {
+	if on {
+		return "1"
+	}
+	return "0"
+}

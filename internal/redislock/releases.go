@@ -134,3 +134,77 @@ func (nt *notifier) dispatch(r release) {
 		}
 	}
 }
+
+// Released is one announcement of the release channel: a lock was freed, and, when its release
+// handed it to the head of its queue, the queue member it went to. Anyone who can publish on the
+// channel can announce anything: act on it only by asking Redis.
+type Released struct {
+	Key      string // the lock's Redis key
+	HandedTo string // the queue member the release handed the lock to; "" when it was simply freed
+	// Missed says the subscription broke and was made again: releases in between went unannounced.
+	// Key and HandedTo are empty; whoever waits should ask Redis.
+	Missed bool
+}
+
+// SubscribeReleases delivers every release of a lock through a client configured with
+// WithReleaseNotifications(channel). The channel closes when ctx ends. Messages can be lost (Redis
+// pub/sub has no delivery guarantee; a broken subscription is made again and told as Missed) and
+// expiries are not announced: use it to act sooner, never as the only way to notice a free lock.
+func (c *Client) SubscribeReleases(ctx context.Context) (<-chan Released, error) {
+	if c.notify == "" {
+		return nil, invalidf("SubscribeReleases needs a client built WithReleaseNotifications")
+	}
+	out := make(chan Released, 64)
+	var subs []*redis.PubSub
+	for i, n := range c.nodes {
+		ps := n.Subscribe(ctx, c.notify)
+		// Receive once so a Redis that is down fails here, not silently later.
+		if _, err := ps.Receive(ctx); err != nil {
+			_ = ps.Close()
+			if len(c.nodes) == 1 {
+				return nil, &NodeError{Node: i, Addr: nodeAddr(n), Err: err}
+			}
+			continue // a Redlock minority may be down; the majority still announces releases
+		}
+		subs = append(subs, ps)
+	}
+	if len(subs) == 0 {
+		return nil, c.unavailable(0, nil)
+	}
+	var wg sync.WaitGroup
+	for _, ps := range subs {
+		wg.Go(func() {
+			defer func() { _ = ps.Close() }()
+			// With subscriptions, so a reconnection shows: go-redis subscribes again by itself, and
+			// the confirmation is all that tells of the messages lost in between.
+			msgs := ps.ChannelWithSubscriptions()
+			for {
+				var rel Released
+				select {
+				case <-ctx.Done():
+					return
+				case m, ok := <-msgs:
+					if !ok {
+						return
+					}
+					switch m := m.(type) {
+					case *redis.Message:
+						r := parseRelease(m.Payload)
+						rel = Released{Key: r.key, HandedTo: r.member}
+					case *redis.Subscription:
+						rel = Released{Missed: true}
+					default:
+						continue
+					}
+				}
+				select {
+				case out <- rel:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(out) }()
+	return out, nil
+}
