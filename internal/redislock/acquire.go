@@ -131,7 +131,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		} else {
 			timer.Reset(wait)
 		}
-		if watch == nil && o.queueMember != "" && c.releases != nil {
+		if watch == nil && o.queueMember != "" && c.releases != nil && c.handsOff() {
 			watch = c.releases.watch(k.lock(), o.queueMember)
 			defer c.releases.unwatch(watch)
 		}

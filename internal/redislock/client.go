@@ -32,7 +32,7 @@ type Client struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 
-	releases *notifier // nil unless the client hands locks off (see handsOff)
+	releases *releaseHub // the release channel's reader; nil without WithReleaseNotifications
 	// memberSecret derives the tokens of queued waiters that bring none (see memberToken).
 	memberSecret [32]byte
 	memberMACs   sync.Pool // of hash.Hash keyed with memberSecret: queued waiters acquire in a loop
@@ -120,8 +120,8 @@ func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Opt
 	if strings.ContainsAny(c.prefix, "{}") {
 		return nil, invalidf("key prefix %q must not contain { or }", c.prefix)
 	}
-	if c.notify != "" && c.handsOff() {
-		c.releases = &notifier{client: nodes[0], channel: c.notify}
+	if c.notify != "" {
+		c.releases = newReleaseHub(nodes, c.notify)
 	}
 	return c, nil
 }

@@ -23,3 +23,14 @@ func SetLateReleaseLimit(c *Client, n int) {
 
 // KeysFor returns the Redis keys of the lock named key, in the order the scripts take them.
 func KeysFor(c *Client, key string, queued bool) []string { return c.keysFor(key, queued) }
+
+// ReleaseListeners reports how many waiting Acquire calls and SubscribeReleases readers listen to
+// node's release channel through c's one subscription there.
+func ReleaseListeners(c *Client, node int) int {
+	c.releases.mu.Lock()
+	defer c.releases.mu.Unlock()
+	if ns := c.releases.subs[node]; ns != nil {
+		return ns.listeners
+	}
+	return 0
+}

@@ -14,7 +14,7 @@ import (
 const releaseChannel = "lockedjob:released"
 
 // subscribers counts the subscriptions to the release channel: a waiting Acquire has one while it
-// waits (through the client's shared notifier) and none after.
+// waits (through the client's one reader of the release channel) and none after.
 func subscribers(t *testing.T, rc *redis.Client) int64 {
 	t.Helper()
 	n, err := rc.PubSubNumSub(context.Background(), releaseChannel).Result()
@@ -117,7 +117,7 @@ func TestWaitingAcquireIsHandedTheLock(t *testing.T) {
 	if err := r.l.Release(ctx); err != nil {
 		t.Fatalf("release the handed-off lock: %v", err)
 	}
-	eventually(t, 5*time.Second, "the notifier to stop when nobody waits", func() bool {
+	eventually(t, 5*time.Second, "the subscription to end when nobody waits", func() bool {
 		return subscribers(t, rc) == 0
 	})
 	if st, err := c.Inspect(ctx, key); err != nil || st.Held {
