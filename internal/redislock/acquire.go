@@ -286,49 +286,45 @@ func (c *Client) settleFence(ctx context.Context, k keys, token string, fresh, r
 // args are the script's: token, ttl, metadata, attempt id, then the queue's.
 func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script *redis.Script, k keys, scriptKeys []string, args ...any) (any, error) {
 	if c.waitReplicas <= 0 {
-		return script.Run(ctx, n, scriptKeys, args...).Result()
+		return runScript(ctx, n, script, scriptKeys, args...).Result()
 	}
-	for attempt := 0; ; attempt++ {
-		cmds, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var cmds []redis.Cmder
+	err := withScript(ctx, n, script, func() (err error) {
+		cmds, err = n.Pipelined(ctx, func(p redis.Pipeliner) error {
 			script.EvalSha(ctx, p, scriptKeys, args...)
 			p.Do(ctx, "WAIT", c.waitReplicas, c.waitTimeout.Milliseconds())
 			return nil
 		})
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
-			if err := script.Load(ctx, n).Err(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		val, _ := cmds[0].(*redis.Cmd).Result()
-		acks, err := cmds[1].(*redis.Cmd).Int64()
-		if err != nil {
-			return nil, fmt.Errorf("wait for replicas: %w", err)
-		}
-		g, _ := acquireReply(val)
-		if !g.ok || acks >= int64(c.waitReplicas) {
-			return val, nil
-		}
-		if g.readopted {
-			// The lock was ours before this attempt and still is: giving it back would take it
-			// from a holder that may be running, for nothing. Report the risk, keep the lock.
-			return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v (re-adopted: kept)", acks, c.waitReplicas, c.waitTimeout)
-		}
-		// Granted on the primary but not replicated in time: give it back, it would not survive a
-		// failover.
-		_ = scriptUndo.Run(context.WithoutCancel(ctx), n, k.lockMeta(), args[0], args[3]).Err()
-		return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	val, _ := cmds[0].(*redis.Cmd).Result()
+	acks, err := cmds[1].(*redis.Cmd).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("wait for replicas: %w", err)
+	}
+	g, _ := acquireReply(val)
+	if !g.ok || acks >= int64(c.waitReplicas) {
+		return val, nil
+	}
+	if g.readopted {
+		// The lock was ours before this attempt and still is: giving it back would take it
+		// from a holder that may be running, for nothing. Report the risk, keep the lock.
+		return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v (re-adopted: kept)", acks, c.waitReplicas, c.waitTimeout)
+	}
+	// Granted on the primary but not replicated in time: give it back, it would not survive a
+	// failover.
+	_ = runScript(context.WithoutCancel(ctx), n, scriptUndo, k.lockMeta(), args[0], args[3]).Err()
+	return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)
 }
 
 // raiseFence writes fence back to the given nodes (see fence.lua); at least need of them must still
 // hold the lock.
 func (c *Client) raiseFence(ctx context.Context, k keys, token string, fence int64, nodes []int, need int) error {
 	replies := c.onNodes(ctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptFence.Run(ctx, n, k.withFence(), token, strconv.FormatInt(fence, 10)).Result()
+		return runScript(ctx, n, scriptFence, k.withFence(), token, strconv.FormatInt(fence, 10)).Result()
 	})
 	t := tallyInts(replies)
 	if t.ok >= need {
@@ -349,7 +345,7 @@ func (c *Client) undoQuietly(ctx context.Context, k keys, token, attempt string,
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.nodeTimeout, time.Second))
 	defer cancel()
 	c.onNodes(rctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptUndo.Run(ctx, n, k.lockMeta(), token, attempt).Result()
+		return runScript(ctx, n, scriptUndo, k.lockMeta(), token, attempt).Result()
 	})
 }
 

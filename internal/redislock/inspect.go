@@ -18,7 +18,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	c := l.client
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptPTTL.Run(ctx, n, l.keys[:1], l.token).Int64()
+		return runScript(ctx, n, scriptPTTL, l.keys[:1], l.token).Int64()
 	})
 	var ttls []time.Duration
 	var errs []error
@@ -63,7 +63,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (State, error) {
 	}
 	k := c.keysFor(key, false)
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptInspect.Run(ctx, n, k.withFence()).Slice()
+		return runScript(ctx, n, scriptInspect, k.withFence()).Slice()
 	})
 	var st State
 	var errs []error

@@ -21,7 +21,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		script, keys = scriptReleaseHandoff, l.keys.withQueue()
 	}
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return script.Run(ctx, n, keys, l.token, c.notify).Result()
+		return runScript(ctx, n, script, keys, l.token, c.notify).Result()
 	})
 	t := tallyInts(replies)
 	switch {

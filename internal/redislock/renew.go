@@ -32,7 +32,7 @@ func (l *Lock) Renew(ctx context.Context, ttl time.Duration) error {
 	start := c.now()
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptRenew.Run(ctx, n, l.keys.lockMeta(), l.token, ttlMs).Result()
+		return runScript(ctx, n, scriptRenew, l.keys.lockMeta(), l.token, ttlMs).Result()
 	})
 	if err := l.settleRenew(tallyInts(replies), start, c.now(), ttl); err != nil {
 		return fmt.Errorf("renew %s: %w", l.key, err)
@@ -95,11 +95,12 @@ func (c *Client) renewPipelined(ctx context.Context, locks []*Lock, ttls []time.
 // (a hash lookup when the server knows the script): a server that lost its script cache (a
 // restart, a failover) costs no extra round trip, which matters when the round trip is slow. A
 // cluster client routes a keyless command to one node only, so there a NOSCRIPT reply gets the
-// script loaded everywhere and the pipeline sent once more.
+// script loaded everywhere and the pipeline sent once more (withScript).
 func renewPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock, ttls []time.Duration) ([]nodeReply, error) {
 	_, plain := n.(*redis.Client)
-	for attempt := 0; ; attempt++ {
-		cmds, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var cmds []redis.Cmder
+	err := withScript(ctx, n, scriptRenew, func() (err error) {
+		cmds, err = n.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if plain {
 				p.ScriptLoad(ctx, renewFullSrc)
 			}
@@ -108,26 +109,21 @@ func renewPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock, 
 			}
 			return nil
 		})
-		if plain && len(cmds) > 0 {
-			cmds = cmds[1:]
-		}
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 && !plain {
-			if lerr := scriptRenew.Load(ctx, n).Err(); lerr != nil {
-				return nil, fmt.Errorf("load renew script: %w", lerr)
-			}
-			continue
-		}
-		if len(cmds) != len(locks) {
-			if err == nil {
-				err = fmt.Errorf("pipeline returned %d replies for %d commands", len(cmds), len(locks))
-			}
-			return nil, err
-		}
-		out := make([]nodeReply, len(locks))
-		for i, cmd := range cmds {
-			v, err := cmd.(*redis.Cmd).Int64()
-			out[i] = nodeReply{val: v, err: err}
-		}
-		return out, nil
+		return err
+	})
+	if plain && len(cmds) > 0 {
+		cmds = cmds[1:]
 	}
+	if len(cmds) != len(locks) {
+		if err == nil {
+			err = fmt.Errorf("pipeline returned %d replies for %d commands", len(cmds), len(locks))
+		}
+		return nil, err
+	}
+	out := make([]nodeReply, len(locks))
+	for i, cmd := range cmds {
+		v, err := cmd.(*redis.Cmd).Int64()
+		out[i] = nodeReply{val: v, err: err}
+	}
+	return out, nil
 }

@@ -1,13 +1,15 @@
 package redislock
 
 import (
+	"context"
 	_ "embed"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The scripts run through EVALSHA and fall back to EVAL when a server (e.g. one that restarted)
-// does not know them yet; see redis.Script.Run.
+// The scripts run through EVALSHA, and are loaded when a server (e.g. one that restarted) does not
+// know them yet; see runScript and withScript.
 var (
 	//go:embed acquire.lua
 	acquireSrc string
@@ -54,3 +56,31 @@ var (
 	scriptKeepQueued     = redis.NewScript(clockSrc + keepQueuedSrc)
 	scriptLineup         = redis.NewScript(lineupSrc)
 )
+
+// withScript runs send, which runs s by EVALSHA, alone or in a pipeline, and, when the node answers
+// NOSCRIPT (it restarted, failed over or flushed its script cache), loads s and runs send once
+// more. It is the one place that recovers a lost script, for single calls and pipelines alike:
+// EVALSHA in a pipeline cannot fall back to EVAL per command, so loading and sending again is
+// what works for both. Through a cluster client, loading reaches every primary.
+func withScript(ctx context.Context, n redis.Scripter, s *redis.Script, send func() error) error {
+	err := send()
+	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return err
+	}
+	if err := s.Load(ctx, n).Err(); err != nil {
+		return fmt.Errorf("load script %s after NOSCRIPT: %w", s.Hash(), err)
+	}
+	return send()
+}
+
+// runScript runs s on n with keys and args; see withScript.
+func runScript(ctx context.Context, n redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	var cmd *redis.Cmd
+	if err := withScript(ctx, n, s, func() error {
+		cmd = s.EvalSha(ctx, n, keys, args...)
+		return cmd.Err()
+	}); err != nil {
+		cmd.SetErr(err) // a failed load says more than the NOSCRIPT that led to it
+	}
+	return cmd
+}

@@ -34,7 +34,7 @@ func (c *Client) KeepQueued(ctx context.Context, key string, liveness time.Durat
 	}
 	k := c.keysFor(key, true).queueWaiters()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptKeepQueued.Run(ctx, n, k, args...).StringSlice()
+		return runScript(ctx, n, scriptKeepQueued, k, args...).StringSlice()
 	})
 	seen := map[string]bool{}
 	failed := 0
@@ -82,7 +82,7 @@ func (c *Client) Lineup(ctx context.Context, key string, positions ...int) ([]st
 	if len(args) == 0 {
 		return nil, nil
 	}
-	members, err := scriptLineup.Run(ctx, c.nodes[0], c.keysFor(key, true).queueOnly(), args...).StringSlice()
+	members, err := runScript(ctx, c.nodes[0], scriptLineup, c.keysFor(key, true).queueOnly(), args...).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("lineup %s: %w", key, &NodeError{Node: 0, Addr: nodeAddr(c.nodes[0]), Err: err})
 	}
@@ -101,7 +101,7 @@ func (c *Client) Dequeue(ctx context.Context, key, member string) error {
 	}
 	keys := c.keysFor(key, true).withQueue()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptDequeue.Run(ctx, n, keys, member, c.notify, handsOffArg(c.handsOff())).Result()
+		return runScript(ctx, n, scriptDequeue, keys, member, c.notify, handsOffArg(c.handsOff())).Result()
 	})
 	if t := tallyInts(replies); len(t.errs) > len(c.nodes)-c.quorum {
 		return fmt.Errorf("dequeue %s: %w", key, c.unavailable(len(replies)-len(t.errs), t.errs))
