@@ -349,7 +349,7 @@ func (c *Client) undoQuietly(ctx context.Context, k keys, token, attempt string,
 	})
 }
 
-// grant is one node's answer to an acquisition attempt (acquire.lua).
+// grant is one node's answer to an acquisition attempt (acquire.lua, acquirequeued.lua).
 type grant struct {
 	ok        bool
 	fence     int64
@@ -358,7 +358,7 @@ type grant struct {
 	holder    string // not ok: the holder's metadata
 }
 
-// acquireReply parses acquire.lua's reply: {1, fence, readopted} when acquired, {0, position[, holder]}
+// acquireReply parses the acquire scripts' reply: {1, fence, readopted} when acquired, {0, position[, holder]}
 // when not.
 func acquireReply(v any) (grant, error) {
 	vals, isSlice := v.([]any)

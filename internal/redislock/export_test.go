@@ -1,5 +1,7 @@
 package redislock
 
+import "maps"
+
 // LateReleasesStarted reports how many late releases c has started so far.
 func LateReleasesStarted(c *Client) int64 { return c.late.started.Load() }
 
@@ -34,3 +36,6 @@ func ReleaseListeners(c *Client, node int) int {
 	}
 	return 0
 }
+
+// ComposedScripts returns the source of every script the package runs, by name, as sent to Redis.
+func ComposedScripts() map[string]string { return maps.Clone(composedSources) }

@@ -1,9 +1,9 @@
--- queue.lua: helpers shared by acquire.lua, release.lua and dequeue.lua when they touch a queue;
--- scripts.go puts this file (after clock.lua) in front of them, so all three read and write the
--- waiter queue the same way. Scripts that never touch a queue run without it: defining these
--- helpers on every call costs measurable Redis time.
+-- queue.lua: helpers shared by acquirequeued.lua, releasehandoff.lua and dequeue.lua, the scripts
+-- that touch a queue; scripts.go puts this file (after clock.lua) in front of them, so all three
+-- read and write the waiter queue the same way. Scripts that never touch a queue run without it:
+-- defining these helpers on every call costs measurable Redis time.
 --
--- Every script that includes this file receives the lock's keys in one order (keys in client.go):
+-- Every script that includes this file receives the lock's keys in one order (keys in keys.go):
 --   KEYS[1] lock      KEYS[2] meta      KEYS[3] fence
 --   KEYS[4] queue     sorted set: waiter -> score; the head is the lowest score, then the lowest name
 --   KEYS[5] waiters   sorted set: waiter -> liveness deadline (ms, server clock); a waiter that stops
@@ -11,7 +11,7 @@
 --   KEYS[6] tickets   hash: waiter -> what its last attempt asked for (see writeTicket), so a release
 --                     can hand the lock straight to the head (see handoff)
 
--- forget takes one waiter out of the queue entirely.
+-- forget removes one waiter from the queue entirely.
 local function forget(member)
   redis.call('ZREM', KEYS[4], member)
   redis.call('ZREM', KEYS[5], member)

@@ -3,6 +3,8 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +99,97 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the keeper did not renew")
+	}
+}
+
+// luaBuiltins are the global functions a script may call without defining them: Lua 5.1's base
+// library as Redis offers it. Calls through a table (redis.call, string.sub, cmsgpack.pack) are
+// not bare names and need no entry.
+var luaBuiltins = map[string]bool{
+	"assert": true, "error": true, "getmetatable": true, "ipairs": true, "next": true, "pairs": true,
+	"pcall": true, "rawequal": true, "rawget": true, "rawset": true, "select": true,
+	"setmetatable": true, "tonumber": true, "tostring": true, "type": true, "unpack": true,
+	"xpcall": true, "loadstring": true,
+}
+
+// luaKeywords can stand before a parenthesis without being called.
+var luaKeywords = map[string]bool{
+	"and": true, "elseif": true, "function": true, "if": true, "in": true, "local": true,
+	"not": true, "or": true, "return": true, "until": true, "while": true,
+}
+
+var (
+	// luaNoise is what holds no code: comments and string literals.
+	luaNoise = regexp.MustCompile(`(?s)--\[\[.*?\]\]|--[^\n]*|\[\[.*?\]\]|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"`)
+	// luaDefinition finds `local function NAME` and `local NAME = function`.
+	luaDefinition = regexp.MustCompile(`\blocal\s+function\s+([A-Za-z_]\w*)|\blocal\s+([A-Za-z_]\w*)\s*=\s*function\b`)
+	// luaCall finds a bare NAME( with what comes just before it, to skip table calls and
+	// definitions.
+	luaCall = regexp.MustCompile(`([.:]\s*|\bfunction\s+)?\b([A-Za-z_]\w*)\s*\(`)
+)
+
+// undefinedCalls returns the bare names src calls that it does not define before the call and that
+// are not builtins: Lua resolves such a name to a global, which Redis refuses at run time, and
+// only on the path that reaches it.
+func undefinedCalls(src string) []string {
+	code := luaNoise.ReplaceAllStringFunc(src, func(s string) string { return strings.Repeat(" ", len(s)) })
+	defined := map[string]int{} // name -> offset of its first definition
+	for _, m := range luaDefinition.FindAllStringSubmatchIndex(code, -1) {
+		name := code[m[2]:m[3]]
+		if m[2] < 0 {
+			name = code[m[4]:m[5]]
+		}
+		if _, ok := defined[name]; !ok {
+			defined[name] = m[0]
+		}
+	}
+	var missing []string
+	for _, m := range luaCall.FindAllStringSubmatchIndex(code, -1) {
+		if m[2] >= 0 {
+			continue // a table's function, or a definition
+		}
+		name := code[m[4]:m[5]]
+		if luaKeywords[name] || luaBuiltins[name] {
+			continue
+		}
+		if at, ok := defined[name]; !ok || at > m[4] {
+			missing = append(missing, name)
+		}
+	}
+	return missing
+}
+
+// TestComposedScriptsDefineTheirHelpers: Lua scripts cannot include one another, so scripts.go puts
+// shared helpers (holder.lua, clock.lua, queue.lua) in front of the scripts that call them. Each
+// composed script must define every helper it calls, before the call.
+func TestComposedScriptsDefineTheirHelpers(t *testing.T) {
+	scripts := ComposedScripts()
+	if len(scripts) < 10 {
+		t.Fatalf("found %d composed scripts, want every script the package runs", len(scripts))
+	}
+	for name, src := range scripts {
+		if missing := undefinedCalls(src); len(missing) > 0 {
+			t.Errorf("script %q calls %v without defining them first", name, missing)
+		}
+	}
+}
+
+// TestUndefinedCallsSeesAMissingHelper: the check above can fail, on a composition that lacks a
+// helper, on one that defines it too late, and not on calls through tables or in comments.
+func TestUndefinedCallsSeesAMissingHelper(t *testing.T) {
+	helper := "local function holds(v, t)\n  return v == t\nend\n"
+	script := "-- holds(x) in a comment\nif not holds(redis.call('GET', KEYS[1]), ARGV[1]) then\n  return string.sub('holds(', 1)\nend\n"
+	cases := []struct {
+		src  string
+		want []string
+	}{
+		{helper + script, nil},
+		{script, []string{"holds"}},
+		{script + helper, []string{"holds"}},
+	}
+	for _, c := range cases {
+		if got := undefinedCalls(c.src); !slices.Equal(got, c.want) {
+			t.Errorf("undefinedCalls(%q) = %v, want %v", c.src, got, c.want)
+		}
 	}
 }
