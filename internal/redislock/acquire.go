@@ -113,7 +113,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 			return nil, err
 		}
 		o.attempt = id
-		start := c.now()
+		start := time.Now()
 		l, err := c.attemptAcquire(ctx, start, key, k, ttl, &o)
 		if err == nil {
 			return l, nil
@@ -244,11 +244,11 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 	}
 
 	validUntil := c.validUntil(start, ttl)
-	if !c.now().Before(validUntil) {
+	if !time.Now().Before(validUntil) {
 		// The acquisition took longer than the lease (a slow node, a paused process): the lock may
 		// already have expired somewhere, so it cannot be trusted.
 		undo()
-		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotAcquired, ttl, c.now().Sub(start))
+		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotAcquired, ttl, time.Since(start))
 	}
 	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence,
 		queued: o.queueMember != "" && c.handsOff(), readopted: isReadoption,

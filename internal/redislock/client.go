@@ -27,7 +27,6 @@ type Client struct {
 	driftFactor float64
 	driftAdd    time.Duration
 	notify      string
-	now         func() time.Time
 
 	waitReplicas int
 	waitTimeout  time.Duration
@@ -72,9 +71,6 @@ func WithWaitReplicas(replicas int, timeout time.Duration) Option {
 	return func(c *Client) { c.waitReplicas, c.waitTimeout = replicas, timeout }
 }
 
-// WithClock replaces time.Now, which the client uses to measure validity. For tests.
-func WithClock(now func() time.Time) Option { return func(c *Client) { c.now = now } }
-
 // New returns a client for one Redis deployment: a single node, Sentinel or Cluster
 // (any redis.UniversalClient).
 func New(client redis.UniversalClient, opts ...Option) (*Client, error) {
@@ -107,7 +103,6 @@ func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Opt
 		nodeTimeout: defaultNodeTimeout,
 		driftFactor: defaultDriftFactor,
 		driftAdd:    driftAdd,
-		now:         time.Now,
 		late:        lateReleases{limit: defaultLateReleaseLimit},
 	}
 	for i := range c.all {
@@ -138,9 +133,6 @@ func (c *Client) HandsOff() bool { return c.handsOff() }
 
 // Nodes returns the number of Redis nodes behind the client (1 unless Redlock).
 func (c *Client) Nodes() int { return len(c.nodes) }
-
-// Quorum returns how many nodes must agree for an operation to succeed.
-func (c *Client) Quorum() int { return c.quorum }
 
 // drift is the part of a lease that the client does not trust: clocks of client and servers run
 // at slightly different rates, and Redis expires with millisecond precision.

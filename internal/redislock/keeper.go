@@ -156,7 +156,7 @@ func (c *Client) NewKeeper(opts KeeperOptions) *Keeper {
 		opts.Timeout = defaultKeeperTimeout
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	epoch := c.now()
+	epoch := time.Now()
 	k := &Keeper{
 		c:       c,
 		opts:    opts,
@@ -303,7 +303,7 @@ func (k *Keeper) run() {
 			k.call(k.settle(r))
 		default:
 		}
-		now := k.c.now()
+		now := time.Now()
 		k.mu.Lock()
 		calls := k.watchLocked(now, nil)
 		if f.mayStart(now) {
@@ -463,9 +463,9 @@ func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
 func (k *Keeper) renew(r round) roundResult {
 	ctx, cancel := context.WithTimeout(k.ctx, r.budget)
 	defer cancel()
-	start := k.c.now()
+	start := time.Now()
 	tallies := k.c.renewPipelined(ctx, r.locks, r.ttls)
-	return roundResult{round: r, start: start, end: k.c.now(), tallies: tallies}
+	return roundResult{round: r, start: start, end: time.Now(), tallies: tallies}
 }
 
 // settle reschedules or drops each lock of a finished round by its outcome.

@@ -105,7 +105,7 @@ func later(a, b time.Time) time.Time {
 // The undo removes only a grant of these very attempts (undo.lua), never a lock that a later
 // attempt re-adopted.
 func (c *Client) releaseLate(k keys, token, attempt string, nodes []int, ttl time.Duration) {
-	deadline := c.now().Add(ttl)
+	deadline := time.Now().Add(ttl)
 	for _, i := range nodes {
 		lk := lateKey{key: k.lock(), token: token, node: i}
 		if c.late.join(lk, attempt, deadline) {
@@ -118,7 +118,7 @@ func (c *Client) runLateRelease(k keys, lk lateKey) {
 	wait := c.nodeTimeout
 	for {
 		attempts, deadline, gen := c.late.next(lk)
-		if !c.now().Before(deadline) {
+		if !time.Now().Before(deadline) {
 			c.late.done(lk, gen, true)
 			return
 		}

@@ -133,7 +133,7 @@ func (l *Lock) Held() bool {
 	if l == nil || l.state.Load() != stateHeld {
 		return false
 	}
-	return l.client.now().Before(l.ValidUntil())
+	return time.Now().Before(l.ValidUntil())
 }
 
 func (l *Lock) markLost() { l.state.CompareAndSwap(stateHeld, stateLost) }

@@ -29,12 +29,12 @@ func (l *Lock) Renew(ctx context.Context, ttl time.Duration) error {
 		return ErrLockLost
 	}
 	c := l.client
-	start := c.now()
+	start := time.Now()
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		return runScript(ctx, n, scriptRenew, l.keys.lockMeta(), l.token, ttlMs).Result()
 	})
-	if err := l.settleRenew(tallyInts(replies), start, c.now(), ttl); err != nil {
+	if err := l.settleRenew(tallyInts(replies), start, time.Now(), ttl); err != nil {
 		return fmt.Errorf("renew %s: %w", l.key, err)
 	}
 	return nil
