@@ -24,7 +24,7 @@ type acquireOptions struct {
 	queueScore    float64
 	queueLiveness time.Duration
 	// attempt is this attempt's random id: the grant mark that lets a failed attempt undo only what
-	// it created (undo.lua), and, queued, the id in the ticket a handoff grants.
+	// it created (undo.lua), and, queued, the id in the ticket a handoff honours.
 	attempt string
 }
 
@@ -310,11 +310,11 @@ func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script
 		return val, nil
 	}
 	if g.readopted {
-		// The lock was ours before this attempt and still is: giving it back would take it
-		// from a holder that may be running, for nothing. Report the risk, keep the lock.
+		// The lock was ours before this attempt and still is: undoing it would remove it
+		// from under a holder that may be running, for nothing. Report the risk, keep the lock.
 		return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v (re-adopted: kept)", acks, c.waitReplicas, c.waitTimeout)
 	}
-	// Granted on the primary but not replicated in time: give it back, it would not survive a
+	// Granted on the primary but not replicated in time: undo it, it would not survive a
 	// failover.
 	_ = runScript(context.WithoutCancel(ctx), n, scriptUndo, k.lockMeta(), args[0], args[3]).Err()
 	return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)

@@ -64,7 +64,7 @@ func WithDrift(factor float64, add time.Duration) Option {
 func WithReleaseNotifications(channel string) Option { return func(c *Client) { c.notify = channel } }
 
 // WithWaitReplicas makes Acquire wait until at least replicas replicas of the primary acknowledged
-// the acquisition (Redis WAIT, bounded by timeout) and fail otherwise, releasing what it took. It
+// the acquisition (Redis WAIT, bounded by timeout) and fail otherwise, undoing the acquisition. It
 // narrows, without closing, the window in which a failover to a replica that never saw the lock
 // lets a second holder in. Default: off. Not for Redis Cluster clients.
 func WithWaitReplicas(replicas int, timeout time.Duration) Option {
@@ -80,7 +80,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Client, error) {
 	return newClient([]redis.UniversalClient{client}, 0, opts)
 }
 
-// NewRedlock returns a client that takes each lock on a majority of independent Redis nodes.
+// NewRedlock returns a client that acquires each lock on a majority of independent Redis nodes.
 // The number of nodes must be odd and at least 3: an even count adds a node without adding
 // failure tolerance.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Client, error) {

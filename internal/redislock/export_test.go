@@ -23,7 +23,7 @@ func SetLateReleaseLimit(c *Client, n int) {
 	c.late.limit = n
 }
 
-// KeysFor returns the Redis keys of the lock named key, in the order the scripts take them.
+// KeysFor returns the Redis keys of the lock named key, in the order the scripts receive them.
 func KeysFor(c *Client, key string, queued bool) []string { return c.keysFor(key, queued) }
 
 // ReleaseListeners reports how many waiting Acquire calls and SubscribeReleases readers listen to

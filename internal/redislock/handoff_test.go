@@ -185,7 +185,7 @@ func TestHandoffToAVanishedWaiterIsBounded(t *testing.T) {
 }
 
 // TestDequeueGivesBackAHandedOffLock: a waiter that gives up after a release handed it the lock
-// hands it on to the next waiter instead of leaving it blocked for a lease.
+// hands it off to the next waiter instead of leaving it blocked for a lease.
 func TestDequeueGivesBackAHandedOffLock(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
@@ -216,7 +216,7 @@ func TestDequeueGivesBackAHandedOffLock(t *testing.T) {
 }
 
 // TestRedlockDoesNotHandOff: Redlock nodes keep separate queues, so a release frees the lock on
-// every node and the head takes it with its next attempt.
+// every node and the head acquires it with its next attempt.
 func TestRedlockDoesNotHandOff(t *testing.T) {
 	c, _ := redlock(t, 3)
 	key := uniqueKey(t)
@@ -232,7 +232,7 @@ func TestRedlockDoesNotHandOff(t *testing.T) {
 		t.Fatalf("after the release: %+v, %v; want free", st, err)
 	}
 	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("a", 1, time.Minute)); err != nil {
-		t.Fatalf("a takes the free lock: %v", err)
+		t.Fatalf("a acquires the free lock: %v", err)
 	}
 }
 
@@ -308,6 +308,6 @@ func TestDequeueHandsAFreeLockToTheNewHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st, _ := c.Inspect(ctx, key); st.Held {
-		t.Fatalf("a free lock with nobody waiting was taken: %+v", st)
+		t.Fatalf("a free lock with nobody waiting was acquired: %+v", st)
 	}
 }

@@ -55,7 +55,7 @@ type State struct {
 	Fence int64
 }
 
-// Inspect reads a lock's state without taking it, e.g. for a waiter to show who blocks it.
+// Inspect reads a lock's state without acquiring it, e.g. for a waiter to show who blocks it.
 // It never reveals the holder's token.
 func (c *Client) Inspect(ctx context.Context, key string) (State, error) {
 	if err := validateKey(key); err != nil {

@@ -111,8 +111,8 @@ type keeperEntry struct {
 	watchAt    time.Time
 	watchIndex int // position in Keeper.watch
 
-	// pending: a renewal of the current lease was sent and has not succeeded yet.
-	pending bool
+	// outstanding: a renewal of the current lease was sent and has not succeeded yet.
+	outstanding bool
 	// warned: OnAtRisk was called for this run of failures.
 	warned  bool
 	lastErr error // the last transport error of this run of failures
@@ -130,7 +130,7 @@ func (e *keeperEntry) failure() error {
 	switch {
 	case e.lastErr != nil:
 		return e.lastErr
-	case e.pending:
+	case e.outstanding:
 		return errUnanswered
 	default:
 		return errNotSent
@@ -199,8 +199,8 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 	if margin <= 0 {
 		margin = min(ttl/3, (ttl-interval)/2)
 	}
-	// Schedule from the lock's last grant, not from now, so a lock that was acquired a while ago
-	// (or re-adopted) is renewed in time.
+	// Schedule from the lock's last acquire or renew (LeaseStart), not from now, so a lock that was
+	// acquired a while ago (or re-adopted) is renewed in time.
 	due := l.LeaseStart().Add(interval)
 
 	k.mu.Lock()
@@ -385,7 +385,7 @@ func (k *Keeper) watchLocked(now time.Time, calls []callback) []callback {
 			calls = append(calls, callback{k.opts.OnLost, e.lock, err})
 			continue
 		case !now.Before(vu.Add(-e.margin)) && !e.warned:
-			if !e.pending && now.Before(e.due) {
+			if !e.outstanding && now.Before(e.due) {
 				// Inside the margin, but the renewal is not even due (an interval longer than the
 				// lease minus the margin): look again when it is.
 				e.watchAt = minTime(e.due, vu)
@@ -422,7 +422,7 @@ type roundResult struct {
 	tallies    []tally
 }
 
-// startRoundLocked takes up to BatchSize locks that are due and prepares their round. A lock due
+// startRoundLocked picks up to BatchSize locks that are due and prepares their round. A lock due
 // within an eighth of its interval goes along too: renewing a little early costs nothing and
 // folds near-simultaneous locks into one pipeline.
 func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
@@ -440,7 +440,7 @@ func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
 			continue
 		}
 		k.due.remove(e)
-		e.pending = true
+		e.outstanding = true
 		if w := e.watchTime(vu); !w.Equal(e.watchAt) {
 			e.watchAt = w
 			k.watch.set(e)
@@ -485,7 +485,7 @@ func (k *Keeper) settle(r roundResult) []callback {
 		_, vu := e.lock.lease()
 		switch {
 		case err == nil:
-			e.pending, e.warned, e.lastErr = false, false, nil
+			e.outstanding, e.warned, e.lastErr = false, false, nil
 			e.due = r.start.Add(e.interval)
 		case errors.Is(err, ErrLockLost):
 		default:

@@ -15,7 +15,7 @@ const (
 // RedisKey returns the Redis key that holds the lock named key.
 func (c *Client) RedisKey(key string) string { return c.prefix + "{" + key + "}" }
 
-// keys lists the Redis keys of one lock in the order every script takes them: lock, meta, fence,
+// keys lists the Redis keys of one lock in the order every script receives them: lock, meta, fence,
 // then, for a lock used with a queue, queue, waiters and tickets (see queue.lua). They share
 // the hash tag {key}, so a Redis Cluster keeps them in one slot and a script may touch all of them.
 // Scripts get sub-slices (lockMeta, withFence, withQueue), so no call builds a key list

@@ -71,7 +71,7 @@ func HolderToken(value string) string {
 // Readopted reports whether Acquire found the lock already held with this token, instead of
 // granting it afresh: a restarted holder re-adopting its lock, a retry after an attempt that Redis
 // applied late, or a lock a release handed to this waiter. The fence is then the one handed out
-// when the lock was granted.
+// when the lock was acquired afresh.
 func (l *Lock) Readopted() bool {
 	if l == nil {
 		return false

@@ -45,7 +45,7 @@ local function readTicket(member)
   return {ttl = ttl, attempt = attempt, token = token, metadata = metadata, liveness = liveness}
 end
 
--- handoff gives a lock that was just freed to the live waiter at the head of the queue, as if that
+-- handoff hands a lock that was just freed to the live waiter at the head of the queue, as if that
 -- waiter's last attempt had found it free: its token, its metadata and the next fencing token. The
 -- lease is the waiter's ttl, but no longer than what is left of its liveness: a waiter that vanished
 -- after asking blocks the lock no longer than it would have blocked the queue. The grant carries no
@@ -78,9 +78,9 @@ local function handoff()
   return table.concat({KEYS[1], string.format('%.0f', fence), lease, t.attempt, head}, '\0')
 end
 
--- handOn frees the lock and hands it to the next waiter, then tells the release channel (ARGV[2]
--- in both scripts that give a lock up).
-local function handOn()
+-- releaseToHead frees the lock and hands it off to the next waiter, then tells the release channel
+-- (ARGV[2] in both scripts that release a lock).
+local function releaseToHead()
   redis.call('DEL', KEYS[1], KEYS[2])
   local message = handoff() or KEYS[1]
   if ARGV[2] ~= '' then

@@ -9,7 +9,7 @@ import (
 
 // Release deletes the lock if it is still ours and, with WithReleaseNotifications, tells waiters.
 // A lock acquired WithQueue goes straight to the next waiter in its queue (see WithQueue).
-// It returns ErrNotHeld if the lock had expired or was taken by someone else in the meantime (their
+// It returns ErrNotHeld if the lock had expired or was acquired by someone else in the meantime (their
 // lock is left untouched), and other errors when Redis could not answer (call it again).
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil || l.state.Load() == stateReleased {

@@ -1,5 +1,5 @@
 -- releasehandoff.lua: release.lua for a lock with a queue: delete the lock only if we still hold
--- it, hand it off to the head of its queue, then tell waiters (see queue.lua, handOn). holder.lua,
+-- it, hand it off to the head of its queue, then tell waiters (see queue.lua, releaseToHead). holder.lua,
 -- clock.lua and queue.lua come first.
 -- KEYS[1] lock key   KEYS[2] meta key   KEYS[3..6] fence, queue, waiters, tickets
 -- ARGV[1] token      ARGV[2] channel to publish on after a release ("" = none)
@@ -8,5 +8,5 @@
 if not holds(redis.call('GET', KEYS[1]), ARGV[1]) then
   return 0
 end
-handOn()
+releaseToHead()
 return 1

@@ -59,7 +59,7 @@ type release struct {
 	key       string // the lock's Redis key
 	handedOff bool
 	member    string // the waiter it went to
-	attempt   string // the attempt whose ticket the release granted
+	attempt   string // the attempt whose ticket the handoff honoured
 }
 
 // parseRelease reads a release message: the lock key alone, or key, fence, lease in ms, attempt and

@@ -89,9 +89,9 @@ func (c *Client) Lineup(ctx context.Context, key string, positions ...int) ([]st
 	return members, nil
 }
 
-// Dequeue takes member out of the queue of the lock named key (see WithQueue): member no longer
-// wants the lock. If a release handed member the lock in the meantime, Dequeue gives it back and
-// hands it on, unless member already claimed it with another attempt (as a waiting Acquire does when
+// Dequeue removes member from the queue of the lock named key (see WithQueue): member no longer
+// wants the lock. If a release handed member the lock in the meantime, Dequeue releases it and
+// hands it off to the next waiter, unless member already claimed it with another attempt (as a waiting Acquire does when
 // a release wakes it up); do not Dequeue a member that holds its lock. On a single deployment, a
 // lock that is free (its lease ran out) while others wait is handed to the new head as well.
 // Removing a member that is not queued is not an error.
