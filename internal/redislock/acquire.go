@@ -73,33 +73,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err := validateTTL(ttl); err != nil {
 		return nil, err
 	}
-	o := acquireOptions{retry: NoRetry()}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := validateToken(o.token); err != nil {
+	var o acquireOptions
+	if err := c.applyAcquireOptions(&o, opts); err != nil {
 		return nil, err
-	}
-	if o.token == "" && o.queueMember != "" {
-		o.token = c.memberToken(o.queueMember)
-	}
-	if o.token == "" {
-		t, err := newToken()
-		if err != nil {
-			return nil, err
-		}
-		o.token = t
-	}
-	if o.retry == nil {
-		o.retry = NoRetry()
-	}
-	if o.queueMember != "" {
-		if o.queueLiveness < MinTTL {
-			return nil, invalidf("queue liveness %v: must be at least %v", o.queueLiveness, MinTTL)
-		}
-		if strings.ContainsRune(o.queueMember, 0) {
-			return nil, invalidf("queue member %q must not contain a NUL byte", o.queueMember)
-		}
 	}
 
 	k := c.keysFor(key, o.queueMember != "")
@@ -139,6 +115,40 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 			return nil, err
 		}
 	}
+}
+
+// applyAcquireOptions applies opts over the defaults, checks them, and settles the token: the
+// caller's, the one derived from the queue member, or a random one.
+func (c *Client) applyAcquireOptions(o *acquireOptions, opts []AcquireOption) error {
+	*o = acquireOptions{retry: NoRetry()}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if err := validateToken(o.token); err != nil {
+		return err
+	}
+	if o.token == "" && o.queueMember != "" {
+		o.token = c.memberToken(o.queueMember)
+	}
+	if o.token == "" {
+		t, err := newToken()
+		if err != nil {
+			return err
+		}
+		o.token = t
+	}
+	if o.retry == nil {
+		o.retry = NoRetry()
+	}
+	if o.queueMember != "" {
+		if o.queueLiveness < MinTTL {
+			return invalidf("queue liveness %v: must be at least %v", o.queueLiveness, MinTTL)
+		}
+		if strings.ContainsRune(o.queueMember, 0) {
+			return invalidf("queue member %q must not contain a NUL byte", o.queueMember)
+		}
+	}
+	return nil
 }
 
 // awaitTurn waits for the next attempt after notAcquired: until the backoff timer fires, or a
