@@ -97,7 +97,9 @@ const resubscribeWait = 100 * time.Millisecond
 // shared by the queued Acquire calls that wait (watches, on a single deployment's node) and by the
 // readers of SubscribeReleases. A node's subscription exists only while someone listens to it.
 // Pub/sub may drop messages; the waiters' retries remain the safety net, so a lost message costs
-// time, never correctness.
+// time, never correctness. A SubscribeReleases reader more than subscriberBuffer announcements
+// behind holds back its node's reader, and with it the waiters' wake-ups, until it catches up or
+// its context ends: it asked for every announcement, and Redis buffers for a slow subscriber too.
 type releaseHub struct {
 	nodes   []redis.UniversalClient
 	channel string

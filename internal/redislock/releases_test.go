@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -115,5 +116,39 @@ func TestOneReaderPerRedlockNode(t *testing.T) {
 				t.Fatalf("reader %d was told %+v, want the key %q", r, got, l.RedisKey())
 			}
 		}
+	}
+}
+
+// TestSubscribeReleasesWithARedlockMinorityDown: a node that cannot subscribe is left out, the
+// majority still announces every release, and a single node that is down fails the call.
+func TestSubscribeReleasesWithARedlockMinorityDown(t *testing.T) {
+	c, srvs := redlock(t, 3, WithReleaseNotifications(releaseChannel))
+	srvs[2].Stop(t)
+	ctx := t.Context()
+	rel, err := c.SubscribeReleases(ctx)
+	if err != nil {
+		t.Fatalf("SubscribeReleases with a minority down: %v", err)
+	}
+	if n := ReleaseListeners(c, 2); n != 0 {
+		t.Fatalf("%d listeners kept on the node that is down, want 0", n)
+	}
+	l := mustAcquire(t, c, uniqueKey(t), time.Minute)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got := nextRelease(t, rel); got != (Released{Key: l.RedisKey()}) {
+			t.Fatalf("told %+v, want the key %q", got, l.RedisKey())
+		}
+	}
+
+	one, srv, _ := single(t, WithReleaseNotifications(releaseChannel))
+	srv.Stop(t)
+	var ne *NodeError
+	if _, err := one.SubscribeReleases(ctx); !errors.As(err, &ne) {
+		t.Fatalf("SubscribeReleases with the only node down: %v, want a NodeError", err)
+	}
+	if n := ReleaseListeners(one, 0); n != 0 {
+		t.Fatalf("%d listeners kept after a failed subscription, want 0", n)
 	}
 }
