@@ -16,8 +16,11 @@ import (
 )
 
 // exampleRedis is the address of the redis-server the examples run against; TestMain starts it,
-// since an example has no testing.T to clean up after it.
-var exampleRedis string
+// since an example has no testing.T to clean up after it, and closes exampleConns after them.
+var (
+	exampleRedis string
+	exampleConns []*redis.Client
+)
 
 func TestMain(m *testing.M) {
 	srv, err := redisserver.StartProcess()
@@ -27,10 +30,24 @@ func TestMain(m *testing.M) {
 	}
 	exampleRedis = srv.Addr()
 	code := m.Run()
+	for _, rdb := range exampleConns {
+		_ = rdb.Close()
+	}
 	if err := srv.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
 	os.Exit(code)
+}
+
+// exampleClient returns a lock client for the examples' redis-server.
+func exampleClient() *redislock.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis})
+	exampleConns = append(exampleConns, rdb)
+	locks, err := redislock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return locks
 }
 
 // Acquire a lock, renew it, pass its fencing token with every write to the resource it protects,
@@ -90,12 +107,7 @@ func Example() {
 // own token at its next attempt: a re-adoption.
 func ExampleWithQueue() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis})
-	defer func() { _ = rdb.Close() }()
-	locks, err := redislock.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
+	locks := exampleClient() // redislock.New over a go-redis client, as in the package example
 	const key = "backups/nightly"
 	// The score orders the queue: here, when each waiter started waiting.
 	inLine := func(member string, score float64) redislock.AcquireOption {
@@ -146,12 +158,7 @@ func ExampleWithQueue() {
 // its fencing token stay as they were. Derive the token from a secret, never from public data.
 func ExampleWithToken() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis})
-	defer func() { _ = rdb.Close() }()
-	locks, err := redislock.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
+	locks := exampleClient()               // redislock.New over a go-redis client, as in the package example
 	const token = "d2VsbC1rZXB0LXNlY3JldA" // e.g. an HMAC of the job's identity
 	before, err := locks.Acquire(ctx, "imports/orders", time.Minute, redislock.WithToken(token))
 	if err != nil {
@@ -175,12 +182,7 @@ func ExampleWithToken() {
 // pipeline per Redis node. Its callbacks must return at once: hand the work to another goroutine.
 func ExampleKeeper() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis})
-	defer func() { _ = rdb.Close() }()
-	locks, err := redislock.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
+	locks := exampleClient() // redislock.New over a go-redis client, as in the package example
 	renewed := make(chan *redislock.Lock, 1)
 	lost := make(chan *redislock.Lock, 1)
 	keeper := locks.NewKeeper(redislock.KeeperOptions{
