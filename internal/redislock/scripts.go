@@ -36,6 +36,8 @@ var (
 	keepQueuedSrc string
 	//go:embed lineup.lua
 	lineupSrc string
+	//go:embed queuestate.lua
+	queueStateSrc string
 	// Lua scripts cannot include one another, so shared helpers are put in front of the scripts that
 	// use them: holder.lua (who holds a lock), clock.lua (server clock, fence counter), queue.lua
 	// (the waiter queue and handoff) and grant.lua (the end of a successful acquisition). Each script
@@ -63,6 +65,7 @@ var (
 	scriptUndo           = compose("undo", undoSrc)
 	scriptKeepQueued     = compose("keep queued", clockSrc, keepQueuedSrc)
 	scriptLineup         = compose("lineup", lineupSrc)
+	scriptQueueState     = compose("queue state", clockSrc, queueStateSrc)
 )
 
 // composedSources holds the source of every composed script by name, for the test that checks each

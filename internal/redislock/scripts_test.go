@@ -40,6 +40,7 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 		}},
 		{"keep queued", func() error { _, err := c.KeepQueued(ctx, key, time.Minute, "b"); return err }},
 		{"lineup", func() error { _, err := c.Lineup(ctx, key, 1); return err }},
+		{"queue state", func() error { _, err := c.QueueState(ctx, key); return err }},
 		{"inspect", func() error { _, err := c.Inspect(ctx, key); return err }},
 		{"dequeue", func() error { return c.Dequeue(ctx, key, "b") }},
 	}
