@@ -1,6 +1,6 @@
 -- clock.lua: the server clock and the fence counter, for every script that may hand out a fencing
--- token (acquire.lua, and through queue.lua's handoff, release.lua and dequeue.lua); scripts.go puts
--- this file in front of them.
+-- token (acquire.lua, acquirequeued.lua, and through queue.lua's handoff releasehandoff.lua and
+-- dequeue.lua); scripts.go puts this file in front of them.
 
 -- Effects replication (the default since Redis 5) lets scripts read TIME before they write.
 if redis.replicate_commands then pcall(redis.replicate_commands) end

@@ -1,5 +1,5 @@
--- dequeue.lua: take a waiter out of a lock's queue (it gave up or was deleted). If a release had
--- handed it the lock already, give the lock back and hand it on: nobody will use it. If the lock is
+-- dequeue.lua: remove a waiter from a lock's queue (it gave up or was deleted). If a release had
+-- handed it the lock already, release the lock and hand it off to the next waiter: nobody will use it. If the lock is
 -- free (its lease ran out) and others still wait, hand it to the new head too: the head would
 -- otherwise learn of it only at its next attempt, and nobody announces an expiry. holder.lua,
 -- clock.lua and queue.lua come first.
@@ -12,12 +12,12 @@ forget(ARGV[1])
 local current = redis.call('GET', KEYS[1])
 if not current then
   if ARGV[3] == '1' and redis.call('ZCARD', KEYS[4]) > 0 then
-    handOn()
+    releaseToHead()
   end
   return 0
 end
 if not ticket or not holds(current, ticket.token) then
   return 0
 end
-handOn()
+releaseToHead()
 return 1

@@ -65,7 +65,7 @@
 // goes only to the head, and a waiter that stops asking drops out after its liveness. On a single
 // deployment, releasing a queued lock hands it straight to the live head in the same script (its
 // token, metadata and the next fencing token, for its ttl but at most the rest of its liveness),
-// so nobody can take it in between; the head claims it with its next attempt, which comes at once
+// so nobody can acquire it in between; the head claims it with its next attempt, which comes at once
 // when it waits inside Acquire and the client has a release channel (WithReleaseNotifications). A
 // release message only wakes the waiter: anyone who can publish can forge one, so the lock is
 // confirmed by that attempt in Redis, which also dates the lease and returns the true fence.

@@ -1,5 +1,7 @@
 package redislock
 
+import "maps"
+
 // LateReleasesStarted reports how many late releases c has started so far.
 func LateReleasesStarted(c *Client) int64 { return c.late.started.Load() }
 
@@ -21,5 +23,19 @@ func SetLateReleaseLimit(c *Client, n int) {
 	c.late.limit = n
 }
 
-// KeysFor returns the Redis keys of the lock named key, in the order the scripts take them.
+// KeysFor returns the Redis keys of the lock named key, in the order the scripts receive them.
 func KeysFor(c *Client, key string, queued bool) []string { return c.keysFor(key, queued) }
+
+// ReleaseListeners reports how many waiting Acquire calls and SubscribeReleases readers listen to
+// node's release channel through c's one subscription there.
+func ReleaseListeners(c *Client, node int) int {
+	c.releases.mu.Lock()
+	defer c.releases.mu.Unlock()
+	if ns := c.releases.subs[node]; ns != nil {
+		return ns.listeners
+	}
+	return 0
+}
+
+// ComposedScripts returns the source of every script the package runs, by name, as sent to Redis.
+func ComposedScripts() map[string]string { return maps.Clone(composedSources) }

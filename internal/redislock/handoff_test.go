@@ -14,7 +14,7 @@ import (
 const releaseChannel = "lockedjob:released"
 
 // subscribers counts the subscriptions to the release channel: a waiting Acquire has one while it
-// waits (through the client's shared notifier) and none after.
+// waits (through the client's one reader of the release channel) and none after.
 func subscribers(t *testing.T, rc *redis.Client) int64 {
 	t.Helper()
 	n, err := rc.PubSubNumSub(context.Background(), releaseChannel).Result()
@@ -117,7 +117,7 @@ func TestWaitingAcquireIsHandedTheLock(t *testing.T) {
 	if err := r.l.Release(ctx); err != nil {
 		t.Fatalf("release the handed-off lock: %v", err)
 	}
-	eventually(t, 5*time.Second, "the notifier to stop when nobody waits", func() bool {
+	eventually(t, 5*time.Second, "the subscription to end when nobody waits", func() bool {
 		return subscribers(t, rc) == 0
 	})
 	if st, err := c.Inspect(ctx, key); err != nil || st.Held {
@@ -185,7 +185,7 @@ func TestHandoffToAVanishedWaiterIsBounded(t *testing.T) {
 }
 
 // TestDequeueGivesBackAHandedOffLock: a waiter that gives up after a release handed it the lock
-// hands it on to the next waiter instead of leaving it blocked for a lease.
+// hands it off to the next waiter instead of leaving it blocked for a lease.
 func TestDequeueGivesBackAHandedOffLock(t *testing.T) {
 	c, _, _ := single(t)
 	key := uniqueKey(t)
@@ -216,7 +216,7 @@ func TestDequeueGivesBackAHandedOffLock(t *testing.T) {
 }
 
 // TestRedlockDoesNotHandOff: Redlock nodes keep separate queues, so a release frees the lock on
-// every node and the head takes it with its next attempt.
+// every node and the head acquires it with its next attempt.
 func TestRedlockDoesNotHandOff(t *testing.T) {
 	c, _ := redlock(t, 3)
 	key := uniqueKey(t)
@@ -232,7 +232,7 @@ func TestRedlockDoesNotHandOff(t *testing.T) {
 		t.Fatalf("after the release: %+v, %v; want free", st, err)
 	}
 	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("a", 1, time.Minute)); err != nil {
-		t.Fatalf("a takes the free lock: %v", err)
+		t.Fatalf("a acquires the free lock: %v", err)
 	}
 }
 
@@ -308,6 +308,6 @@ func TestDequeueHandsAFreeLockToTheNewHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st, _ := c.Inspect(ctx, key); st.Held {
-		t.Fatalf("a free lock with nobody waiting was taken: %+v", st)
+		t.Fatalf("a free lock with nobody waiting was acquired: %+v", st)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -113,23 +111,11 @@ type keeperEntry struct {
 	watchAt    time.Time
 	watchIndex int // position in Keeper.watch
 
-	// pending: a renewal of the current lease was sent and has not succeeded yet.
-	pending bool
+	// outstanding: a renewal of the current lease was sent and has not succeeded yet.
+	outstanding bool
 	// warned: OnAtRisk was called for this run of failures.
 	warned  bool
 	lastErr error // the last transport error of this run of failures
-}
-
-// lease reads the lock's lease length and validity under one lock of its mutex. The validity is
-// zero once the lock is no longer held, as with ValidUntil.
-func (l *Lock) lease() (time.Duration, time.Time) {
-	held := l.state.Load() == stateHeld
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !held {
-		return l.ttl, time.Time{}
-	}
-	return l.ttl, l.validUntil
 }
 
 var (
@@ -144,7 +130,7 @@ func (e *keeperEntry) failure() error {
 	switch {
 	case e.lastErr != nil:
 		return e.lastErr
-	case e.pending:
+	case e.outstanding:
 		return errUnanswered
 	default:
 		return errNotSent
@@ -170,7 +156,7 @@ func (c *Client) NewKeeper(opts KeeperOptions) *Keeper {
 		opts.Timeout = defaultKeeperTimeout
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	epoch := c.now()
+	epoch := time.Now()
 	k := &Keeper{
 		c:       c,
 		opts:    opts,
@@ -213,8 +199,8 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 	if margin <= 0 {
 		margin = min(ttl/3, (ttl-interval)/2)
 	}
-	// Schedule from the lock's last grant, not from now, so a lock that was acquired a while ago
-	// (or re-adopted) is renewed in time.
+	// Schedule from the lock's last acquire or renew (LeaseStart), not from now, so a lock that was
+	// acquired a while ago (or re-adopted) is renewed in time.
 	due := l.LeaseStart().Add(interval)
 
 	k.mu.Lock()
@@ -317,7 +303,7 @@ func (k *Keeper) run() {
 			k.call(k.settle(r))
 		default:
 		}
-		now := k.c.now()
+		now := time.Now()
 		k.mu.Lock()
 		calls := k.watchLocked(now, nil)
 		if f.mayStart(now) {
@@ -399,7 +385,7 @@ func (k *Keeper) watchLocked(now time.Time, calls []callback) []callback {
 			calls = append(calls, callback{k.opts.OnLost, e.lock, err})
 			continue
 		case !now.Before(vu.Add(-e.margin)) && !e.warned:
-			if !e.pending && now.Before(e.due) {
+			if !e.outstanding && now.Before(e.due) {
 				// Inside the margin, but the renewal is not even due (an interval longer than the
 				// lease minus the margin): look again when it is.
 				e.watchAt = minTime(e.due, vu)
@@ -436,7 +422,7 @@ type roundResult struct {
 	tallies    []tally
 }
 
-// startRoundLocked takes up to BatchSize locks that are due and prepares their round. A lock due
+// startRoundLocked picks up to BatchSize locks that are due and prepares their round. A lock due
 // within an eighth of its interval goes along too: renewing a little early costs nothing and
 // folds near-simultaneous locks into one pipeline.
 func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
@@ -454,7 +440,7 @@ func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
 			continue
 		}
 		k.due.remove(e)
-		e.pending = true
+		e.outstanding = true
 		if w := e.watchTime(vu); !w.Equal(e.watchAt) {
 			e.watchAt = w
 			k.watch.set(e)
@@ -477,9 +463,9 @@ func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
 func (k *Keeper) renew(r round) roundResult {
 	ctx, cancel := context.WithTimeout(k.ctx, r.budget)
 	defer cancel()
-	start := k.c.now()
+	start := time.Now()
 	tallies := k.c.renewPipelined(ctx, r.locks, r.ttls)
-	return roundResult{round: r, start: start, end: k.c.now(), tallies: tallies}
+	return roundResult{round: r, start: start, end: time.Now(), tallies: tallies}
 }
 
 // settle reschedules or drops each lock of a finished round by its outcome.
@@ -499,7 +485,7 @@ func (k *Keeper) settle(r roundResult) []callback {
 		_, vu := e.lock.lease()
 		switch {
 		case err == nil:
-			e.pending, e.warned, e.lastErr = false, false, nil
+			e.outstanding, e.warned, e.lastErr = false, false, nil
 			e.due = r.start.Add(e.interval)
 		case errors.Is(err, ErrLockLost):
 		default:
@@ -524,179 +510,4 @@ func (k *Keeper) settle(r roundResult) []callback {
 		calls = append(calls, callback{k.opts.OnRenew, e.lock, err})
 	}
 	return calls
-}
-
-// renewPipelined sends a renew for every lock to every node, one pipeline per node, and tallies
-// the answers per lock.
-func (c *Client) renewPipelined(ctx context.Context, locks []*Lock, ttls []time.Duration) []tally {
-	perNode := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return renewPipeline(ctx, n, locks, ttls)
-	})
-	tallies := make([]tally, len(locks))
-	for node, r := range perNode {
-		results, _ := r.val.([]nodeReply)
-		for i := range locks {
-			switch {
-			case r.err != nil:
-				tallies[i].errs = append(tallies[i].errs, r.err)
-			case results[i].err != nil:
-				tallies[i].errs = append(tallies[i].errs, &NodeError{Node: node, Addr: nodeAddr(c.nodes[node]), Err: results[i].err})
-			case results[i].val == int64(1):
-				tallies[i].ok++
-			default:
-				tallies[i].no++
-			}
-		}
-	}
-	return tallies
-}
-
-// renewPipeline runs renew.lua for each lock in one pipeline on one node. EVALSHA in a pipeline
-// cannot fall back to EVAL per command, so on a plain client the pipeline starts with SCRIPT LOAD
-// (a hash lookup when the server knows the script): a server that lost its script cache (a
-// restart, a failover) costs no extra round trip, which matters when the round trip is slow. A
-// cluster client routes a keyless command to one node only, so there a NOSCRIPT reply gets the
-// script loaded everywhere and the pipeline sent once more.
-func renewPipeline(ctx context.Context, n redis.UniversalClient, locks []*Lock, ttls []time.Duration) ([]nodeReply, error) {
-	_, plain := n.(*redis.Client)
-	for attempt := 0; ; attempt++ {
-		cmds, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if plain {
-				p.ScriptLoad(ctx, renewFullSrc)
-			}
-			for i, l := range locks {
-				scriptRenew.EvalSha(ctx, p, l.keys.lockMeta(), l.token, ttls[i].Milliseconds())
-			}
-			return nil
-		})
-		if plain && len(cmds) > 0 {
-			cmds = cmds[1:]
-		}
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 && !plain {
-			if lerr := scriptRenew.Load(ctx, n).Err(); lerr != nil {
-				return nil, fmt.Errorf("load renew script: %w", lerr)
-			}
-			continue
-		}
-		if len(cmds) != len(locks) {
-			if err == nil {
-				err = fmt.Errorf("pipeline returned %d replies for %d commands", len(cmds), len(locks))
-			}
-			return nil, err
-		}
-		out := make([]nodeReply, len(locks))
-		for i, cmd := range cmds {
-			v, err := cmd.(*redis.Cmd).Int64()
-			out[i] = nodeReply{val: v, err: err}
-		}
-		return out, nil
-	}
-}
-
-// entryHeap is a min-heap of entries by due time, or by watch time when byWatch; each entry keeps
-// its position in the heap (-1 when not in it). It is written out rather than built on
-// container/heap, and keeps each entry's time beside its pointer as an offset from epoch, because a
-// renewal moves its lock in both heaps: interface calls and a cache miss per comparison would cost
-// more than the renewal's share of the round trip.
-type entryHeap struct {
-	es      []heapItem
-	byWatch bool
-	epoch   time.Time
-}
-
-type heapItem struct {
-	at time.Duration // since the heap's epoch
-	e  *keeperEntry
-}
-
-func (h *entryHeap) key(e *keeperEntry) time.Duration {
-	if h.byWatch {
-		return e.watchAt.Sub(h.epoch)
-	}
-	return e.due.Sub(h.epoch)
-}
-
-func (h *entryHeap) index(e *keeperEntry) *int {
-	if h.byWatch {
-		return &e.watchIndex
-	}
-	return &e.dueIndex
-}
-
-// top returns the earliest entry, or nil.
-func (h *entryHeap) top() *keeperEntry {
-	if len(h.es) == 0 {
-		return nil
-	}
-	return h.es[0].e
-}
-
-func (h *entryHeap) place(it heapItem, i int) {
-	h.es[i] = it
-	*h.index(it.e) = i
-}
-
-// set puts e in the heap, or moves it to where its time now belongs.
-func (h *entryHeap) set(e *keeperEntry) {
-	it := heapItem{at: h.key(e), e: e}
-	i := *h.index(e)
-	if i < 0 {
-		h.es = append(h.es, it)
-		i = len(h.es) - 1
-	}
-	h.place(it, i)
-	if !h.down(i) {
-		h.up(i)
-	}
-}
-
-func (h *entryHeap) remove(e *keeperEntry) {
-	i := *h.index(e)
-	if i < 0 {
-		return
-	}
-	last := len(h.es) - 1
-	*h.index(e) = -1
-	if i != last {
-		h.place(h.es[last], i)
-	}
-	h.es[last] = heapItem{}
-	h.es = h.es[:last]
-	if i != last && !h.down(i) {
-		h.up(i)
-	}
-}
-
-func (h *entryHeap) up(i int) {
-	it := h.es[i]
-	for i > 0 {
-		parent := (i - 1) / 2
-		if it.at >= h.es[parent].at {
-			break
-		}
-		h.place(h.es[parent], i)
-		i = parent
-	}
-	h.place(it, i)
-}
-
-// down sifts the item at i towards the leaves and reports whether it moved.
-func (h *entryHeap) down(i int) bool {
-	it, start, n := h.es[i], i, len(h.es)
-	for {
-		child := 2*i + 1
-		if child >= n {
-			break
-		}
-		if right := child + 1; right < n && h.es[right].at < h.es[child].at {
-			child = right
-		}
-		if h.es[child].at >= it.at {
-			break
-		}
-		h.place(h.es[child], i)
-		i = child
-	}
-	h.place(it, i)
-	return i > start
 }

@@ -32,9 +32,9 @@ type lateRelease struct {
 // lateReleases runs the undos of failed attempts on nodes that did not answer in time, one
 // goroutine per (lock, token, node) however many attempts failed, and at most limit at once.
 type lateReleases struct {
-	mu      sync.Mutex
-	pending map[lateKey]*lateRelease
-	limit   int
+	mu     sync.Mutex
+	active map[lateKey]*lateRelease
+	limit  int
 
 	started, running atomic.Int64                  // for tests
 	gate             atomic.Pointer[chan struct{}] // for tests: holds back every undo while set
@@ -44,7 +44,7 @@ type lateReleases struct {
 func (lr *lateReleases) join(lk lateKey, attempt string, deadline time.Time) (start bool) {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
-	if p := lr.pending[lk]; p != nil {
+	if p := lr.active[lk]; p != nil {
 		p.attempts = append(p.attempts, attempt)
 		if len(p.attempts) > lateAttemptsKept {
 			p.attempts = p.attempts[len(p.attempts)-lateAttemptsKept:]
@@ -53,13 +53,13 @@ func (lr *lateReleases) join(lk lateKey, attempt string, deadline time.Time) (st
 		p.gen++
 		return false
 	}
-	if len(lr.pending) >= lr.limit {
+	if len(lr.active) >= lr.limit {
 		return false
 	}
-	if lr.pending == nil {
-		lr.pending = make(map[lateKey]*lateRelease)
+	if lr.active == nil {
+		lr.active = make(map[lateKey]*lateRelease)
 	}
-	lr.pending[lk] = &lateRelease{attempts: []string{attempt}, deadline: deadline}
+	lr.active[lk] = &lateRelease{attempts: []string{attempt}, deadline: deadline}
 	lr.started.Add(1)
 	lr.running.Add(1)
 	return true
@@ -69,7 +69,7 @@ func (lr *lateReleases) join(lk lateKey, attempt string, deadline time.Time) (st
 func (lr *lateReleases) next(lk lateKey) (attempts []string, deadline time.Time, gen int) {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
-	p := lr.pending[lk]
+	p := lr.active[lk]
 	return p.attempts, p.deadline, p.gen
 }
 
@@ -77,10 +77,10 @@ func (lr *lateReleases) next(lk lateKey) (attempts []string, deadline time.Time,
 func (lr *lateReleases) done(lk lateKey, gen int, expired bool) bool {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
-	if !expired && lr.pending[lk].gen != gen {
+	if !expired && lr.active[lk].gen != gen {
 		return false
 	}
-	delete(lr.pending, lk)
+	delete(lr.active, lk)
 	lr.running.Add(-1)
 	return true
 }
@@ -100,12 +100,12 @@ func later(a, b time.Time) time.Time {
 
 // releaseLate undoes a failed acquisition on nodes that did not answer in time. Such a node may
 // apply the acquisition whenever it gets to it (a stall, a pause); then our key would block every
-// other holder for a whole lease. A node that does not answer now cannot take an undo now either,
+// other holder for a whole lease. A node that does not answer now cannot apply an undo now either,
 // so this keeps trying in the background until it gets an answer or the lease has run out anyway.
 // The undo removes only a grant of these very attempts (undo.lua), never a lock that a later
 // attempt re-adopted.
 func (c *Client) releaseLate(k keys, token, attempt string, nodes []int, ttl time.Duration) {
-	deadline := c.now().Add(ttl)
+	deadline := time.Now().Add(ttl)
 	for _, i := range nodes {
 		lk := lateKey{key: k.lock(), token: token, node: i}
 		if c.late.join(lk, attempt, deadline) {
@@ -118,7 +118,7 @@ func (c *Client) runLateRelease(k keys, lk lateKey) {
 	wait := c.nodeTimeout
 	for {
 		attempts, deadline, gen := c.late.next(lk)
-		if !c.now().Before(deadline) {
+		if !time.Now().Before(deadline) {
 			c.late.done(lk, gen, true)
 			return
 		}
@@ -129,7 +129,7 @@ func (c *Client) runLateRelease(k keys, lk lateKey) {
 			args = append(args, a)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(c.nodeTimeout, 500*time.Millisecond))
-		err := scriptUndo.Run(ctx, c.nodes[lk.node], k.lockMeta(), args...).Err()
+		err := runScript(ctx, c.nodes[lk.node], scriptUndo, k.lockMeta(), args...).Err()
 		cancel()
 		if err == nil {
 			// Undone, or the node never applied these attempts (or a later one re-adopted).

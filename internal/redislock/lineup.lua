@@ -1,5 +1,5 @@
 -- lineup.lua: who stands at the given places of a lock's queue, so one call tells whose place a
--- handoff changed (see Client.Lineup). Places count as acquire.lua's positions do: waiters that
+-- handoff changed (see Client.Lineup). Places count as acquirequeued.lua's positions do: waiters that
 -- stopped asking count until a free lock prunes them.
 -- KEYS[1] queue
 -- ARGV: positions (1 = head), ascending

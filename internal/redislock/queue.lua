@@ -1,9 +1,9 @@
--- queue.lua: helpers shared by acquire.lua, release.lua and dequeue.lua when they touch a queue;
--- scripts.go puts this file (after clock.lua) in front of them, so all three read and write the
--- waiter queue the same way. Scripts that never touch a queue run without it: defining these
--- helpers on every call costs measurable Redis time.
+-- queue.lua: helpers shared by acquirequeued.lua, releasehandoff.lua and dequeue.lua, the scripts
+-- that touch a queue; scripts.go puts this file (after clock.lua) in front of them, so all three
+-- read and write the waiter queue the same way. Scripts that never touch a queue run without it:
+-- defining these helpers on every call costs measurable Redis time.
 --
--- Every script that includes this file receives the lock's keys in one order (keys in client.go):
+-- Every script that includes this file receives the lock's keys in one order (keys in keys.go):
 --   KEYS[1] lock      KEYS[2] meta      KEYS[3] fence
 --   KEYS[4] queue     sorted set: waiter -> score; the head is the lowest score, then the lowest name
 --   KEYS[5] waiters   sorted set: waiter -> liveness deadline (ms, server clock); a waiter that stops
@@ -11,7 +11,7 @@
 --   KEYS[6] tickets   hash: waiter -> what its last attempt asked for (see writeTicket), so a release
 --                     can hand the lock straight to the head (see handoff)
 
--- forget takes one waiter out of the queue entirely.
+-- forget removes one waiter from the queue entirely.
 local function forget(member)
   redis.call('ZREM', KEYS[4], member)
   redis.call('ZREM', KEYS[5], member)
@@ -45,7 +45,7 @@ local function readTicket(member)
   return {ttl = ttl, attempt = attempt, token = token, metadata = metadata, liveness = liveness}
 end
 
--- handoff gives a lock that was just freed to the live waiter at the head of the queue, as if that
+-- handoff hands a lock that was just freed to the live waiter at the head of the queue, as if that
 -- waiter's last attempt had found it free: its token, its metadata and the next fencing token. The
 -- lease is the waiter's ttl, but no longer than what is left of its liveness: a waiter that vanished
 -- after asking blocks the lock no longer than it would have blocked the queue. The grant carries no
@@ -78,9 +78,9 @@ local function handoff()
   return table.concat({KEYS[1], string.format('%.0f', fence), lease, t.attempt, head}, '\0')
 end
 
--- handOn frees the lock and hands it to the next waiter, then tells the release channel (ARGV[2]
--- in both scripts that give a lock up).
-local function handOn()
+-- releaseToHead frees the lock and hands it off to the next waiter, then tells the release channel
+-- (ARGV[2] in both scripts that release a lock).
+local function releaseToHead()
   redis.call('DEL', KEYS[1], KEYS[2])
   local message = handoff() or KEYS[1]
   if ARGV[2] ~= '' then

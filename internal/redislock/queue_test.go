@@ -46,7 +46,7 @@ func TestQueueServesByScoreThenMember(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The lock is free, but only the head may take it.
+	// The lock is free, but only the head may acquire it.
 	if _, err := acquireQueued(c, key, "b", 10, time.Minute); position(t, err) != 3 {
 		t.Fatal("b jumped the queue")
 	}

@@ -2,16 +2,8 @@ package redislock
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
-
-	"github.com/redis/go-redis/v9"
 )
-
-//go:embed queuestate.lua
-var queueStateSrc string
-
-var scriptQueueState = redis.NewScript(clockSrc + queueStateSrc)
 
 // QueueState is a lock's queue seen from outside: how many waiters stand in it (live ones: a
 // waiter whose process stopped keeping it does not count) and which is at its head.
@@ -30,7 +22,7 @@ func (c *Client) QueueState(ctx context.Context, key string) (QueueState, error)
 	if !c.handsOff() {
 		return QueueState{}, invalidf("queue state: Redlock nodes keep separate queues")
 	}
-	vals, err := scriptQueueState.Run(ctx, c.nodes[0], c.keysFor(key, true).queueWaiters()).Slice()
+	vals, err := runScript(ctx, c.nodes[0], scriptQueueState, c.keysFor(key, true).queueWaiters()).Slice()
 	if err != nil {
 		return QueueState{}, fmt.Errorf("queue state %s: %w", key, &NodeError{Node: 0, Addr: nodeAddr(c.nodes[0]), Err: err})
 	}

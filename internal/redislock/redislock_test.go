@@ -172,7 +172,7 @@ func TestStaleHolderCannotTouchNewLock(t *testing.T) {
 
 	stale := mustAcquire(t, c, key, 50*time.Millisecond)
 	var fresh *Lock
-	eventually(t, 5*time.Second, "the first lease to expire and the lock to be taken again", func() bool {
+	eventually(t, 5*time.Second, "the first lease to expire and the lock to be acquired again", func() bool {
 		l, err := c.Acquire(ctx, key, time.Minute, WithMetadata("fresh"))
 		fresh = l
 		return err == nil

@@ -14,7 +14,7 @@ import (
 )
 
 // TestSentinelFailoverKeepsAReplicatedLock runs the library through Redis Sentinel (a master, a
-// replica and a sentinel, all real processes) and kills the master. A lock taken with
+// replica and a sentinel, all real processes) and kills the master. A lock acquired with
 // WithWaitReplicas(1) was acknowledged by the replica, so after the sentinel promotes it the holder
 // still holds the lock: its renew succeeds and never reports ErrLockLost.
 func TestSentinelFailoverKeepsAReplicatedLock(t *testing.T) {

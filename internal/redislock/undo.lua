@@ -1,7 +1,7 @@
 -- undo.lua: remove a lock that a failed acquisition attempt granted afresh, and nothing else.
 -- A fresh grant stores the token with its attempt's mark (see holder.lua); a lock that was re-adopted
 -- since (by a retry with the same token, or handed off by a release) holds the bare token, so an
--- attempt that gave up cannot take it from the caller that holds it.
+-- attempt that gave up cannot remove it from under the caller that holds it.
 -- KEYS[1] lock key   KEYS[2] meta key
 -- ARGV[1] token      ARGV[2..] ids of the failed attempts
 -- Returns 1 when removed, 0 when the lock is not one of those attempts' grants (nothing is touched).

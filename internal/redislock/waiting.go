@@ -34,7 +34,7 @@ func (c *Client) KeepQueued(ctx context.Context, key string, liveness time.Durat
 	}
 	k := c.keysFor(key, true).queueWaiters()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return scriptKeepQueued.Run(ctx, n, k, args...).StringSlice()
+		return runScript(ctx, n, scriptKeepQueued, k, args...).StringSlice()
 	})
 	seen := map[string]bool{}
 	failed := 0
@@ -82,9 +82,36 @@ func (c *Client) Lineup(ctx context.Context, key string, positions ...int) ([]st
 	if len(args) == 0 {
 		return nil, nil
 	}
-	members, err := scriptLineup.Run(ctx, c.nodes[0], c.keysFor(key, true).queueOnly(), args...).StringSlice()
+	members, err := runScript(ctx, c.nodes[0], scriptLineup, c.keysFor(key, true).queueOnly(), args...).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("lineup %s: %w", key, &NodeError{Node: 0, Addr: nodeAddr(c.nodes[0]), Err: err})
 	}
 	return members, nil
+}
+
+// Dequeue removes member from the queue of the lock named key (see WithQueue): member no longer
+// wants the lock. If a release handed member the lock in the meantime, Dequeue releases it and
+// hands it off to the next waiter, unless member already claimed it with another attempt (as a waiting Acquire does when
+// a release wakes it up); do not Dequeue a member that holds its lock. On a single deployment, a
+// lock that is free (its lease ran out) while others wait is handed to the new head as well.
+// Removing a member that is not queued is not an error.
+func (c *Client) Dequeue(ctx context.Context, key, member string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	keys := c.keysFor(key, true).withQueue()
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return runScript(ctx, n, scriptDequeue, keys, member, c.notify, handsOffArg(c.handsOff())).Result()
+	})
+	if t := tallyInts(replies); len(t.errs) > len(c.nodes)-c.quorum {
+		return fmt.Errorf("dequeue %s: %w", key, c.unavailable(len(replies)-len(t.errs), t.errs))
+	}
+	return nil
+}
+
+func handsOffArg(on bool) string {
+	if on {
+		return "1"
+	}
+	return "0"
 }

@@ -1,0 +1,112 @@
+package redislock
+
+import (
+	"strings"
+	"time"
+)
+
+const (
+	// MinTTL is the shortest lease Acquire accepts: Redis expires keys with millisecond precision.
+	MinTTL = time.Millisecond
+
+	maxKeyLen = 1024
+)
+
+// RedisKey returns the Redis key that holds the lock named key.
+func (c *Client) RedisKey(key string) string { return c.prefix + "{" + key + "}" }
+
+// keys lists the Redis keys of one lock in the order every script receives them: lock, meta, fence,
+// then, for a lock used with a queue, queue, waiters and tickets (see queue.lua). They share
+// the hash tag {key}, so a Redis Cluster keeps them in one slot and a script may touch all of them.
+// Scripts get sub-slices (lockMeta, withFence, withQueue), so no call builds a key list
+// again.
+type keys []string
+
+// keySuffixes name a lock's keys after the lock key itself, in keys order.
+var (
+	keySuffixes       = []string{":meta", ":fence"}
+	queuedKeySuffixes = []string{":meta", ":fence", ":queue", ":waiters", ":tickets"}
+)
+
+// keysFor runs on every Acquire, so it builds all keys in one string: each key after the first is the
+// lock key and its suffix, and the lock key is the start of that string.
+func (c *Client) keysFor(key string, queued bool) keys {
+	suffixes := keySuffixes
+	if queued {
+		suffixes = queuedKeySuffixes
+	}
+	baseLen := len(c.prefix) + len(key) + len("{}")
+	size := 0
+	for _, s := range suffixes {
+		size += baseLen + len(s)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, s := range suffixes {
+		b.WriteString(c.prefix)
+		b.WriteByte('{')
+		b.WriteString(key)
+		b.WriteByte('}')
+		b.WriteString(s)
+	}
+	all := b.String()
+	k := make(keys, 1+len(suffixes))
+	k[0] = all[:baseLen]
+	at := 0
+	for i, s := range suffixes {
+		k[i+1] = all[at : at+baseLen+len(s)]
+		at += baseLen + len(s)
+	}
+	return k
+}
+
+func (k keys) lock() string { return k[0] }
+
+// lockMeta is what renew, a release without a handoff and an undo touch.
+func (k keys) lockMeta() []string { return k[:2] }
+
+// withFence is what acquire (without a queue), fence and inspect touch.
+func (k keys) withFence() []string { return k[:3] }
+
+// withQueue is what a queued acquire, a handoff and dequeue touch. The keys must come from
+// keysFor(key, true).
+func (k keys) withQueue() []string { return k[:6] }
+
+// queueWaiters is what KeepQueued touches: the queue and the waiters' deadlines.
+func (k keys) queueWaiters() []string { return k[3:5] }
+
+// queueOnly is what Lineup reads.
+func (k keys) queueOnly() []string { return k[3:4] }
+
+func validateKey(key string) error {
+	switch {
+	case key == "":
+		return invalidf("empty lock key")
+	case len(key) > maxKeyLen:
+		return invalidf("lock key is %d bytes; at most %d", len(key), maxKeyLen)
+	case strings.ContainsAny(key, "{}"):
+		// A brace would change the hash tag, and the lock's keys could land in different slots.
+		return invalidf("lock key %q must not contain { or }", key)
+	case strings.ContainsRune(key, 0):
+		// NUL separates the fields of a handoff message (see queue.lua).
+		return invalidf("lock key %q must not contain a NUL byte", key)
+	}
+	return nil
+}
+
+// validateToken refuses a token that could not be told from a grant mark: a fresh grant stores the
+// token, a NUL byte and its attempt's id, and everything before the first NUL counts as the holder's
+// token (see holder.lua). Generated and derived tokens are base64url.
+func validateToken(token string) error {
+	if strings.ContainsRune(token, 0) {
+		return invalidf("token must not contain a NUL byte")
+	}
+	return nil
+}
+
+func validateTTL(ttl time.Duration) error {
+	if ttl < MinTTL {
+		return invalidf("ttl %v: must be at least %v", ttl, MinTTL)
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Release deletes the lock if it is still ours and, with WithReleaseNotifications, tells waiters.
+// A lock acquired WithQueue goes straight to the next waiter in its queue (see WithQueue).
+// It returns ErrNotHeld if the lock had expired or was acquired by someone else in the meantime (their
+// lock is left untouched), and other errors when Redis could not answer (call it again).
+func (l *Lock) Release(ctx context.Context) error {
+	if l == nil || l.state.Load() == stateReleased {
+		return ErrNotHeld
+	}
+	c := l.client
+	script, keys := scriptRelease, l.keys.lockMeta()
+	if l.queued {
+		script, keys = scriptReleaseHandoff, l.keys.withQueue()
+	}
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return runScript(ctx, n, script, keys, l.token, c.notify).Result()
+	})
+	t := tallyInts(replies)
+	switch {
+	case t.ok >= c.quorum || (t.ok > 0 && len(t.errs) == 0):
+		// A node we could not reach keeps its copy until the TTL ends; a majority is gone, so
+		// nobody is blocked by it.
+		l.state.Store(stateReleased)
+		return nil
+	case len(t.errs) == 0:
+		l.state.Store(stateReleased)
+		return fmt.Errorf("release %s: %w", l.key, ErrNotHeld)
+	default:
+		return fmt.Errorf("release %s: %w", l.key, c.unavailable(t.ok+t.no, t.errs))
+	}
+}
+
+// ReleaseToken deletes the lock named key if token holds it: Release for a process that knows its
+// token but has no *Lock, such as an operator that restarted. On a single deployment it hands the
+// lock to the head of its queue, as Release does for a lock acquired WithQueue. It returns
+// ErrNotHeld if token does not hold the lock (nothing is touched).
+func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if token == "" {
+		return invalidf("empty token")
+	}
+	if err := validateToken(token); err != nil {
+		return err
+	}
+	l := &Lock{client: c, key: key, keys: c.keysFor(key, c.handsOff()), token: token, queued: c.handsOff()}
+	return l.Release(ctx)
+}
