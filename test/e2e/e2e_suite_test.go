@@ -53,7 +53,7 @@ const (
 	// developer's/demo cluster at 26440.
 	defaultPortBase = 27440
 	userPortBase    = 26440
-	crdPath         = "config/crd/bases/batch.lockedjob.dev_lockedjobs.yaml"
+	crdDir          = "config/crd/bases"
 )
 
 // suite is what BeforeSuite set up and AfterSuite tears down.
@@ -230,10 +230,22 @@ func clusterScript(timeout time.Duration, args ...string) (string, error) {
 	return c.Script(timeout, args...)
 }
 
-// installCRD creates or updates the LockedJob CRD from config/crd/bases and
-// waits until it is established.
+// installCRD creates or updates every CRD in config/crd/bases (LockedJob, Lock, ClusterLock) and
+// waits until each is established.
 func installCRD(ctx context.Context) {
-	b, err := os.ReadFile(filepath.Join(suite.root, crdPath))
+	paths, err := filepath.Glob(filepath.Join(suite.root, crdDir, "*.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(paths).NotTo(BeEmpty())
+	for _, path := range paths {
+		installOneCRD(ctx, path)
+	}
+	Eventually(func(g Gomega) {
+		g.Expect(suite.k8s.List(ctx, &batchv1alpha1.LockedJobList{})).To(Succeed())
+	}).WithContext(ctx).Should(Succeed())
+}
+
+func installOneCRD(ctx context.Context, path string) {
+	b, err := os.ReadFile(path)
 	Expect(err).NotTo(HaveOccurred())
 	want := &apiextensionsv1.CustomResourceDefinition{}
 	Expect(yaml.UnmarshalStrict(b, want)).To(Succeed())
@@ -258,7 +270,6 @@ func installCRD(ctx context.Context) {
 			}
 		}
 		g.Expect(established).To(BeTrue(), "CRD %s not established", crd.Name)
-		g.Expect(suite.k8s.List(ctx, &batchv1alpha1.LockedJobList{})).To(Succeed())
 	}).WithContext(ctx).Should(Succeed())
 }
 

@@ -4,11 +4,13 @@ package e2e
 
 import (
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"time"
 
 	scalemeasure "github.com/lockedjob/lockedjob/test/scale/measure"
+	"github.com/lockedjob/lockedjob/test/utils"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -471,12 +473,29 @@ var _ = Describe("A failing Job", Ordered, func() {
 	})
 
 	It("ends Failed, releases the lock, and the next waiter starts", func(ctx SpecContext) {
-		s.create(s.newLockedJob("failing", ljSpec{lock: "flaky", run: 3 * time.Second, fail: true}))
-		s.eventuallyRunningPod("failing", 30*time.Second)
+		view := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "flaky"}}
+		Expect(suite.k8s.Create(ctx, view)).To(Succeed())
+		// It runs 10 s: the view is written at most once per 5 s, and must be seen with this holder.
+		s.create(s.newLockedJob("failing", ljSpec{lock: "flaky", run: 10 * time.Second, fail: true}))
+		running := s.eventuallyRunningPod("failing", 30*time.Second)
 		s.create(s.newLockedJob("next", ljSpec{lock: "flaky", run: time.Second}))
 		s.eventuallyPhase("next", batchv1alpha1.PhaseWaiting, 30*time.Second)
 
+		By("showing the holder and the waiter on the declared Lock")
+		Eventually(func(g Gomega) {
+			g.Expect(suite.k8s.Get(ctx, client.ObjectKeyFromObject(view), view)).To(Succeed())
+			g.Expect(view.Status.Holders).To(ConsistOf(And(HaveField("LockedJob", "failing"), HaveField("FencingToken", *running.Status.FencingToken))))
+			g.Expect(view.Status.Waiting).To(HaveValue(Equal(int32(1))))
+			g.Expect(view.Status.Head).To(HaveSuffix("/next/" + string(s.get("next").UID)[:8]))
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+
+		By("kubectl wait --for=condition=Finished returning on the failure")
+		out, err := utils.Run(exec.CommandContext(ctx, kubectlBin(), "--kubeconfig", suite.kubeconfig, "-n", s.ns,
+			"wait", "--for=condition=Finished", "lockedjob/failing", "--timeout=60s"))
+		Expect(err).NotTo(HaveOccurred(), "kubectl wait: %s", out)
+
 		failing := s.eventuallyPhase("failing", batchv1alpha1.PhaseFailed, 60*time.Second)
+		Expect(condition(failing, batchv1alpha1.ConditionFinished)).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", batchv1alpha1.ReasonJobFailed)))
 		Expect(condition(failing, batchv1alpha1.ConditionFailed)).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", batchv1alpha1.ReasonJobFailed)))
 		Expect(condition(failing, batchv1alpha1.ConditionComplete)).To(BeNil())
 		Expect(condition(failing, batchv1alpha1.ConditionReady)).To(HaveField("Status", metav1.ConditionFalse))
