@@ -283,15 +283,18 @@ render_rbac() {
 }
 
 install_manifests() {
-	step "installing the CRD (kubectl apply --server-side -k config/crd)"
+	step "installing the CRDs (kubectl apply --server-side -k config/crd)"
 	k apply --server-side --force-conflicts -k "${LOCKEDJOB_ROOT}/config/crd"
 	# Not `kubectl wait --for=condition=Established`: it fails at once while the CRD has no
 	# conditions yet, which the full Job template schema makes long enough to see.
-	local deadline=$((SECONDS + 60)) established=""
-	until [[ "${established}" == True ]]; do
-		((SECONDS < deadline)) || die "CRD lockedjobs.batch.lockedjob.dev not Established within 60s"
-		sleep 0.2
-		established="$(k get crd lockedjobs.batch.lockedjob.dev -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')"
+	local deadline=$((SECONDS + 60)) established crd
+	for crd in lockedjobs locks clusterlocks; do
+		established=""
+		until [[ "${established}" == True ]]; do
+			((SECONDS < deadline)) || die "CRD ${crd}.batch.lockedjob.dev not Established within 60s"
+			sleep 0.2
+			established="$(k get crd "${crd}.batch.lockedjob.dev" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')"
+		done
 	done
 	step "installing namespace ${OPERATOR_NS} and RBAC (config/default rendered, minus its Deployment and Service)"
 	local rbac
@@ -388,7 +391,7 @@ watch_samples() {
 	while :; do
 		if sig="$(k get lj -n "${NS}" -o jsonpath="${sigpath}" 2>/dev/null)" && [[ "${sig}" != "${last}" ]]; then
 			last="${sig}"
-			table="$(k get lj -n "${NS}" -o wide 2>&1 || true)"
+			table="$(k get lj -n "${NS}" -o wide 2>&1 || true)"$'\n\n'"$(k get locks -n "${NS}" 2>&1 || true)"
 			printf '\n--- %s  +%ss after apply\n%s\n' "$(date +%H:%M:%S.%1N)" "$(since "${t0}")" "${table}"
 			phases="$(awk -F'|' 'NF > 1 { print $2 }' <<<"${sig}")"
 			if [[ "$(grep -cE '^(Succeeded|Failed|LockLost)$' <<<"${phases}")" -ge ${#SAMPLES[@]} ]]; then
@@ -417,6 +420,7 @@ The cluster, redis-server and manager keep running. Look around:
 
   ${kubectl} --kubeconfig ${kc} get lj -n ${NS}
   ${kubectl} --kubeconfig ${kc} get lj -n ${NS} -o wide
+  ${kubectl} --kubeconfig ${kc} get locks -n ${NS}
   ${kubectl} --kubeconfig ${kc} describe lj migrate-users-urgent -n ${NS}
   ${kubectl} --kubeconfig ${kc} get jobs,pods,events -n ${NS}
   export KUBECONFIG=\$(make -s cluster-env)    # then plain 'kubectl get lj -n ${NS}'
