@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
+	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
@@ -119,7 +120,7 @@ func newCluster(t *testing.T) *cluster {
 			"the first build takes ~10 min", missing, binDir)
 	}
 	// Away from the script's default base (26440), so a developer's own cluster is never disturbed.
-	base, err := utils.FreePortBlock(0, utils.PortBlock, 26440)
+	base, err := ports.FreeBlock(0, utils.PortBlock, 26440)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
+	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
@@ -65,7 +66,7 @@ func startCluster(t *testing.T, root string) *localCluster {
 		t.Fatal(err)
 	}
 	// 32440 is this test's block; a block of 10 leaves room for the real node's ports.
-	base, err := utils.FreePortBlock(32440, 10, 26440)
+	base, err := ports.FreeBlock(32440, 10, 26440)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
+	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
@@ -194,7 +195,7 @@ func startCluster() error {
 			return fmt.Errorf("E2E_CLUSTER_PORT_BASE: %w", err)
 		}
 	}
-	if suite.portBase, err = utils.FreePortBlock(preferred, utils.PortBlock, userPortBase); err != nil {
+	if suite.portBase, err = ports.FreeBlock(preferred, utils.PortBlock, userPortBase); err != nil {
 		return err
 	}
 	suite.clusterDir = filepath.Join(suite.work, "cluster")

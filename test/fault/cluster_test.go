@@ -22,6 +22,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
+	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
@@ -71,7 +72,7 @@ func startCluster(name, work string) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	base, err := utils.FreePortBlock(preferred, utils.PortBlock, userPortBase)
+	base, err := ports.FreeBlock(preferred, utils.PortBlock, userPortBase)
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/lockedjob/lockedjob/test/scale/measure"
 	"github.com/lockedjob/lockedjob/test/utils"
@@ -248,7 +249,7 @@ func (b *bench) startCluster(o options) (func(), error) {
 		return nil, err
 	}
 	// Avoid the developer's cluster (26440) when the preferred block is busy.
-	port, err := utils.FreePortBlock(o.portBase, utils.PortBlock, 26440)
+	port, err := ports.FreeBlock(o.portBase, utils.PortBlock, 26440)
 	if err != nil {
 		return nil, err
 	}
