@@ -99,11 +99,6 @@ fail_log() { # NAME MESSAGE
 	exit 1
 }
 
-# since T0_NANOS: seconds elapsed, one decimal.
-since() { awk -v a="$1" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
 # ---------------------------------------------------------------- up steps
 
 check_prereqs() {
@@ -442,7 +437,7 @@ cmd_up() {
 	install_manifests
 	manager_up
 	namespace_up
-	t_apply="$(date +%s%N)"
+	t_apply="$(now_ns)"
 	apply_samples
 	watch_samples "${t_apply}"
 	step "all ${#SAMPLES[@]} LockedJobs Succeeded, $(since "${t_apply}")s after they were applied"
@@ -485,7 +480,7 @@ wait_reaped() {
 	local pid _
 	for _ in $(seq 1 50); do
 		for pid in "$@"; do
-			[[ "$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/${pid}/status" 2>/dev/null)" == Z ]] && break
+			[[ "$(proc_state "${pid}")" == Z ]] && break
 			pid=""
 		done
 		[[ -z "${pid}" ]] && return 0
@@ -500,12 +495,7 @@ cmd_status() {
 }
 
 # One demo command at a time per state folder.
-with_lock() {
-	mkdir -p "${DEMO_DIR}"
-	exec 8>"${DEMO_DIR}/.lock"
-	flock -w 600 8 || die "another hack/demo.sh holds ${DEMO_DIR}/.lock"
-	"$@"
-}
+with_lock() { with_dir_lock 8 "${DEMO_DIR}" 600 hack/demo.sh "$@"; }
 
 case "${1:-}" in
 up) with_lock cmd_up ;;
