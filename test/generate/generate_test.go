@@ -1,6 +1,7 @@
-// Package generate_test checks that `make generate` writes the committed generated files on any
-// day. The licence header once held a YEAR placeholder that the Makefile filled with
-// `date +%Y`, so on 1 January every generated file changed and `make verify` failed.
+// Package generate_test checks what the code generators and kubebuilder rely on: that
+// `make generate` writes the committed generated files on any day (the licence header once held
+// a YEAR placeholder that the Makefile filled with `date +%Y`, so on 1 January every generated
+// file changed and `make verify` failed), and that PROJECT names the places the tree really has.
 package generate_test
 
 import (
