@@ -7,14 +7,13 @@ import (
 )
 
 // listen binds addr, failing the test if it cannot, and closes it when the test ends.
-func listen(t *testing.T, addr string) net.Listener {
+func listen(t *testing.T, addr string) {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("bind %s: %v", addr, err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	return l
 }
 
 func TestFreeAddrCanBeBound(t *testing.T) {
