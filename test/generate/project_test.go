@@ -43,7 +43,8 @@ var scaffoldMarkers = map[string][]string{
 
 // TestProjectNamesTheTree checks every place PROJECT names against the tree: the module, each
 // resource's API package (its group and kind), the reconciler of each resource with a
-// controller, the Helm plugin's input and output, and the scaffold markers kubebuilder needs.
+// controller, the Helm plugin's input (written by `make build-installer`) and output, and the
+// scaffold markers kubebuilder needs.
 func TestProjectNamesTheTree(t *testing.T) {
 	root, err := utils.ProjectDir()
 	if err != nil {
@@ -85,10 +86,16 @@ func TestProjectNamesTheTree(t *testing.T) {
 	if h := p.Plugins.Helm; h == nil {
 		t.Error("PROJECT has no helm.kubebuilder.io/v2-alpha plugin, which `make helm-chart` runs")
 	} else {
-		for _, f := range []string{h.Manifests, filepath.Join(h.Output, "chart", "Chart.yaml")} {
-			if _, err := os.Stat(filepath.Join(root, f)); err != nil {
-				t.Errorf("helm plugin: %v", err)
-			}
+		if _, err := os.Stat(filepath.Join(root, h.Output, "chart", "Chart.yaml")); err != nil {
+			t.Errorf("helm plugin output: %v", err)
+		}
+		// The plugin's input is not committed: `make build-installer` writes it.
+		makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(makefile), "> "+h.Manifests+"\n") {
+			t.Errorf("helm plugin manifests %q: the Makefile's build-installer does not write it", h.Manifests)
 		}
 	}
 
