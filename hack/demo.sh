@@ -162,13 +162,11 @@ redis_up() {
 	start_proc redis "$(command -v redis-server)" \
 		--bind 127.0.0.1 --port "${REDIS_PORT}" --dir "${REDIS_DIR}" \
 		--save '' --appendonly no --daemonize no --protected-mode yes
-	local deadline=$((SECONDS + 20))
-	until redis_cli PING 2>/dev/null | grep -q PONG; do
-		[[ -n "$(pid_of redis)" ]] || fail_log redis "redis-server exited"
-		((SECONDS < deadline)) || fail_log redis "redis-server not answering after 20s"
-		sleep 0.2
-	done
+	proc_wait "${DEMO_DIR}" redis 20 fail_log redis_ping "${REDIS_PORT}"
 }
+
+# redis_ping PORT: true once the redis-server on 127.0.0.1:PORT answers PONG.
+redis_ping() { CLI_PORT="$1" redis_cli PING 2>/dev/null | grep -q PONG; }
 
 # redis_cli ARGS...: a tiny RESP client over /dev/tcp, so redis-tools is not needed
 # (port CLI_PORT, default REDIS_PORT).
@@ -211,12 +209,7 @@ real_node_up() {
 	start_proc store "$(command -v redis-server)" \
 		--bind "127.0.0.1 ${NODE_IP}" --port "${STORE_PORT}" --dir "${STORE_DIR}" \
 		--save "" --appendonly no --daemonize no --protected-mode no
-	local deadline=$((SECONDS + 20))
-	until CLI_PORT="${STORE_PORT}" redis_cli PING 2>/dev/null | grep -q PONG; do
-		[[ -n "$(pid_of store)" ]] || fail_log store "the store's redis-server exited"
-		((SECONDS < deadline)) || fail_log store "the store's redis-server not answering after 20s"
-		sleep 0.2
-	done
+	proc_wait "${DEMO_DIR}" store 20 fail_log redis_ping "${STORE_PORT}"
 }
 
 # samples_kustomization: config/samples as they are on kwok; on the real node, with the store's
