@@ -2,6 +2,7 @@ package utils
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -109,20 +110,39 @@ func (c LocalCluster) PID(component string) (int, error) {
 // process recorded before it is gone: a down that exits 0 and leaves a process running is a
 // failure. It returns the script's output.
 func (c LocalCluster) Down(timeout time.Duration) (string, error) {
-	pids := map[string]int{}
+	type recorded struct {
+		pid int
+		exe string
+	}
+	procs := map[string]recorded{}
 	for _, name := range ControlPlane {
 		if pid, err := c.PID(name); err == nil {
-			pids[name] = pid
+			exe, _ := os.ReadFile(filepath.Join(c.Dir, "pids", name+".exe"))
+			procs[name] = recorded{pid, strings.TrimSpace(string(exe))}
 		}
 	}
 	out, err := c.Script(timeout, "down")
 	if err != nil {
 		return out, err
 	}
-	for name, pid := range pids {
-		if ProcessAlive(pid) {
-			return out, fmt.Errorf("%s (pid %d) still runs after hack/cluster.sh down of %s", name, pid, c.Dir)
+	for name, p := range procs {
+		if ProcessAlive(p.pid) && runs(p.pid, p.exe) {
+			return out, fmt.Errorf("%s (pid %d) still runs after hack/cluster.sh down of %s", name, p.pid, c.Dir)
 		}
 	}
 	return out, nil
+}
+
+// runs reports whether pid runs the binary exe, which hack/lib/procs.sh records beside the pid
+// file, so that a PID the kernel handed to another program since is not taken for a survivor.
+// Without a recorded binary any live pid counts.
+func runs(pid int, exe string) bool {
+	if exe == "" {
+		return true
+	}
+	got, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist) // unreadable, not gone: count it
+	}
+	return strings.TrimSuffix(got, " (deleted)") == exe
 }
