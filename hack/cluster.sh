@@ -109,8 +109,6 @@ fail() { # component message
 # NAME's log if NAME dies or the deadline passes.
 wait_for() { proc_wait "${PIDS}" "$1" "$2" fail "${@:3}"; }
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
 # ---------------------------------------------------------------- setup
 
 ensure_openssl() {
@@ -278,20 +276,10 @@ start_apiserver() {
 
 # all_running: the control plane, and the real node if one was started.
 all_running() {
-	local c
-	for c in "${COMPONENTS[@]}"; do
-		[[ -n "$(pid_of "${c}")" ]] || return 1
-	done
-	! realnode_recorded || realnode_all_running
+	proc_all_running "${PIDS}" "${COMPONENTS[@]}" && { ! realnode_recorded || realnode_all_running; }
 }
 
-any_running() {
-	local c
-	for c in "${COMPONENTS[@]}"; do
-		[[ -n "$(pid_of "${c}")" ]] && return 0
-	done
-	realnode_any_running
-}
+any_running() { proc_any_running "${PIDS}" "${COMPONENTS[@]}" || realnode_any_running; }
 
 # up_exit: an up that did not finish (die, a failed wait, a signal) stops what it started.
 up_exit() {
@@ -443,12 +431,7 @@ cmd_status() {
 	return "${rc}"
 }
 
-with_lock() {
-	mkdir -p "${CLUSTER_DIR}"
-	exec 9>"${CLUSTER_DIR}/.lock"
-	flock -w 300 9 || die "another hack/cluster.sh holds ${CLUSTER_DIR}/.lock"
-	"$@"
-}
+with_lock() { with_dir_lock 9 "${CLUSTER_DIR}" 300 hack/cluster.sh "$@"; }
 
 # cmd_load_image FILE...: import image tarballs into the real node's containerd.
 cmd_load_image() {

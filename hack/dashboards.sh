@@ -13,7 +13,7 @@ set -euo pipefail
 # shellcheck source=hack/lib/k8s-common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/k8s-common.sh"
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="${LOCKEDJOB_ROOT}"
 kubebuilder="${KUBEBUILDER:-${root}/bin/kubebuilder}"
 [[ -x "${kubebuilder}" ]] || die "kubebuilder not found at ${kubebuilder}: run 'make kubebuilder'"
 

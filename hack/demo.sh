@@ -99,11 +99,6 @@ fail_log() { # NAME MESSAGE
 	exit 1
 }
 
-# since T0_NANOS: seconds elapsed, one decimal.
-since() { awk -v a="$1" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
 # ---------------------------------------------------------------- up steps
 
 check_prereqs() {
@@ -167,13 +162,11 @@ redis_up() {
 	start_proc redis "$(command -v redis-server)" \
 		--bind 127.0.0.1 --port "${REDIS_PORT}" --dir "${REDIS_DIR}" \
 		--save '' --appendonly no --daemonize no --protected-mode yes
-	local deadline=$((SECONDS + 20))
-	until redis_cli PING 2>/dev/null | grep -q PONG; do
-		[[ -n "$(pid_of redis)" ]] || fail_log redis "redis-server exited"
-		((SECONDS < deadline)) || fail_log redis "redis-server not answering after 20s"
-		sleep 0.2
-	done
+	proc_wait "${DEMO_DIR}" redis 20 fail_log redis_ping "${REDIS_PORT}"
 }
+
+# redis_ping PORT: true once the redis-server on 127.0.0.1:PORT answers PONG.
+redis_ping() { CLI_PORT="$1" redis_cli PING 2>/dev/null | grep -q PONG; }
 
 # redis_cli ARGS...: a tiny RESP client over /dev/tcp, so redis-tools is not needed
 # (port CLI_PORT, default REDIS_PORT).
@@ -216,12 +209,7 @@ real_node_up() {
 	start_proc store "$(command -v redis-server)" \
 		--bind "127.0.0.1 ${NODE_IP}" --port "${STORE_PORT}" --dir "${STORE_DIR}" \
 		--save "" --appendonly no --daemonize no --protected-mode no
-	local deadline=$((SECONDS + 20))
-	until CLI_PORT="${STORE_PORT}" redis_cli PING 2>/dev/null | grep -q PONG; do
-		[[ -n "$(pid_of store)" ]] || fail_log store "the store's redis-server exited"
-		((SECONDS < deadline)) || fail_log store "the store's redis-server not answering after 20s"
-		sleep 0.2
-	done
+	proc_wait "${DEMO_DIR}" store 20 fail_log redis_ping "${STORE_PORT}"
 }
 
 # samples_kustomization: config/samples as they are on kwok; on the real node, with the store's
@@ -446,7 +434,7 @@ cmd_up() {
 	install_manifests
 	manager_up
 	namespace_up
-	t_apply="$(date +%s%N)"
+	t_apply="$(now_ns)"
 	apply_samples
 	watch_samples "${t_apply}"
 	step "all ${#SAMPLES[@]} LockedJobs Succeeded, $(since "${t_apply}")s after they were applied"
@@ -489,7 +477,7 @@ wait_reaped() {
 	local pid _
 	for _ in $(seq 1 50); do
 		for pid in "$@"; do
-			[[ "$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/${pid}/status" 2>/dev/null)" == Z ]] && break
+			[[ "$(proc_state "${pid}")" == Z ]] && break
 			pid=""
 		done
 		[[ -z "${pid}" ]] && return 0
@@ -504,12 +492,7 @@ cmd_status() {
 }
 
 # One demo command at a time per state folder.
-with_lock() {
-	mkdir -p "${DEMO_DIR}"
-	exec 8>"${DEMO_DIR}/.lock"
-	flock -w 600 8 || die "another hack/demo.sh holds ${DEMO_DIR}/.lock"
-	"$@"
-}
+with_lock() { with_dir_lock 8 "${DEMO_DIR}" 600 hack/demo.sh "$@"; }
 
 case "${1:-}" in
 up) with_lock cmd_up ;;

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
@@ -161,12 +161,11 @@ func TestLeadershipLostCampaignsAgain(t *testing.T) {
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := ports.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
+	return addr
 }
 
 // endpointsAnswer checks /healthz, /readyz (Redis answers) and /metrics (the book's gauge).

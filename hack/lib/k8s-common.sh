@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared settings for hack/k8s-bin.sh and hack/cluster.sh. Source, don't run.
+# Shared settings and small helpers for the hack/ scripts. Source, don't run.
 # shellcheck disable=SC2034 # variables are used by the sourcing scripts
 #
 # The pinned versions below must match the wrapper modules' go.mod files
@@ -24,6 +24,17 @@ REAL_NODE_BINARIES=(kubelet)
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+# port_free PORT: true if nothing accepts connections on 127.0.0.1:PORT.
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# now_ns: the wall clock in nanoseconds, the start that since measures from. Not EPOCHREALTIME:
+# that one writes the locale's decimal separator, which awk may not read.
+now_ns() { date +%s%N; }
+
+# since T0 [DECIMALS]: seconds elapsed since T0 (a now_ns reading), with DECIMALS decimals
+# (default 1).
+since() { awk -v a="$1" -v b="$(now_ns)" -v d="${2:-1}" 'BEGIN { printf "%." d "f", (b - a) / 1e9 }'; }
 
 # Environment for every go command run against the wrapper modules: build
 # strictly from the committed go.mod/go.sum, never through a go.work file.

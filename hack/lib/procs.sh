@@ -17,9 +17,49 @@ proc_pid() {
 	exe="$(readlink "/proc/${pid}/exe" 2>/dev/null || true)"
 	exe="${exe% (deleted)}" # a binary rebuilt under a running process
 	[[ -n "${exe}" && "${exe}" == "${want}" ]] || return 0
-	state="$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/${pid}/status" 2>/dev/null || true)"
+	state="$(proc_state "${pid}")"
 	[[ -n "${state}" && "${state}" != Z && "${state}" != X ]] || return 0
 	echo "${pid}"
+}
+
+# proc_state PID: the state letter of PID (R, S, Z, ...) from /proc; empty if there is no such
+# process.
+proc_state() { sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null || true; }
+
+# proc_all_running DIR NAME...: true if every NAME recorded in DIR runs.
+proc_all_running() {
+	local dir="$1" name
+	shift
+	for name in "$@"; do
+		[[ -n "$(proc_pid "${dir}" "${name}")" ]] || return 1
+	done
+}
+
+# proc_any_running DIR NAME...: true if any NAME recorded in DIR runs.
+proc_any_running() {
+	local dir="$1" name
+	shift
+	for name in "$@"; do
+		[[ -n "$(proc_pid "${dir}" "${name}")" ]] && return 0
+	done
+	return 1
+}
+
+# with_dir_lock FD DIR SECONDS WHO CMD...: run CMD holding an flock on DIR/.lock through
+# descriptor FD, 8 or 9: proc_start closes those two in its children, so a process started under
+# the lock does not hold it after the script exits. Dies naming WHO if another holder keeps the
+# lock for SECONDS.
+with_dir_lock() {
+	local fd="$1" dir="$2" seconds="$3" who="$4"
+	shift 4
+	mkdir -p "${dir}"
+	case "${fd}" in
+	8) exec 8>"${dir}/.lock" ;;
+	9) exec 9>"${dir}/.lock" ;;
+	*) die "with_dir_lock: descriptor ${fd}: want 8 or 9, the ones proc_start closes in its children" ;;
+	esac
+	flock -w "${seconds}" "${fd}" || die "another ${who} holds ${dir}/.lock"
+	"$@"
 }
 
 # proc_start DIR LOGFILE NAME BINARY ARGS...: start BINARY in its own session, detached from the

@@ -2,8 +2,9 @@
 # shellcheck disable=SC2153 # PIDS, LOGS, PKI and the like are set by hack/cluster.sh
 # The real node of hack/cluster.sh: kubelet + containerd + runc + bridge CNI running real
 # containers beside the kwok nodes. Source, don't run; hack/cluster.sh provides CLUSTER_DIR,
-# PORT_BASE, PKI, LOGS, PIDS, K8S_BIN_DIR, APISERVER_PORT, kubectl_, port_free, the
-# process helpers of hack/lib/procs.sh, log and die. docs/local-cluster.md ("Real node") explains the design; the set-up it follows
+# PORT_BASE, PKI, LOGS, PIDS, K8S_BIN_DIR, APISERVER_PORT and kubectl_, and sources
+# hack/lib/k8s-common.sh (log, die, port_free, now_ns, since) and hack/lib/procs.sh (the process
+# helpers). docs/local-cluster.md ("Real node") explains the design; the set-up it follows
 # was proven on these machines first (see the config comments for why each value is what it is).
 #
 # Everything is per cluster, derived from its port block, so several clusters (a developer's,
@@ -78,20 +79,9 @@ realnode_recorded() {
 	return 1
 }
 
-realnode_all_running() {
-	local c
-	for c in "${RN_COMPONENTS[@]}"; do
-		[[ -n "$(rn_pid "${c}")" ]] || return 1
-	done
-}
+realnode_all_running() { proc_all_running "${PIDS}" "${RN_COMPONENTS[@]}"; }
 
-realnode_any_running() {
-	local c
-	for c in "${RN_COMPONENTS[@]}"; do
-		[[ -n "$(rn_pid "${c}")" ]] && return 0
-	done
-	return 1
-}
+realnode_any_running() { proc_any_running "${PIDS}" "${RN_COMPONENTS[@]}"; }
 
 # ---------------------------------------------------------------- can this machine run it?
 
@@ -599,7 +589,8 @@ realnode_up() {
 }
 
 rn_start() {
-	local t0=${EPOCHREALTIME}
+	local t0
+	t0="$(now_ns)"
 	mkdir -p "${RN_DIR}"
 	local pause
 	pause="$(rn_pause_tar)"
@@ -618,7 +609,8 @@ rn_start() {
 	rn_wait containerd 30 rn_ctr version
 	rn_import "${pause}"
 
-	local tk=${EPOCHREALTIME}
+	local tk
+	tk="$(now_ns)"
 	proc_start_in "$(rn_pid nodens)" "${PIDS}" "${LOGS}/kubelet.log" kubelet "${K8S_BIN_DIR}/kubelet" \
 		--config="${RN_DIR}/kubelet-config.yaml" \
 		--kubeconfig="${RN_DIR}/kubelet.kubeconfig" \
@@ -632,13 +624,10 @@ rn_start() {
 		rn_fail kubelet "kubelet did not start"
 	log "started kubelet (pid $(rn_pid kubelet))"
 	rn_wait kubelet 60 rn_node_ready
-	log "real node ${RN_NODE_NAME} Ready $(rn_since "${tk}")s after kubelet start ($(rn_since "${t0}")s in all;" \
+	log "real node ${RN_NODE_NAME} Ready $(since "${tk}" 2)s after kubelet start ($(since "${t0}" 2)s in all;" \
 		"bridge ${RN_BRIDGE} ${RN_IP}/24, kubelet :${RN_KUBELET_PORT}, taint ${RN_LABEL}=true:NoSchedule)"
 }
 
-rn_since() { # EPOCHREALTIME of the start
-	awk -v a="$1" -v b="${EPOCHREALTIME}" 'BEGIN { printf "%.2f", b - a }'
-}
 
 # realnode_down [quiet]: stop the real node and remove everything it left: processes, mounts
 # (with the namespace), cgroups, bridge and veths, run state. Safe to run again, and after a

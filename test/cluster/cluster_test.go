@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +21,6 @@ import (
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
-
-var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
 
 type cluster struct {
 	t *testing.T
@@ -109,7 +106,7 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	var missing []string
-	for _, b := range append([]string{"kubectl"}, components...) {
+	for _, b := range append([]string{"kubectl"}, utils.ControlPlane...) {
 		if fi, err := os.Stat(filepath.Join(binDir, b)); err != nil || fi.Mode().Perm()&0o111 == 0 {
 			missing = append(missing, b)
 		}
@@ -118,8 +115,8 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatalf("local cluster binaries %v missing in %s: run `make k8s-bin` (or hack/k8s-bin.sh) first; "+
 			"the first build takes ~10 min", missing, binDir)
 	}
-	// Away from the script's default base (26440), so a developer's own cluster is never disturbed.
-	base, err := utils.FreePortBlock(0, utils.PortBlock, 26440)
+	// Away from the script's default base, so a developer's own cluster is never disturbed.
+	base, err := utils.FreeClusterPorts(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,14 +139,10 @@ func (c *cluster) script(timeout time.Duration, args ...string) string {
 
 func (c *cluster) recordPIDs() {
 	c.t.Helper()
-	for _, name := range components {
-		b, err := os.ReadFile(filepath.Join(c.Dir, "pids", name+".pid"))
+	for _, name := range utils.ControlPlane {
+		pid, err := c.PID(name)
 		if err != nil {
-			c.t.Fatalf("after up, no pid file for %s: %v", name, err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			c.t.Fatalf("pid file of %s: %v", name, err)
+			c.t.Fatalf("after up: %v", err)
 		}
 		if !c.alive(name, pid) {
 			c.t.Fatalf("after up, %s (pid %d) is not running", name, pid)
@@ -173,10 +166,11 @@ func (c *cluster) alive(name string, pid int) bool {
 }
 
 func (c *cluster) downAndCheck() {
-	_, err := c.Script(2*time.Minute, "down")
-	if err != nil {
-		c.t.Error(err) // names the command line and carries its output
+	if _, err := c.Down(2 * time.Minute); err != nil {
+		c.t.Error(err) // names the command line and carries its output, or the process left
 	}
+	// Stricter than Down: the PIDs are those seen running after up, and each must be the
+	// component's own binary, so a recycled PID is not taken for a survivor.
 	for name, pid := range c.started {
 		if c.alive(name, pid) {
 			c.t.Errorf("after down, %s (pid %d) is still running", name, pid)

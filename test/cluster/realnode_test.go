@@ -284,13 +284,12 @@ func (c *cluster) kubectl(timeout time.Duration, args ...string) (string, error)
 func (c *cluster) recordRealNodePIDs() {
 	c.t.Helper()
 	for _, name := range realNodeComponents {
-		b, err := os.ReadFile(filepath.Join(c.Dir, "pids", name+".pid"))
+		pid, err := c.PID(name)
 		if err != nil {
-			c.t.Fatalf("after up, no pid file for %s: %v", name, err)
+			c.t.Fatalf("after up: %v", err)
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || !utils.ProcessAlive(pid) {
-			c.t.Fatalf("after up, %s (pid file %q) is not running", name, b)
+		if !utils.ProcessAlive(pid) {
+			c.t.Fatalf("after up, %s (pid %d) is not running", name, pid)
 		}
 		c.started[name] = pid
 	}

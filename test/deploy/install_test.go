@@ -64,15 +64,15 @@ func startCluster(t *testing.T, root string) *localCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 32440 is this test's block; a block of 10 leaves room for the real node's ports.
-	base, err := utils.FreePortBlock(32440, 10, 26440)
+	// 32440 is this test's block.
+	base, err := utils.FreeClusterPorts(32440)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("LOCKEDJOB_REAL_NODE", "0")
 	c := &localCluster{LocalCluster: utils.LocalCluster{Root: root, Dir: t.TempDir(), PortBase: base, BinDir: binDir}}
 	t.Cleanup(func() {
-		if out, err := c.Script(2*time.Minute, "down"); err != nil {
+		if out, err := c.Down(2 * time.Minute); err != nil {
 			t.Errorf("cluster down: %v\n%s", err, out)
 		}
 	})

@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,7 +51,6 @@ const (
 	// defaultPortBase is the suite's own cluster's port block, away from the
 	// developer's/demo cluster at 26440.
 	defaultPortBase = 27440
-	userPortBase    = 26440
 	crdDir          = "config/crd/bases"
 )
 
@@ -194,7 +192,7 @@ func startCluster() error {
 			return fmt.Errorf("E2E_CLUSTER_PORT_BASE: %w", err)
 		}
 	}
-	if suite.portBase, err = utils.FreePortBlock(preferred, utils.PortBlock, userPortBase); err != nil {
+	if suite.portBase, err = utils.FreeClusterPorts(preferred); err != nil {
 		return err
 	}
 	suite.clusterDir = filepath.Join(suite.work, "cluster")
@@ -210,24 +208,17 @@ func startCluster() error {
 // stopCluster runs `hack/cluster.sh down` and checks that every process `up`
 // recorded is gone.
 func stopCluster() {
-	pids := map[string]int{}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
-		if b, err := os.ReadFile(filepath.Join(suite.clusterDir, "pids", name+".pid")); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				pids[name] = pid
-			}
-		}
-	}
-	out, err := clusterScript(2*time.Minute, "down")
+	out, err := localCluster().Down(2 * time.Minute)
 	Expect(err).NotTo(HaveOccurred(), out)
-	for name, pid := range pids {
-		Expect(utils.ProcessAlive(pid)).To(BeFalse(), "%s (pid %d) still runs after cluster down", name, pid)
-	}
+}
+
+// localCluster is how the shared runner (test/utils.LocalCluster) names the suite's cluster.
+func localCluster() utils.LocalCluster {
+	return utils.LocalCluster{Root: suite.root, Dir: suite.clusterDir, PortBase: suite.portBase, BinDir: suite.binDir}
 }
 
 func clusterScript(timeout time.Duration, args ...string) (string, error) {
-	c := utils.LocalCluster{Root: suite.root, Dir: suite.clusterDir, PortBase: suite.portBase, BinDir: suite.binDir}
-	return c.Script(timeout, args...)
+	return localCluster().Script(timeout, args...)
 }
 
 // installCRD creates or updates every CRD in config/crd/bases (LockedJob, Lock, ClusterLock) and

@@ -28,6 +28,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/fencedstore"
 	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
@@ -303,7 +304,7 @@ func writeKustomization(d *deployment, img string) error {
 	if !d.local {
 		env = append(env, "DEPLOY_OVERLAY=config/default")
 	} else {
-		probe, err := utils.FreePortBlock(0, 2, suite.portBase)
+		probe, err := ports.FreeBlock(0, 2, suite.portBase)
 		if err != nil {
 			return err
 		}

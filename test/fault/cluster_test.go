@@ -46,8 +46,6 @@ func portBase(name string) (int, error) {
 	return base + 20*strings.Index("ab", name), nil
 }
 
-const userPortBase = 26440
-
 // cluster is one local control plane started with hack/cluster.sh in its own
 // folder and port block.
 type cluster struct {
@@ -71,7 +69,7 @@ func startCluster(name, work string) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	base, err := utils.FreePortBlock(preferred, utils.PortBlock, userPortBase)
+	base, err := utils.FreeClusterPorts(preferred)
 	if err != nil {
 		return nil, err
 	}
@@ -125,49 +123,33 @@ func (c *cluster) proxyAPI() error {
 	return clientcmd.WriteToFile(*kc, c.operatorKubeconfig)
 }
 
-func (c *cluster) script(timeout time.Duration, args ...string) (string, error) {
+// local is how the shared runner (test/utils.LocalCluster) names this cluster.
+func (c *cluster) local() utils.LocalCluster {
 	// The fault scenarios judge the operator, not the kubelet: kwok's pods are enough, and two real
 	// nodes would only cost the shared cores time.
-	lc := utils.LocalCluster{Root: env.root, Dir: c.dir, PortBase: c.portBase, BinDir: env.binDir,
+	return utils.LocalCluster{Root: env.root, Dir: c.dir, PortBase: c.portBase, BinDir: env.binDir,
 		Env: []string{"LOCKEDJOB_REAL_NODE=0"}}
-	return lc.Script(timeout, args...)
+}
+
+func (c *cluster) script(timeout time.Duration, args ...string) (string, error) {
+	return c.local().Script(timeout, args...)
 }
 
 // stop runs `hack/cluster.sh down` and checks that every process it recorded
 // is gone.
 func (c *cluster) stop() error {
-	pids := map[string]int{}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
-		if pid, err := c.pid(name); err == nil {
-			pids[name] = pid
-		}
-	}
-	if out, err := c.script(2*time.Minute, "down"); err != nil {
+	if out, err := c.local().Down(2 * time.Minute); err != nil {
 		return fmt.Errorf("cluster %s down: %w\n%s", c.name, err, out)
 	}
-	for name, pid := range pids {
-		if utils.ProcessAlive(pid) {
-			return fmt.Errorf("cluster %s: %s (pid %d) still runs after down", c.name, name, pid)
-		}
-	}
 	return nil
-}
-
-// pid reads a component's PID from the cluster folder's pids/.
-func (c *cluster) pid(component string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(c.dir, "pids", component+".pid"))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 // killAPIServer SIGKILLs the cluster's kube-apiserver, like a crashed control
 // plane node, and waits until it is gone.
 func (c *cluster) killAPIServer() error {
-	pid, err := c.pid("kube-apiserver")
+	pid, err := c.local().PID("kube-apiserver")
 	if err != nil {
-		return fmt.Errorf("kube-apiserver pid of cluster %s: %w", c.name, err)
+		return fmt.Errorf("cluster %s: %w", c.name, err)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill kube-apiserver %d: %w", pid, err)

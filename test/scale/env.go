@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,19 +67,6 @@ func procRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("pid %d: no VmRSS", pid)
-}
-
-// componentPID reads the pid file hack/cluster.sh keeps for a control-plane component.
-func componentPID(c utils.LocalCluster, name string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(c.Dir, "pids", name+".pid"))
-	if err != nil {
-		return 0, fmt.Errorf("pid of %s: %w", name, err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, fmt.Errorf("pid of %s: %w", name, err)
-	}
-	return pid, nil
 }
 
 // operator is one manager process started from the binary under test.
@@ -225,7 +211,7 @@ func (p probes) snapshot(ctx context.Context, op *operator) (snapshot, error) {
 		return s, fmt.Errorf("redis INFO commandstats: %w", err)
 	}
 	for name, dst := range map[string]*time.Duration{"kube-apiserver": &s.apiserver, "kube-controller-manager": &s.kcm} {
-		pid, err := componentPID(p.cluster, name)
+		pid, err := p.cluster.PID(name)
 		if err != nil {
 			return s, err
 		}

@@ -247,8 +247,8 @@ func (b *bench) startCluster(o options) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	// Avoid the developer's cluster (26440) when the preferred block is busy.
-	port, err := utils.FreePortBlock(o.portBase, utils.PortBlock, 26440)
+	// Avoid the developer's cluster when the preferred block is busy.
+	port, err := utils.FreeClusterPorts(o.portBase)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +261,7 @@ func (b *bench) startCluster(o options) (func(), error) {
 	b.kubeconfig = filepath.Join(b.cluster.Dir, "kubeconfig")
 	log.Printf("starting the local cluster in %s (ports %d+)", b.cluster.Dir, port)
 	stop := func() {
-		if out, err := b.cluster.Script(3*time.Minute, "down"); err != nil {
+		if out, err := b.cluster.Down(3 * time.Minute); err != nil {
 			log.Printf("cluster down: %v\n%s", err, out)
 		}
 	}

@@ -2,6 +2,7 @@ package utils
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 )
 
 // ProcessAlive reports whether pid exists and is not a zombie.
@@ -60,6 +63,20 @@ type LocalCluster struct {
 // real node's (kubelet, its healthz, containerd's stream server).
 const PortBlock = 9
 
+// DeveloperPortBase is hack/cluster.sh's default LOCKEDJOB_CLUSTER_PORT_BASE: the developer's own
+// cluster (and the demo's), which no test may take or disturb.
+const DeveloperPortBase = 26440
+
+// ControlPlane are the processes `hack/cluster.sh up` starts for the control plane, each recorded
+// in the cluster folder's pids/ (the real node's are not among them).
+var ControlPlane = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+
+// FreeClusterPorts returns a PortBase for a cluster: preferred if its PortBlock ports are free
+// (preferred <= 0: none), else a random free block away from DeveloperPortBase.
+func FreeClusterPorts(preferred int) (int, error) {
+	return ports.FreeBlock(preferred, PortBlock, DeveloperPortBase)
+}
+
 // Script runs hack/cluster.sh with args for this cluster, killed after timeout.
 func (c LocalCluster) Script(timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -73,4 +90,59 @@ func (c LocalCluster) Script(timeout time.Duration, args ...string) (string, err
 	)
 	cmd.Env = append(cmd.Env, c.Env...)
 	return Run(cmd)
+}
+
+// PID reads the PID hack/cluster.sh recorded for a component (one of ControlPlane, or a real-node
+// process); the process may have exited since.
+func (c LocalCluster) PID(component string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "pids", component+".pid"))
+	if err != nil {
+		return 0, fmt.Errorf("pid of %s: %w", component, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("pid of %s: %w", component, err)
+	}
+	return pid, nil
+}
+
+// Down runs `hack/cluster.sh down`, killed after timeout, and checks that every ControlPlane
+// process recorded before it is gone: a down that exits 0 and leaves a process running is a
+// failure. It returns the script's output.
+func (c LocalCluster) Down(timeout time.Duration) (string, error) {
+	type recorded struct {
+		pid int
+		exe string
+	}
+	procs := map[string]recorded{}
+	for _, name := range ControlPlane {
+		if pid, err := c.PID(name); err == nil {
+			exe, _ := os.ReadFile(filepath.Join(c.Dir, "pids", name+".exe"))
+			procs[name] = recorded{pid, strings.TrimSpace(string(exe))}
+		}
+	}
+	out, err := c.Script(timeout, "down")
+	if err != nil {
+		return out, err
+	}
+	for name, p := range procs {
+		if ProcessAlive(p.pid) && runs(p.pid, p.exe) {
+			return out, fmt.Errorf("%s (pid %d) still runs after hack/cluster.sh down of %s", name, p.pid, c.Dir)
+		}
+	}
+	return out, nil
+}
+
+// runs reports whether pid runs the binary exe, which hack/lib/procs.sh records beside the pid
+// file, so that a PID the kernel handed to another program since is not taken for a survivor.
+// Without a recorded binary any live pid counts.
+func runs(pid int, exe string) bool {
+	if exe == "" {
+		return true
+	}
+	got, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist) // unreadable, not gone: count it
+	}
+	return strings.TrimSuffix(got, " (deleted)") == exe
 }

@@ -6,12 +6,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
@@ -59,36 +56,6 @@ func TailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// FreePortBlock returns the first port of count consecutive free loopback
-// ports: preferred if that block is free, else a random block in
-// 20000..32700 (below Linux's ephemeral range), never within 10 ports of avoid.
-func FreePortBlock(preferred, count, avoid int) (int, error) {
-	if preferred > 0 && blockFree(preferred, count) {
-		return preferred, nil
-	}
-	for range 100 {
-		base := 20000 + 10*rand.IntN(1270)
-		if base > avoid-10 && base < avoid+10 {
-			continue
-		}
-		if blockFree(base, count) {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no block of %d free loopback ports found", count)
-}
-
-func blockFree(base, count int) bool {
-	for p := base; p < base+count; p++ {
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			return false
-		}
-		_ = l.Close()
-	}
-	return true
 }
 
 func fileExists(path string) bool {

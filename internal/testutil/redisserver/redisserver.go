@@ -29,6 +29,8 @@ import (
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 )
 
 // TB is the part of testing.TB the harness uses. testing.TB itself cannot be implemented outside
@@ -168,7 +170,7 @@ func StartProcess(opts ...Option) (*Server, error) {
 
 	var errs []error
 	for range startAttempts {
-		port, err := freePort()
+		port, err := ports.Free() // released before redis-server binds it: launch reports errPortInUse
 		if err != nil {
 			errs = append(errs, err)
 			break
@@ -176,7 +178,7 @@ func StartProcess(opts ...Option) (*Server, error) {
 		p, err := s.launch(port)
 		if err == nil {
 			s.port = port
-			s.addr = addrOf(port)
+			s.addr = ports.Addr(port)
 			s.setProc(p)
 			return s, nil
 		}
@@ -576,7 +578,7 @@ func waitExitedNoReap(pid int) {
 }
 
 func (s *Server) waitReady(p *process, port int) error {
-	addr := addrOf(port)
+	addr := ports.Addr(port)
 	deadline := time.Now().Add(readyTimeout)
 	var lastErr error
 	for {
@@ -695,16 +697,3 @@ func allThreadsStopped(pid int) bool {
 	}
 	return true
 }
-
-// freePort asks the kernel for an unused port. The port is released before
-// redis-server binds it, so callers must handle losing the race.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func addrOf(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
