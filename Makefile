@@ -49,8 +49,10 @@ vet: ## Run go vet (the operator and hack/imgtool).
 	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
 
 .PHONY: lint
-lint: actionlint helm-lint golangci-lint ## Check formatting (gofmt), go vet, golangci-lint (.golangci.yml), the GitHub workflows and the Helm chart; fails instead of rewriting.
+lint: actionlint helm-lint golangci-lint ## Check formatting (gofmt), go vet, golangci-lint (.golangci.yml), the shell scripts (shellcheck), the GitHub workflows and the Helm chart; fails instead of rewriting.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
+	bash hack/ensure-command.sh shellcheck shellcheck
+	shellcheck -x $$(git ls-files 'hack/*.sh' 'hack/lib/*.sh') .ci/run
 	go vet ./...
 	go vet -tags scale ./test/scale/
 	cd hack/imgtool && GOWORK=off go vet -mod=readonly ./...
