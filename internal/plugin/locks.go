@@ -1,0 +1,365 @@
+package plugin
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/printers"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// LockView is one lock as `kubectl lockedjob locks` shows it. It has no token field on purpose:
+// the lock token proves ownership in Redis and must never be shown (LockedJob status has none).
+type LockView struct {
+	// Lock is spec.lock.name.
+	Lock string `json:"lock"`
+	// Scope is spec.lock.scope.
+	Scope batchv1alpha1.LockScope `json:"scope"`
+	// Namespace is the lock's namespace; empty for scope Cluster, whose LockedJobs may sit anywhere.
+	Namespace string `json:"namespace,omitempty"`
+	// Holder is who holds the lock now, or nil when nobody is known to.
+	Holder *Holder `json:"holder,omitempty"`
+	// Waiting counts the LockedJobs of the lock in phase Waiting.
+	Waiting int `json:"waiting"`
+	// Head is the waiter whose status says it is next (status.queuePosition 1).
+	Head *Ref `json:"head,omitempty"`
+	// LastHandoff is the latest release that passed the lock to a waiter, as far as status tells it.
+	LastHandoff *Handoff `json:"lastHandoff,omitempty"`
+}
+
+// Ref names a LockedJob.
+type Ref struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Holder is the holder of a lock: a LockedJob whose condition LockAcquired is True, or, when no
+// LockedJob in view holds it (a holder in a namespace the user cannot list, or in another cluster
+// sharing the Redis), the holder name the waiters read from Redis (status.blockedBy).
+type Holder struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// Identity is the holder's name in Redis (cluster/namespace/name/uid), set only when no
+	// LockedJob in view holds the lock.
+	Identity string `json:"identity,omitempty"`
+	// FencingToken is the holder's fencing token (status.fencingToken); not a secret.
+	FencingToken *int64 `json:"fencingToken,omitempty"`
+	// AcquiredAt is when it acquired the lock (status.acquiredAt).
+	AcquiredAt *metav1.Time `json:"acquiredAt,omitempty"`
+}
+
+// Handoff is a release that passed the lock from one LockedJob to a waiter.
+type Handoff struct {
+	From       Ref         `json:"from"`
+	To         Ref         `json:"to"`
+	ReleasedAt metav1.Time `json:"releasedAt"`
+	AcquiredAt metav1.Time `json:"acquiredAt"`
+}
+
+// lockID tells locks apart: a Namespace-scoped name is one lock per namespace, a Cluster-scoped
+// name one lock everywhere.
+type lockID struct {
+	scope     batchv1alpha1.LockScope
+	namespace string
+	name      string
+}
+
+func lockOf(lj *batchv1alpha1.LockedJob) lockID {
+	if lj.Spec.Lock.Scope == batchv1alpha1.LockScopeCluster {
+		return lockID{scope: batchv1alpha1.LockScopeCluster, name: lj.Spec.Lock.Name}
+	}
+	// An object the API server defaulted has a scope; one written before defaulting may not.
+	return lockID{scope: batchv1alpha1.LockScopeNamespace, namespace: lj.Namespace, name: lj.Spec.Lock.Name}
+}
+
+// listLocks is the one place that knows where the per-lock view comes from. Today it is derived
+// from the LockedJobs' status (DeriveLocks); when the per-lock resource of issue 11 (part 2)
+// exists, reading it here switches every command at once. namespace "" lists every namespace.
+// warnings say what could not be seen.
+func listLocks(ctx context.Context, c client.Reader, namespace string) (views []LockView, warnings []string, err error) {
+	ljs, warnings, err := listLockedJobs(ctx, c, namespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	return DeriveLocks(ljs), warnings, nil
+}
+
+// listLockedJobs lists the LockedJobs of namespace ("" for all), plus, for Cluster-scoped locks
+// used there, their LockedJobs in other namespaces: who holds a shared lock is often elsewhere.
+// Without the right to list every namespace, it says so in a warning and shows what it can.
+func listLockedJobs(ctx context.Context, c client.Reader, namespace string) ([]batchv1alpha1.LockedJob, []string, error) {
+	var list batchv1alpha1.LockedJobList
+	if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil, nil, fmt.Errorf("list LockedJobs: %w", err)
+	}
+	if namespace == "" {
+		return list.Items, nil, nil
+	}
+	shared := map[string]bool{}
+	for i := range list.Items {
+		if id := lockOf(&list.Items[i]); id.scope == batchv1alpha1.LockScopeCluster {
+			shared[id.name] = true
+		}
+	}
+	if len(shared) == 0 {
+		return list.Items, nil, nil
+	}
+	var all batchv1alpha1.LockedJobList
+	if err := c.List(ctx, &all); err != nil {
+		if apierrors.IsForbidden(err) {
+			return list.Items, []string{fmt.Sprintf("cannot list LockedJobs in all namespaces, so Cluster-scoped locks show only namespace %s: %v", namespace, err)}, nil
+		}
+		return nil, nil, fmt.Errorf("list LockedJobs of Cluster-scoped locks: %w", err)
+	}
+	items := list.Items
+	for i := range all.Items {
+		lj := &all.Items[i]
+		if id := lockOf(lj); lj.Namespace != namespace && id.scope == batchv1alpha1.LockScopeCluster && shared[id.name] {
+			items = append(items, *lj)
+		}
+	}
+	return items, nil, nil
+}
+
+// DeriveLocks groups LockedJobs by lock and reads, from their status, who holds each lock, how many
+// wait, who is next and the last handoff. It is a pure function of the objects; status is what the
+// operator last recorded, so it can lag Redis by one pass.
+func DeriveLocks(ljs []batchv1alpha1.LockedJob) []LockView {
+	groups := map[lockID][]*batchv1alpha1.LockedJob{}
+	for i := range ljs {
+		id := lockOf(&ljs[i])
+		groups[id] = append(groups[id], &ljs[i])
+	}
+	views := make([]LockView, 0, len(groups))
+	for id, members := range groups {
+		views = append(views, deriveLock(id, members))
+	}
+	slices.SortFunc(views, func(a, b LockView) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Lock, b.Lock), cmp.Compare(a.Scope, b.Scope))
+	})
+	return views
+}
+
+func deriveLock(id lockID, members []*batchv1alpha1.LockedJob) LockView {
+	v := LockView{Lock: id.name, Scope: id.scope, Namespace: id.namespace}
+	waiters := waitersInQueueOrder(members)
+	v.Waiting = len(waiters)
+	v.Holder = holderOf(members, waiters)
+	for _, w := range waiters {
+		if p := w.Status.QueuePosition; p != nil && *p == 1 {
+			v.Head = &Ref{Namespace: w.Namespace, Name: w.Name}
+			break
+		}
+	}
+	v.LastHandoff = lastHandoff(members)
+	return v
+}
+
+// holderOf is the LockedJob that says it holds the lock (condition LockAcquired True); should two
+// say so for a moment (the old holder's status not yet written), the higher fencing token is the
+// later holder. With none, the holder the waiters saw in Redis, the head's view first.
+func holderOf(members, waitersInOrder []*batchv1alpha1.LockedJob) *Holder {
+	var holder *batchv1alpha1.LockedJob
+	for _, lj := range members {
+		if !meta.IsStatusConditionTrue(lj.Status.Conditions, batchv1alpha1.ConditionLockAcquired) {
+			continue
+		}
+		if holder == nil || fence(lj) > fence(holder) {
+			holder = lj
+		}
+	}
+	if holder != nil {
+		return &Holder{Namespace: holder.Namespace, Name: holder.Name, FencingToken: holder.Status.FencingToken, AcquiredAt: holder.Status.AcquiredAt}
+	}
+	for _, w := range waitersInOrder {
+		if w.Status.BlockedBy != "" {
+			return &Holder{Identity: w.Status.BlockedBy}
+		}
+	}
+	return nil
+}
+
+func fence(lj *batchv1alpha1.LockedJob) int64 {
+	if lj.Status.FencingToken == nil {
+		return -1
+	}
+	return *lj.Status.FencingToken
+}
+
+// waitersInQueueOrder are the members in phase Waiting, in the order the operator's queue serves
+// them (queueCompare).
+func waitersInQueueOrder(members []*batchv1alpha1.LockedJob) []*batchv1alpha1.LockedJob {
+	var waiters []*batchv1alpha1.LockedJob
+	for _, lj := range members {
+		if lj.Status.Phase == batchv1alpha1.PhaseWaiting {
+			waiters = append(waiters, lj)
+		}
+	}
+	slices.SortFunc(waiters, queueCompare)
+	return waiters
+}
+
+// queueCompare orders waiters as the operator's queue in Redis does (controllers.Identity.QueueScore,
+// a sorted set): higher spec.lock.priority first, then older first by creation time in whole
+// seconds. Redis breaks equal scores by the member, the holder name cluster/namespace/name/uid;
+// within one cluster that is namespace, then name, then UID, which is what this compares.
+func queueCompare(a, b *batchv1alpha1.LockedJob) int {
+	return cmp.Or(
+		cmp.Compare(b.Spec.Lock.Priority, a.Spec.Lock.Priority),
+		cmp.Compare(a.CreationTimestamp.Unix(), b.CreationTimestamp.Unix()),
+		strings.Compare(a.Namespace+"/"+a.Name+"/"+string(a.UID), b.Namespace+"/"+b.Name+"/"+string(b.UID)),
+	)
+}
+
+// lastHandoff is the latest acquisition by a LockedJob that was already waiting when another
+// LockedJob of the lock released it: the release passed the lock on. An acquisition after a lease
+// expired (a lost lock has no releasedAt) is not a handoff. Times have second precision, so a
+// release and the acquisition it allowed may carry the same second.
+func lastHandoff(members []*batchv1alpha1.LockedJob) *Handoff {
+	var last *Handoff
+	for _, to := range members {
+		acquired := to.Status.AcquiredAt
+		if acquired == nil || to.Status.WaitingSince == nil {
+			continue
+		}
+		from := lastReleaseBefore(members, to)
+		if from == nil || to.Status.WaitingSince.After(from.Status.ReleasedAt.Time) {
+			continue
+		}
+		if last == nil || acquired.After(last.AcquiredAt.Time) {
+			last = &Handoff{
+				From:       Ref{Namespace: from.Namespace, Name: from.Name},
+				To:         Ref{Namespace: to.Namespace, Name: to.Name},
+				ReleasedAt: *from.Status.ReleasedAt,
+				AcquiredAt: *acquired,
+			}
+		}
+	}
+	return last
+}
+
+// lastReleaseBefore is the member other than to that released the lock last, no later than to
+// acquired it, having acquired it before.
+func lastReleaseBefore(members []*batchv1alpha1.LockedJob, to *batchv1alpha1.LockedJob) *batchv1alpha1.LockedJob {
+	var from *batchv1alpha1.LockedJob
+	acquired := to.Status.AcquiredAt.Time
+	for _, lj := range members {
+		released := lj.Status.ReleasedAt
+		if lj == to || released == nil || released.After(acquired) ||
+			lj.Status.AcquiredAt == nil || lj.Status.AcquiredAt.After(acquired) {
+			continue
+		}
+		if from == nil || released.After(from.Status.ReleasedAt.Time) {
+			from = lj
+		}
+	}
+	return from
+}
+
+type locksOptions struct {
+	allNamespaces bool
+	output        string
+}
+
+func newLocksCommand(s *session) *cobra.Command {
+	o := &locksOptions{}
+	cmd := &cobra.Command{
+		Use:   "locks [-A]",
+		Short: "List locks: holder, how long it has held, waiters, the head of the queue, the last handoff",
+		Long: `List the locks the LockedJobs of a namespace (or of all, with -A) run under, one row per lock:
+who holds it (name and fencing token), for how long, how many wait, who is next, and the last
+handoff. It is derived from the LockedJobs' status, which the operator writes on every change; a
+Cluster-scoped lock shows its LockedJobs in every namespace you may list.`,
+		Example: `  kubectl lockedjob locks
+  kubectl lockedjob locks -A -o yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), s)
+		},
+	}
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "List the locks of every namespace.")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Output format: json or yaml (the table by default).")
+	return cmd
+}
+
+func (o *locksOptions) run(ctx context.Context, s *session) error {
+	if err := checkOutput(o.output); err != nil {
+		return err
+	}
+	c, err := s.client()
+	if err != nil {
+		return err
+	}
+	namespace := ""
+	if !o.allNamespaces {
+		if namespace, err = s.namespace(); err != nil {
+			return err
+		}
+	}
+	views, warnings, err := listLocks(ctx, c, namespace)
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(s.streams.ErrOut, "Warning: %s\n", w)
+	}
+	if o.output != "" {
+		return printStructured(s.streams.Out, o.output, struct {
+			Items []LockView `json:"items"`
+		}{Items: views})
+	}
+	if len(views) == 0 {
+		if o.allNamespaces {
+			fmt.Fprintln(s.streams.ErrOut, "No LockedJobs found.")
+		} else {
+			fmt.Fprintf(s.streams.ErrOut, "No LockedJobs found in namespace %s.\n", namespace)
+		}
+		return nil
+	}
+	return printLocksTable(s, views)
+}
+
+func printLocksTable(s *session, views []LockView) error {
+	now := s.now()
+	w := printers.GetNewTabWriter(s.streams.Out)
+	fmt.Fprintln(w, "LOCK\tSCOPE\tNAMESPACE\tHOLDER\tHELD FOR\tWAITING\tHEAD\tLAST HANDOFF")
+	for _, v := range views {
+		cluster := v.Scope == batchv1alpha1.LockScopeCluster
+		holder, heldFor := none, none
+		if h := v.Holder; h != nil {
+			holder, heldFor = holderCell(h, cluster), since(now, h.AcquiredAt)
+		}
+		head := none
+		if v.Head != nil {
+			head = ref(v.Head.Namespace, v.Head.Name, cluster)
+		}
+		handoff := none
+		if h := v.LastHandoff; h != nil {
+			handoff = fmt.Sprintf("%s ago (%s -> %s)", since(now, &h.AcquiredAt),
+				ref(h.From.Namespace, h.From.Name, cluster), ref(h.To.Namespace, h.To.Name, cluster))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.Lock, v.Scope, v.Namespace, holder, heldFor, v.Waiting, head, handoff)
+	}
+	return w.Flush()
+}
+
+// holderCell is "name (fence N)"; a holder known only by its name in Redis shows that name.
+func holderCell(h *Holder, withNamespace bool) string {
+	if h.Name == "" {
+		return h.Identity
+	}
+	cell := ref(h.Namespace, h.Name, withNamespace)
+	if h.FencingToken != nil {
+		cell += fmt.Sprintf(" (fence %d)", *h.FencingToken)
+	}
+	return cell
+}

@@ -1,0 +1,64 @@
+package plugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
+)
+
+// Output formats of -o. Empty is the human form (a table, or sentences).
+const (
+	outputJSON = "json"
+	outputYAML = "yaml"
+)
+
+// none fills an empty table cell, as kubectl does.
+const none = "<none>"
+
+// checkOutput refuses an -o value the command does not know before anything is read or written.
+func checkOutput(format string) error {
+	switch format {
+	case "", outputJSON, outputYAML:
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q: use -o json or -o yaml", format)
+}
+
+// printStructured writes v as JSON or YAML: the same data the human form shows, with absolute times
+// instead of ages, for scripts.
+func printStructured(out io.Writer, format string, v any) error {
+	b, err := json.MarshalIndent(v, "", "    ")
+	if err != nil {
+		return fmt.Errorf("encode output: %w", err)
+	}
+	if format == outputYAML {
+		if b, err = yaml.JSONToYAML(b); err != nil {
+			return fmt.Errorf("encode output as yaml: %w", err)
+		}
+	} else {
+		b = append(b, '\n')
+	}
+	_, err = out.Write(b)
+	return err
+}
+
+// since is how long ago t was, as kubectl prints ages ("3m12s", "2d"), or none.
+func since(now time.Time, t *metav1.Time) string {
+	if t == nil || t.IsZero() {
+		return none
+	}
+	return duration.HumanDuration(now.Sub(t.Time))
+}
+
+// ref names a LockedJob the short way where its namespace goes without saying.
+func ref(namespace, name string, withNamespace bool) string {
+	if withNamespace {
+		return namespace + "/" + name
+	}
+	return name
+}
