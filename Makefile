@@ -139,6 +139,10 @@ demo-down: ## Stop everything the demo started (and only that).
 build: manifests generate ## Build the manager binary.
 	go build -o bin/manager ./cmd/manager
 
+.PHONY: plugin
+plugin: ## Build the kubectl plugin bin/kubectl-lockedjob (`kubectl lockedjob ...` once it is on PATH; docs/plugin.md).
+	go build -o bin/kubectl-lockedjob ./cmd/kubectl-lockedjob
+
 # RUN_NAMESPACE: the operator's namespace for `make run` (lease, token-key Secret); the operator
 # does not take it from the kubeconfig.
 RUN_NAMESPACE ?= lockedjob-system

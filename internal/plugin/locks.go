@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -310,7 +309,7 @@ func (o *locksOptions) run(ctx context.Context, s *session) error {
 		return err
 	}
 	for _, w := range warnings {
-		fmt.Fprintf(s.streams.ErrOut, "Warning: %s\n", w)
+		say(s.streams.ErrOut, "Warning: %s\n", w)
 	}
 	if o.output != "" {
 		return printStructured(s.streams.Out, o.output, struct {
@@ -319,9 +318,9 @@ func (o *locksOptions) run(ctx context.Context, s *session) error {
 	}
 	if len(views) == 0 {
 		if o.allNamespaces {
-			fmt.Fprintln(s.streams.ErrOut, "No LockedJobs found.")
+			say(s.streams.ErrOut, "No LockedJobs found.\n")
 		} else {
-			fmt.Fprintf(s.streams.ErrOut, "No LockedJobs found in namespace %s.\n", namespace)
+			say(s.streams.ErrOut, "No LockedJobs found in namespace %s.\n", namespace)
 		}
 		return nil
 	}
@@ -330,8 +329,8 @@ func (o *locksOptions) run(ctx context.Context, s *session) error {
 
 func printLocksTable(s *session, views []LockView) error {
 	now := s.now()
-	w := printers.GetNewTabWriter(s.streams.Out)
-	fmt.Fprintln(w, "LOCK\tSCOPE\tNAMESPACE\tHOLDER\tHELD FOR\tWAITING\tHEAD\tLAST HANDOFF")
+	var rows strings.Builder
+	rows.WriteString("LOCK\tSCOPE\tNAMESPACE\tHOLDER\tHELD FOR\tWAITING\tHEAD\tLAST HANDOFF\n")
 	for _, v := range views {
 		cluster := v.Scope == batchv1alpha1.LockScopeCluster
 		holder, heldFor := none, none
@@ -347,9 +346,9 @@ func printLocksTable(s *session, views []LockView) error {
 			handoff = fmt.Sprintf("%s ago (%s -> %s)", since(now, &h.AcquiredAt),
 				ref(h.From.Namespace, h.From.Name, cluster), ref(h.To.Namespace, h.To.Name, cluster))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.Lock, v.Scope, v.Namespace, holder, heldFor, v.Waiting, head, handoff)
+		fmt.Fprintf(&rows, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.Lock, v.Scope, v.Namespace, holder, heldFor, v.Waiting, head, handoff)
 	}
-	return w.Flush()
+	return writeTable(s.streams.Out, rows.String())
 }
 
 // holderCell is "name (fence N)"; a holder known only by its name in Redis shows that name.

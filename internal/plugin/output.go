@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 )
 
@@ -19,6 +20,18 @@ const (
 
 // none fills an empty table cell, as kubectl does.
 const none = "<none>"
+
+// kindLockedJob is the kind the plugin reads and creates.
+const kindLockedJob = "LockedJob"
+
+// writeTable aligns rows of tab-separated cells as kubectl aligns its tables, and writes them.
+func writeTable(out io.Writer, rows string) error {
+	w := printers.GetNewTabWriter(out)
+	if _, err := io.WriteString(w, rows); err != nil {
+		return err
+	}
+	return w.Flush()
+}
 
 // checkOutput refuses an -o value the command does not know before anything is read or written.
 func checkOutput(format string) error {

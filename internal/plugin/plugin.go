@@ -7,6 +7,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -71,15 +72,19 @@ func run(streams genericiooptions.IOStreams, args []string, now func() time.Time
 	if err == nil {
 		return ExitOK
 	}
-	var ee *exitError
-	if errors.As(err, &ee) {
+	if ee, ok := errors.AsType[*exitError](err); ok {
 		if ee.err != nil {
-			fmt.Fprintf(streams.ErrOut, "error: %v\n", ee.err)
+			say(streams.ErrOut, "error: %v\n", ee.err)
 		}
 		return ee.code
 	}
-	fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
+	say(streams.ErrOut, "error: %v\n", err)
 	return ExitError
+}
+
+// say writes a line to stderr. A failed write there has nowhere left to be reported.
+func say(errOut io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(errOut, format, args...)
 }
 
 // session is what every command shares: the kubectl connection flags, the streams and the clock.

@@ -120,7 +120,7 @@ func (o *runOptions) run(ctx context.Context, s *session, name string, command [
 			return fmt.Errorf("create lockedjob %s: %w", name, err)
 		}
 		// The client clears TypeMeta on decode; the printed object should say what it is.
-		lj.APIVersion, lj.Kind = batchv1alpha1.GroupVersion.String(), "LockedJob"
+		lj.APIVersion, lj.Kind = batchv1alpha1.GroupVersion.String(), kindLockedJob
 	}
 	if o.output != "" {
 		return printStructured(s.streams.Out, o.output, lj)
@@ -139,7 +139,7 @@ func (o *runOptions) run(ctx context.Context, s *session, name string, command [
 // lockedJob builds the LockedJob as kubectl create job builds a Job: one container named after it.
 func (o *runOptions) lockedJob(namespace, name string, command []string) *batchv1alpha1.LockedJob {
 	lj := &batchv1alpha1.LockedJob{
-		TypeMeta:   metav1.TypeMeta{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "LockedJob"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: kindLockedJob},
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: batchv1alpha1.LockedJobSpec{
 			Lock: batchv1alpha1.LockSpec{

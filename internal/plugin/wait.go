@@ -76,7 +76,9 @@ func (o *waitOptions) run(ctx context.Context, s *session, name string) error {
 		return &exitError{code: ExitWaitError, err: err}
 	}
 	c0 := meta.FindStatusCondition(lj.Status.Conditions, batchv1alpha1.ConditionFinished)
-	fmt.Fprintf(s.streams.Out, "lockedjob/%s %s (%s): %s\n", name, lj.Status.Phase, c0.Reason, c0.Message)
+	if _, err := fmt.Fprintf(s.streams.Out, "lockedjob/%s %s (%s): %s\n", name, lj.Status.Phase, c0.Reason, c0.Message); err != nil {
+		return &exitError{code: ExitWaitError, err: err}
+	}
 	if lj.Status.Phase != batchv1alpha1.PhaseSucceeded {
 		return &exitError{code: ExitError}
 	}

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -137,7 +136,7 @@ func (o *whyOptions) run(ctx context.Context, s *session, name string) error {
 		return err
 	}
 	for _, w := range warnings {
-		fmt.Fprintf(s.streams.ErrOut, "Warning: %s\n", w)
+		say(s.streams.ErrOut, "Warning: %s\n", w)
 	}
 	if o.output != "" {
 		return printStructured(s.streams.Out, o.output, e)
@@ -257,7 +256,7 @@ func jobState(ctx context.Context, c client.Reader, namespace, name string) (*Jo
 // of an earlier LockedJob of the same name are left out by UID.
 func lastEvents(ctx context.Context, c client.Reader, lj *batchv1alpha1.LockedJob, n int) ([]EventView, error) {
 	var list eventsv1.EventList
-	sel := fields.Set{"regarding.name": lj.Name, "regarding.kind": "LockedJob"}.AsSelector()
+	sel := fields.Set{"regarding.name": lj.Name, "regarding.kind": kindLockedJob}.AsSelector()
 	if err := c.List(ctx, &list, client.InNamespace(lj.Namespace), client.MatchingFieldsSelector{Selector: sel}); err != nil {
 		return nil, fmt.Errorf("list events of lockedjob %s: %w", lj.Name, err)
 	}
@@ -406,15 +405,14 @@ func (e *Explanation) writeEvents(out io.Writer, now time.Time) error {
 		_, err := fmt.Fprintln(out, "No Events (the API server keeps them for an hour by default).")
 		return err
 	}
-	fmt.Fprintf(out, "Last Events:\n")
-	w := printers.GetNewTabWriter(out)
-	fmt.Fprintln(w, "  AGE\tTYPE\tREASON\tMESSAGE")
+	var rows strings.Builder
+	rows.WriteString("Last Events:\n  AGE\tTYPE\tREASON\tMESSAGE\n")
 	for _, ev := range e.Events {
 		age := since(now, &ev.At)
 		if ev.Count > 1 {
 			age = fmt.Sprintf("%s (x%d)", age, ev.Count)
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", age, ev.Type, ev.Reason, ev.Note)
+		fmt.Fprintf(&rows, "  %s\t%s\t%s\t%s\n", age, ev.Type, ev.Reason, ev.Note)
 	}
-	return w.Flush()
+	return writeTable(out, rows.String())
 }
