@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -45,18 +46,22 @@ func checkOutput(format string) error {
 // printStructured writes v as JSON or YAML: the same data the human form shows, with absolute times
 // instead of ages, for scripts.
 func printStructured(out io.Writer, format string, v any) error {
-	b, err := json.MarshalIndent(v, "", "    ")
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	// Messages quote the operator ("position >3 in queue"): no \u003e in a terminal.
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "    ")
+	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("encode output: %w", err)
 	}
+	b := buf.Bytes()
 	if format == outputYAML {
+		var err error
 		if b, err = yaml.JSONToYAML(b); err != nil {
 			return fmt.Errorf("encode output as yaml: %w", err)
 		}
-	} else {
-		b = append(b, '\n')
 	}
-	_, err = out.Write(b)
+	_, err := out.Write(b)
 	return err
 }
 
