@@ -9,10 +9,13 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -228,6 +231,87 @@ var _ = Describe("kubectl lockedjob on a Cluster-scoped lock", func() {
 		res = runPlugin(now, "why", "waiter", "-n", ns1, "--events", "0")
 		Expect(res.code).To(Equal(ExitOK), res.stderr)
 		Expect(res.stdout).To(ContainSubstring(fmt.Sprintf("The lock is held by %s/holder (fence 11), which has held it for 90s", ns2)))
+	})
+})
+
+var _ = Describe("kubectl lockedjob for a user who may read one namespace only", func() {
+	It("warns that a Cluster-scoped lock shows only that namespace, and names the holder as Redis does", func() {
+		now := time.Now().Truncate(time.Second)
+		ns1, ns2 := newNamespace(), newNamespace()
+		holder := createLockedJob(ns2, "holder", "shared-ro", withClusterScope)
+		waiter := createLockedJob(ns1, "waiter", "shared-ro", withClusterScope)
+		setStatus(holder, runningStatus(21, now.Add(-time.Hour), now.Add(-time.Minute), "holder-l"))
+		setStatus(waiter, waitingStatus("shared-ro", 1, holderName(holder), now.Add(-time.Minute)))
+
+		role := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns1, Name: "lockedjob-viewer"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{batchv1alpha1.GroupVersion.Group}, Resources: []string{"lockedjobs"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"list"}},
+				{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get"}},
+			},
+		}
+		Expect(k8sClient.Create(ctx, role)).To(Succeed())
+		binding := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns1, Name: "lockedjob-viewer"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "viewer-" + ns1}},
+		}
+		Expect(k8sClient.Create(ctx, binding)).To(Succeed())
+		viewer, err := testEnv.AddUser(envtest.User{Name: "viewer-" + ns1}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		viewerKubeconfig := writeKubeconfig(viewer)
+
+		var res result
+		// RBAC takes effect once the API server's informers saw the binding.
+		Eventually(func(g Gomega) {
+			res = runPluginAs(viewerKubeconfig, now, "locks", "-n", ns1)
+			g.Expect(res.code).To(Equal(ExitOK), res.stderr)
+		}).Should(Succeed())
+		Expect(res.stderr).To(HavePrefix(fmt.Sprintf("Warning: cannot list LockedJobs in all namespaces, so Cluster-scoped locks show only namespace %s: ", ns1)))
+		Expect(parseTable(res.stdout)).To(Equal([]map[string]string{{
+			"LOCK": "shared-ro", "SCOPE": "Cluster", "NAMESPACE": "", "HOLDER": holderName(holder),
+			"HELD FOR": "<none>", "WAITING": "1", "HEAD": ns1 + "/waiter", "LAST HANDOFF": "<none>",
+		}}))
+
+		res = runPluginAs(viewerKubeconfig, now, "why", "waiter", "-n", ns1)
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		Expect(res.stdout).To(ContainSubstring(fmt.Sprintf("It is Waiting. The lock is held by %s (no LockedJob you can read).\n", holderName(holder))))
+
+		res = runPluginAs(viewerKubeconfig, now, "locks", "-A")
+		Expect(res.code).To(Equal(ExitError))
+		Expect(res.stderr).To(ContainSubstring("forbidden"))
+	})
+})
+
+var _ = Describe("kubectl lockedjob why and Events", func() {
+	It("shows only the Events about this LockedJob: not its Job's, not a predecessor's of the same name", func() {
+		now := time.Now().Truncate(time.Second)
+		ns := newNamespace()
+		first := createLockedJob(ns, "same", "l")
+		recordEvent(first, now.Add(-10*time.Minute), corev1.EventTypeNormal, batchv1alpha1.ReasonJobCreated, "the first LockedJob named same")
+		Expect(k8sClient.Delete(ctx, first)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(first), &batchv1alpha1.LockedJob{}))
+		}).Should(BeTrue())
+
+		second := createLockedJob(ns, "same", "l")
+		setStatus(second, waitingStatus("l", 1, "envtest/x/y/z", now.Add(-time.Minute)))
+		recordEvent(second, now.Add(-time.Minute), corev1.EventTypeNormal, batchv1alpha1.ReasonWaiting, "about the second")
+		ev := &eventsv1.Event{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "same-job-"},
+			EventTime:  metav1.NewMicroTime(now),
+			Regarding:  corev1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: ns, Name: "same", UID: "job-uid"},
+			Type:       corev1.EventTypeNormal, Reason: "SuccessfulCreate", Action: "Create", Note: "a Job named same",
+			ReportingController: "job-controller", ReportingInstance: "job-controller-envtest",
+		}
+		Expect(k8sClient.Create(ctx, ev)).To(Succeed())
+
+		res := runPlugin(now, "why", "same", "-n", ns, "-o", "json")
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		var e Explanation
+		Expect(json.Unmarshal([]byte(res.stdout), &e)).To(Succeed())
+		Expect(e.Events).To(Equal([]EventView{{At: metav1.NewTime(now.Add(-time.Minute)), Type: "Normal", Reason: "Waiting", Note: "about the second"}}))
 	})
 })
 
