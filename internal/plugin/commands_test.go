@@ -3,6 +3,7 @@ package plugin
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -96,7 +97,7 @@ var _ = Describe("kubectl lockedjob on one contended lock", Ordered, func() {
 		Expect(nightly.Holder).To(Equal(&Holder{Namespace: ns, Name: "a", FencingToken: ptr.To[int64](7), AcquiredAt: at(now.Add(-3 * time.Minute))}))
 		Expect(nightly.Waiting).To(Equal(3))
 		Expect(nightly.Head).To(Equal(&Ref{Namespace: ns, Name: "b"}))
-		Expect(nightly.LastHandoff).To(Equal(&Handoff{From: Ref{ns, "old"}, To: Ref{ns, "a"},
+		Expect(nightly.LastHandoff).To(Equal(&Handoff{From: Ref{Namespace: ns, Name: "old"}, To: Ref{Namespace: ns, Name: "a"},
 			ReleasedAt: metav1.NewTime(now.Add(-3 * time.Minute)), AcquiredAt: metav1.NewTime(now.Add(-3 * time.Minute))}))
 		Expect(res.stdout).NotTo(ContainSubstring("token\""), "only fencingToken, never a lock token")
 
@@ -234,6 +235,38 @@ var _ = Describe("kubectl lockedjob on a Cluster-scoped lock", func() {
 	})
 })
 
+var _ = Describe("kubectl lockedjob on a declared Lock", func() {
+	It("takes holder, fence, waiting and head from the Lock's status, which the operator reads from Redis", func() {
+		now := time.Now().Truncate(time.Second)
+		ns := newNamespace()
+		waiter := createLockedJob(ns, "waiter", "declared")
+		remote := "other-cluster/" + ns + "/remote/abcd1234"
+		setStatus(waiter, waitingStatus("declared", 2, remote, now.Add(-time.Minute)))
+
+		lock := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "declared"}}
+		Expect(k8sClient.Create(ctx, lock)).To(Succeed())
+		res := runPlugin(now, "locks", "-n", ns, "-o", "json")
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		Expect(res.stdout).To(ContainSubstring(`"source": "LockedJobs"`), "a Lock the operator has not read yet changes nothing")
+
+		lock.Status = batchv1alpha1.LockViewStatus{
+			Holders: []batchv1alpha1.LockHolder{{Holder: remote, FencingToken: 99}},
+			InUse:   1, Permits: 1, Waiting: ptr.To[int32](2), Head: "other-cluster/" + ns + "/first/ffff0000",
+			LastFencingToken: 99, ObservedAt: at(now),
+		}
+		Expect(k8sClient.Status().Update(ctx, lock)).To(Succeed())
+
+		res = runPlugin(now, "locks", "-n", ns)
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		Expect(parseTable(res.stdout)).To(Equal([]map[string]string{{
+			"LOCK": "declared", "SCOPE": "Namespace", "NAMESPACE": ns, "HOLDER": remote, "HELD FOR": "<none>",
+			"WAITING": "2", "HEAD": "other-cluster/" + ns + "/first/ffff0000", "LAST HANDOFF": "<none>",
+		}}))
+		res = runPlugin(now, "locks", "-n", ns, "-o", "json")
+		Expect(res.stdout).To(ContainSubstring(`"source": "Lock"`))
+	})
+})
+
 var _ = Describe("kubectl lockedjob for a user who may read one namespace only", func() {
 	It("warns that a Cluster-scoped lock shows only that namespace, and names the holder as Redis does", func() {
 		now := time.Now().Truncate(time.Second)
@@ -268,7 +301,11 @@ var _ = Describe("kubectl lockedjob for a user who may read one namespace only",
 			res = runPluginAs(viewerKubeconfig, now, "locks", "-n", ns1)
 			g.Expect(res.code).To(Equal(ExitOK), res.stderr)
 		}).Should(Succeed())
-		Expect(res.stderr).To(HavePrefix(fmt.Sprintf("Warning: cannot list LockedJobs in all namespaces, so Cluster-scoped locks show only namespace %s: ", ns1)))
+		warnings := strings.Split(strings.TrimSuffix(res.stderr, "\n"), "\n")
+		Expect(warnings).To(HaveLen(3))
+		Expect(warnings[0]).To(HavePrefix(fmt.Sprintf("Warning: cannot list LockedJobs in all namespaces, so Cluster-scoped locks show only namespace %s: ", ns1)))
+		Expect(warnings[1]).To(HavePrefix("Warning: cannot read Locks, so locks show what their LockedJobs say: "))
+		Expect(warnings[2]).To(HavePrefix("Warning: cannot read ClusterLocks, so locks show what their LockedJobs say: "))
 		Expect(parseTable(res.stdout)).To(Equal([]map[string]string{{
 			"LOCK": "shared-ro", "SCOPE": "Cluster", "NAMESPACE": "", "HOLDER": holderName(holder),
 			"HELD FOR": "<none>", "WAITING": "1", "HEAD": ns1 + "/waiter", "LAST HANDOFF": "<none>",

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -33,12 +34,26 @@ type LockView struct {
 	Head *Ref `json:"head,omitempty"`
 	// LastHandoff is the latest release that passed the lock to a waiter, as far as status tells it.
 	LastHandoff *Handoff `json:"lastHandoff,omitempty"`
+	// Source says where holder, waiting and head come from: "Lock" or "ClusterLock" when the lock
+	// is declared and its status (read from Redis by the operator) was used, else "LockedJobs"
+	// (derived from their status).
+	Source string `json:"source"`
 }
 
-// Ref names a LockedJob.
+// Sources of a LockView.
+const (
+	sourceLockedJobs  = "LockedJobs"
+	sourceLock        = "Lock"
+	sourceClusterLock = "ClusterLock"
+)
+
+// Ref names a LockedJob; or, for a head of the queue that is no LockedJob in view (another
+// cluster's), only its name in Redis.
 type Ref struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// Identity is the waiter's name in Redis (cluster/namespace/name/uid) when Name is empty.
+	Identity string `json:"identity,omitempty"`
 }
 
 // Holder is the holder of a lock: a LockedJob whose condition LockAcquired is True, or, when no
@@ -80,16 +95,165 @@ func lockOf(lj *batchv1alpha1.LockedJob) lockID {
 	return lockID{scope: batchv1alpha1.LockScopeNamespace, namespace: lj.Namespace, name: lj.Spec.Lock.Name}
 }
 
-// listLocks is the one place that knows where the per-lock view comes from. Today it is derived
-// from the LockedJobs' status (DeriveLocks); when the per-lock resource of issue 11 (part 2)
-// exists, reading it here switches every command at once. namespace "" lists every namespace.
-// warnings say what could not be seen.
+// listLocks is the one place that knows where the per-lock view comes from: the LockedJobs' status
+// (DeriveLocks), and, for a lock declared as a Lock or ClusterLock (issue 11, part 2), that
+// resource's status, which the operator reads from Redis (OverlayDeclared). namespace "" lists
+// every namespace. warnings say what could not be seen.
 func listLocks(ctx context.Context, c client.Reader, namespace string) (views []LockView, warnings []string, err error) {
 	ljs, warnings, err := listLockedJobs(ctx, c, namespace)
 	if err != nil {
 		return nil, nil, err
 	}
-	return DeriveLocks(ljs), warnings, nil
+	views = DeriveLocks(ljs)
+	declared, more, err := listDeclared(ctx, c, namespace, views)
+	if err != nil {
+		return nil, nil, err
+	}
+	return OverlayDeclared(views, ljs, declared), append(warnings, more...), nil
+}
+
+// Declared is the status of a declared lock: a Lock (Namespace scope) or ClusterLock.
+type Declared struct {
+	Scope     batchv1alpha1.LockScope
+	Namespace string
+	Name      string
+	Status    batchv1alpha1.LockViewStatus
+}
+
+// listDeclared reads the Locks of namespace ("" for all) and the ClusterLocks of the Cluster-scoped
+// locks in views (all of them for every namespace). An operator without the per-lock view (no such
+// CRD) or a user who may not read it leaves the view derived from LockedJobs, with a warning for the
+// latter.
+func listDeclared(ctx context.Context, c client.Reader, namespace string, views []LockView) ([]Declared, []string, error) {
+	var declared []Declared
+	var warnings []string
+	skip := func(kind string, err error) (bool, error) {
+		switch {
+		case err == nil:
+			return false, nil
+		case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+			return true, nil
+		case apierrors.IsForbidden(err):
+			warnings = append(warnings, fmt.Sprintf("cannot read %ss, so locks show what their LockedJobs say: %v", kind, err))
+			return true, nil
+		}
+		return true, fmt.Errorf("list %ss: %w", kind, err)
+	}
+	var locks batchv1alpha1.LockList
+	if skipped, err := skip(sourceLock, c.List(ctx, &locks, client.InNamespace(namespace))); err != nil {
+		return nil, nil, err
+	} else if !skipped {
+		for _, l := range locks.Items {
+			declared = append(declared, Declared{Scope: batchv1alpha1.LockScopeNamespace, Namespace: l.Namespace, Name: l.Name, Status: l.Status})
+		}
+	}
+	var clusterLocks []batchv1alpha1.ClusterLock
+	if namespace == "" {
+		var list batchv1alpha1.ClusterLockList
+		if skipped, err := skip(sourceClusterLock, c.List(ctx, &list)); err != nil {
+			return nil, nil, err
+		} else if !skipped {
+			clusterLocks = list.Items
+		}
+	} else {
+		for _, v := range views {
+			if v.Scope != batchv1alpha1.LockScopeCluster {
+				continue
+			}
+			var cl batchv1alpha1.ClusterLock
+			if skipped, err := skip(sourceClusterLock, c.Get(ctx, client.ObjectKey{Name: v.Lock}, &cl)); err != nil {
+				return nil, nil, err
+			} else if !skipped {
+				clusterLocks = append(clusterLocks, cl)
+			}
+		}
+	}
+	for _, cl := range clusterLocks {
+		declared = append(declared, Declared{Scope: batchv1alpha1.LockScopeCluster, Name: cl.Name, Status: cl.Status})
+	}
+	return declared, warnings, nil
+}
+
+// OverlayDeclared takes, for each declared lock whose status the operator has written, the holder,
+// its fencing token, the number waiting and the head from that status: it is read from Redis, so it
+// also sees holders and waiters of other clusters that share the Redis. The last handoff stays
+// derived from the LockedJobs (ljs), which also name the head when it is one of them. A declared
+// lock no LockedJob in view uses gets a row of its own.
+func OverlayDeclared(views []LockView, ljs []batchv1alpha1.LockedJob, declared []Declared) []LockView {
+	index := map[lockID]int{}
+	for i := range views {
+		index[lockID{scope: views[i].Scope, namespace: views[i].Namespace, name: views[i].Lock}] = i
+	}
+	for _, d := range declared {
+		if d.Status.ObservedAt == nil {
+			continue // the operator has not read it from Redis yet
+		}
+		id := lockID{scope: d.Scope, namespace: d.Namespace, name: d.Name}
+		i, ok := index[id]
+		if !ok {
+			views = append(views, LockView{Lock: d.Name, Scope: d.Scope, Namespace: d.Namespace})
+			i = len(views) - 1
+			index[id] = i
+		}
+		overlay(&views[i], &d, ljs)
+	}
+	sortViews(views)
+	return views
+}
+
+func overlay(v *LockView, d *Declared, ljs []batchv1alpha1.LockedJob) {
+	v.Source = sourceLock
+	if d.Scope == batchv1alpha1.LockScopeCluster {
+		v.Source = sourceClusterLock
+	}
+	derived := v.Holder
+	v.Holder = nil
+	if len(d.Status.Holders) > 0 {
+		h := d.Status.Holders[0]
+		holder := &Holder{FencingToken: ptr.To(h.FencingToken), AcquiredAt: h.AcquiredAt}
+		if ns, name, ok := lockedJobIn(h.LockedJob, d.Namespace); ok {
+			holder.Namespace, holder.Name = ns, name
+			if holder.AcquiredAt == nil && derived != nil && derived.Namespace == ns && derived.Name == name {
+				holder.AcquiredAt = derived.AcquiredAt
+			}
+		} else {
+			holder.Identity = h.Holder
+		}
+		v.Holder = holder
+	}
+	if d.Status.Waiting != nil {
+		v.Waiting = int(*d.Status.Waiting)
+		v.Head = nil
+		if d.Status.Head != "" {
+			v.Head = refOfHolderName(d.Status.Head, ljs)
+		}
+	}
+}
+
+// lockedJobIn splits a LockHolder's lockedJob ("name" in a Lock's namespace, "namespace/name" for
+// a ClusterLock).
+func lockedJobIn(lockedJob, namespace string) (ns, name string, ok bool) {
+	if lockedJob == "" {
+		return "", "", false
+	}
+	if ns, name, found := strings.Cut(lockedJob, "/"); found {
+		return ns, name, true
+	}
+	return namespace, lockedJob, true
+}
+
+// refOfHolderName names the LockedJob in ljs whose holder name (cluster/namespace/name/uid prefix,
+// controllers.Identity.Holder) is holderName, or keeps the name as Redis has it.
+func refOfHolderName(holderName string, ljs []batchv1alpha1.LockedJob) *Ref {
+	if parts := strings.SplitN(holderName, "/", 4); len(parts) == 4 {
+		for i := range ljs {
+			lj := &ljs[i]
+			if lj.Namespace == parts[1] && lj.Name == parts[2] && parts[3] != "" && strings.HasPrefix(string(lj.UID), parts[3]) {
+				return &Ref{Namespace: lj.Namespace, Name: lj.Name}
+			}
+		}
+	}
+	return &Ref{Identity: holderName}
 }
 
 // listLockedJobs lists the LockedJobs of namespace ("" for all), plus, for Cluster-scoped locks
@@ -142,14 +306,18 @@ func DeriveLocks(ljs []batchv1alpha1.LockedJob) []LockView {
 	for id, members := range groups {
 		views = append(views, deriveLock(id, members))
 	}
-	slices.SortFunc(views, func(a, b LockView) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Lock, b.Lock), cmp.Compare(a.Scope, b.Scope))
-	})
+	sortViews(views)
 	return views
 }
 
+func sortViews(views []LockView) {
+	slices.SortFunc(views, func(a, b LockView) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Lock, b.Lock), cmp.Compare(a.Scope, b.Scope))
+	})
+}
+
 func deriveLock(id lockID, members []*batchv1alpha1.LockedJob) LockView {
-	v := LockView{Lock: id.name, Scope: id.scope, Namespace: id.namespace}
+	v := LockView{Lock: id.name, Scope: id.scope, Namespace: id.namespace, Source: sourceLockedJobs}
 	waiters := waitersInQueueOrder(members)
 	v.Waiting = len(waiters)
 	v.Holder = holderOf(members, waiters)
@@ -338,7 +506,11 @@ func printLocksTable(s *session, views []LockView) error {
 			holder, heldFor = holderCell(h, cluster), since(now, h.AcquiredAt)
 		}
 		head := none
-		if v.Head != nil {
+		switch {
+		case v.Head == nil:
+		case v.Head.Name == "":
+			head = v.Head.Identity
+		default:
 			head = ref(v.Head.Namespace, v.Head.Name, cluster)
 		}
 		handoff := none

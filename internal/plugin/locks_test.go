@@ -117,13 +117,13 @@ func TestDeriveLocks(t *testing.T) {
 				lj("w1", waitingAt(2, "c/ns/h/x"), priority(9)),
 				lj("w2", waitingAt(1, "c/ns/h/x")),
 			},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Waiting: 2,
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Waiting: 2,
 				Holder: &Holder{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))},
-				Head:   &Ref{"ns", "w2"}}},
+				Head:   &Ref{Namespace: "ns", Name: "w2"}}},
 		},
 		"two say they hold it for a moment: the higher fence is the later holder": {
 			ljs: []batchv1alpha1.LockedJob{lj("before", holding(4, -time.Hour)), lj("after", holding(5, -time.Second))},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns",
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs",
 				Holder: &Holder{Namespace: "ns", Name: "after", FencingToken: ptr.To[int64](5), AcquiredAt: at(t0.Add(-time.Second))}}},
 		},
 		"no LockedJob in view holds it: the holder the waiters read from Redis, the first in line's view": {
@@ -131,8 +131,8 @@ func TestDeriveLocks(t *testing.T) {
 				lj("late", waitingAt(2, "other/ns/x/stale"), created(time.Minute)),
 				lj("early", waitingAt(1, "other/ns/x/1234")),
 			},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Waiting: 2,
-				Holder: &Holder{Identity: "other/ns/x/1234"}, Head: &Ref{"ns", "early"}}},
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Waiting: 2,
+				Holder: &Holder{Identity: "other/ns/x/1234"}, Head: &Ref{Namespace: "ns", Name: "early"}}},
 		},
 		"same lock name in two namespaces, and Cluster scope: three locks": {
 			ljs: []batchv1alpha1.LockedJob{
@@ -142,9 +142,9 @@ func TestDeriveLocks(t *testing.T) {
 				lj("d", withClusterScope, func(o *batchv1alpha1.LockedJob) { o.Namespace = "other" }),
 			},
 			want: []LockView{
-				{Lock: "l", Scope: "Cluster"},
-				{Lock: "l", Scope: "Namespace", Namespace: "ns"},
-				{Lock: "l", Scope: "Namespace", Namespace: "other"},
+				{Lock: "l", Scope: "Cluster", Source: "LockedJobs"},
+				{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs"},
+				{Lock: "l", Scope: "Namespace", Namespace: "other", Source: "LockedJobs"},
 			},
 		},
 		"the last handoff: the latest acquisition by one that waited through the previous release": {
@@ -153,8 +153,8 @@ func TestDeriveLocks(t *testing.T) {
 				lj("second", ran(-9*time.Minute, -6*time.Minute, -2*time.Minute)),
 				lj("third", ran(-5*time.Minute, -2*time.Minute, 0)),
 			},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", LastHandoff: &Handoff{
-				From: Ref{"ns", "second"}, To: Ref{"ns", "third"},
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", LastHandoff: &Handoff{
+				From: Ref{Namespace: "ns", Name: "second"}, To: Ref{Namespace: "ns", Name: "third"},
 				ReleasedAt: metav1.NewTime(t0.Add(-2 * time.Minute)), AcquiredAt: metav1.NewTime(t0.Add(-2 * time.Minute)),
 			}}},
 		},
@@ -165,7 +165,7 @@ func TestDeriveLocks(t *testing.T) {
 				lj("lost", ran(-4*time.Minute, -4*time.Minute, 0)),
 				lj("after-loss", ran(-3*time.Minute, -time.Minute, 0)),
 			},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns"}},
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs"}},
 		},
 	}
 	for name, tc := range cases {
@@ -192,6 +192,67 @@ func TestPlaceOf(t *testing.T) {
 			o.Status = tc.status
 			if diff := cmp.Diff(tc.want, placeOf(&o)); diff != "" {
 				t.Errorf("placeOf (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestOverlayDeclared(t *testing.T) {
+	observed := at(t0)
+	held := lj("h", holding(3, -time.Minute))
+	waiter := lj("w", waitingAt(1, "c/ns/h/x"), func(o *batchv1alpha1.LockedJob) { o.UID = "abcdef12-3456" })
+	cases := map[string]struct {
+		ljs      []batchv1alpha1.LockedJob
+		declared []Declared
+		want     []LockView
+	}{
+		"declared, not yet read from Redis: the LockedJobs' view stays": {
+			ljs:      []batchv1alpha1.LockedJob{held},
+			declared: []Declared{{Scope: "Namespace", Namespace: "ns", Name: "l"}},
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs",
+				Holder: &Holder{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))}}},
+		},
+		"Redis names another cluster's holder and more waiters; the head is a LockedJob in view": {
+			ljs: []batchv1alpha1.LockedJob{waiter},
+			declared: []Declared{{Scope: "Namespace", Namespace: "ns", Name: "l", Status: batchv1alpha1.LockViewStatus{
+				ObservedAt: observed, Holders: []batchv1alpha1.LockHolder{{Holder: "far/ns/r/99", FencingToken: 40}},
+				Waiting: ptr.To[int32](3), Head: "near/ns/w/abcdef12",
+			}}},
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Waiting: 3,
+				Holder: &Holder{Identity: "far/ns/r/99", FencingToken: ptr.To[int64](40)},
+				Head:   &Ref{Namespace: "ns", Name: "w"}}},
+		},
+		"the holder is the LockedJob in view: its acquiredAt fills in; Redis has no queue count (Redlock)": {
+			ljs: []batchv1alpha1.LockedJob{held, waiter},
+			declared: []Declared{{Scope: "Namespace", Namespace: "ns", Name: "l", Status: batchv1alpha1.LockViewStatus{
+				ObservedAt: observed, Holders: []batchv1alpha1.LockHolder{{Holder: "c/ns/h/x", LockedJob: "h", FencingToken: 4}},
+			}}},
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Waiting: 1,
+				Holder: &Holder{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](4), AcquiredAt: at(t0.Add(-time.Minute))},
+				Head:   &Ref{Namespace: "ns", Name: "w"}}},
+		},
+		"Redis says nobody holds it, whatever a stale status says; the head is another cluster's": {
+			ljs: []batchv1alpha1.LockedJob{held},
+			declared: []Declared{{Scope: "Namespace", Namespace: "ns", Name: "l", Status: batchv1alpha1.LockViewStatus{
+				ObservedAt: observed, Waiting: ptr.To[int32](1), Head: "far/ns/q/12345678",
+			}}},
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Waiting: 1,
+				Head: &Ref{Identity: "far/ns/q/12345678"}}},
+		},
+		"a declared ClusterLock no LockedJob in view uses gets its own row": {
+			declared: []Declared{{Scope: "Cluster", Name: "shared", Status: batchv1alpha1.LockViewStatus{
+				ObservedAt: observed, Holders: []batchv1alpha1.LockHolder{{Holder: "c/other/x/1", LockedJob: "other/x", FencingToken: 7}},
+				Waiting: ptr.To[int32](0),
+			}}},
+			want: []LockView{{Lock: "shared", Scope: "Cluster", Source: "ClusterLock",
+				Holder: &Holder{Namespace: "other", Name: "x", FencingToken: ptr.To[int64](7)}}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := OverlayDeclared(DeriveLocks(tc.ljs), tc.ljs, tc.declared)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("OverlayDeclared (-want,+got):\n%s", diff)
 			}
 		})
 	}
