@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -174,21 +175,26 @@ func listDeclared(ctx context.Context, c client.Reader, namespace string, views 
 	return declared, warnings, nil
 }
 
-// OverlayDeclared takes, for each declared lock whose status the operator has written, the holder,
-// its fencing token, the number waiting and the head from that status: it is read from Redis, so it
-// also sees holders and waiters of other clusters that share the Redis. The last handoff stays
-// derived from the LockedJobs (ljs), which also name the head when it is one of them. A declared
-// lock no LockedJob in view uses gets a row of its own.
+// OverlayDeclared takes, for each declared lock whose status the operator wrote after the last
+// change a LockedJob of the lock recorded, the holder, its fencing token, the number waiting and the
+// head from that status: it is read from Redis, so it also sees holders and waiters of other
+// clusters that share the Redis. An older one is stale (the operator writes a Lock at most every few
+// seconds), and the LockedJobs' view stays. The last handoff is always derived from the LockedJobs
+// (ljs), which also name the head when it is one of them. A declared lock no LockedJob in view uses
+// gets a row of its own.
 func OverlayDeclared(views []LockView, ljs []batchv1alpha1.LockedJob, declared []Declared) []LockView {
 	index := map[lockID]int{}
 	for i := range views {
 		index[lockID{scope: views[i].Scope, namespace: views[i].Namespace, name: views[i].Lock}] = i
 	}
+	changed := lastChanges(ljs)
 	for _, d := range declared {
-		if d.Status.ObservedAt == nil {
-			continue // the operator has not read it from Redis yet
-		}
 		id := lockID{scope: d.Scope, namespace: d.Namespace, name: d.Name}
+		// Not read from Redis yet, or older than what a LockedJob of the lock recorded since: the
+		// operator writes a Lock at most every few seconds, a LockedJob at every change of its own.
+		if d.Status.ObservedAt == nil || !d.Status.ObservedAt.After(changed[id]) {
+			continue
+		}
 		i, ok := index[id]
 		if !ok {
 			views = append(views, LockView{Lock: d.Name, Scope: d.Scope, Namespace: d.Namespace})
@@ -199,6 +205,26 @@ func OverlayDeclared(views []LockView, ljs []batchv1alpha1.LockedJob, declared [
 	}
 	sortViews(views)
 	return views
+}
+
+// lastChanges is, per lock, the latest time a LockedJob of it recorded: started waiting, acquired,
+// released, or changed a condition.
+func lastChanges(ljs []batchv1alpha1.LockedJob) map[lockID]time.Time {
+	last := map[lockID]time.Time{}
+	for i := range ljs {
+		lj := &ljs[i]
+		id := lockOf(lj)
+		times := []*metav1.Time{lj.Status.WaitingSince, lj.Status.AcquiredAt, lj.Status.ReleasedAt}
+		for j := range lj.Status.Conditions {
+			times = append(times, &lj.Status.Conditions[j].LastTransitionTime)
+		}
+		for _, t := range times {
+			if t != nil && t.After(last[id]) {
+				last[id] = t.Time
+			}
+		}
+	}
+	return last
 }
 
 func overlay(v *LockView, d *Declared, ljs []batchv1alpha1.LockedJob) {

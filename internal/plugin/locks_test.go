@@ -239,6 +239,15 @@ func TestOverlayDeclared(t *testing.T) {
 			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Waiting: 1,
 				Head: &Ref{Identity: "far/ns/q/12345678"}}},
 		},
+		"a Lock written before a LockedJob of the lock last changed is stale: the LockedJobs' view stays": {
+			ljs: []batchv1alpha1.LockedJob{lj("done", func(o *batchv1alpha1.LockedJob) {
+				o.Status.Phase, o.Status.ReleasedAt = batchv1alpha1.PhaseSucceeded, at(t0.Add(time.Second))
+			})},
+			declared: []Declared{{Scope: "Namespace", Namespace: "ns", Name: "l", Status: batchv1alpha1.LockViewStatus{
+				ObservedAt: at(t0.Add(time.Second)), Holders: []batchv1alpha1.LockHolder{{Holder: "c/ns/done/x", LockedJob: "done", FencingToken: 4}},
+			}}},
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs"}},
+		},
 		"a declared ClusterLock no LockedJob in view uses gets its own row": {
 			declared: []Declared{{Scope: "Cluster", Name: "shared", Status: batchv1alpha1.LockViewStatus{
 				ObservedAt: observed, Holders: []batchv1alpha1.LockHolder{{Holder: "c/other/x/1", LockedJob: "other/x", FencingToken: 7}},
