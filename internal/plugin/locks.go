@@ -214,14 +214,16 @@ func lastChanges(ljs []batchv1alpha1.LockedJob) map[lockID]time.Time {
 	for i := range ljs {
 		lj := &ljs[i]
 		id := lockOf(lj)
-		times := []*metav1.Time{lj.Status.WaitingSince, lj.Status.AcquiredAt, lj.Status.ReleasedAt}
-		for j := range lj.Status.Conditions {
-			times = append(times, &lj.Status.Conditions[j].LastTransitionTime)
-		}
-		for _, t := range times {
+		later := func(t *metav1.Time) {
 			if t != nil && t.After(last[id]) {
 				last[id] = t.Time
 			}
+		}
+		later(lj.Status.WaitingSince)
+		later(lj.Status.AcquiredAt)
+		later(lj.Status.ReleasedAt)
+		for j := range lj.Status.Conditions {
+			later(&lj.Status.Conditions[j].LastTransitionTime)
 		}
 	}
 	return last
