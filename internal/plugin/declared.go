@@ -1,0 +1,190 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// Declared locks: a Lock or ClusterLock (issue 11, part 2) whose status the operator reads from
+// Redis, laid over the view derived from LockedJobs.
+
+// Declared is the status of a declared lock: a Lock (Namespace scope) or ClusterLock.
+type Declared struct {
+	Scope     batchv1alpha1.LockScope
+	Namespace string
+	Name      string
+	Status    batchv1alpha1.LockViewStatus
+}
+
+// listDeclared reads the Locks of namespace ("" for all) and the ClusterLocks of the Cluster-scoped
+// locks in views (all of them for every namespace). An operator without the per-lock view (no such
+// CRD) or a user who may not read it leaves the view derived from LockedJobs, with a warning for the
+// latter.
+func listDeclared(ctx context.Context, c client.Reader, namespace string, views []LockView) ([]Declared, []string, error) {
+	var declared []Declared
+	var warnings []string
+	skip := func(kind string, err error) (bool, error) {
+		switch {
+		case err == nil:
+			return false, nil
+		case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+			return true, nil
+		case apierrors.IsForbidden(err):
+			warnings = append(warnings, fmt.Sprintf("cannot read %ss, so locks show what their LockedJobs say: %v", kind, err))
+			return true, nil
+		}
+		return true, fmt.Errorf("list %ss: %w", kind, err)
+	}
+	var locks batchv1alpha1.LockList
+	if skipped, err := skip(sourceLock, c.List(ctx, &locks, client.InNamespace(namespace))); err != nil {
+		return nil, nil, err
+	} else if !skipped {
+		for _, l := range locks.Items {
+			declared = append(declared, Declared{Scope: batchv1alpha1.LockScopeNamespace, Namespace: l.Namespace, Name: l.Name, Status: l.Status})
+		}
+	}
+	var clusterLocks []batchv1alpha1.ClusterLock
+	if namespace == "" {
+		var list batchv1alpha1.ClusterLockList
+		if skipped, err := skip(sourceClusterLock, c.List(ctx, &list)); err != nil {
+			return nil, nil, err
+		} else if !skipped {
+			clusterLocks = list.Items
+		}
+	} else {
+		for _, v := range views {
+			if v.Scope != batchv1alpha1.LockScopeCluster {
+				continue
+			}
+			var cl batchv1alpha1.ClusterLock
+			if skipped, err := skip(sourceClusterLock, c.Get(ctx, client.ObjectKey{Name: v.Lock}, &cl)); err != nil {
+				return nil, nil, err
+			} else if !skipped {
+				clusterLocks = append(clusterLocks, cl)
+			}
+		}
+	}
+	for _, cl := range clusterLocks {
+		declared = append(declared, Declared{Scope: batchv1alpha1.LockScopeCluster, Name: cl.Name, Status: cl.Status})
+	}
+	return declared, warnings, nil
+}
+
+// OverlayDeclared takes, for each declared lock whose status the operator wrote after the last
+// change a LockedJob of the lock recorded, the holder, its fencing token, the number waiting and the
+// head from that status: it is read from Redis, so it also sees holders and waiters of other
+// clusters that share the Redis. An older one is stale (the operator writes a Lock at most every few
+// seconds), and the LockedJobs' view stays. The last handoff is always derived from the LockedJobs
+// (ljs), which also name the head when it is one of them. A declared lock no LockedJob in view uses
+// gets a row of its own.
+func OverlayDeclared(views []LockView, ljs []batchv1alpha1.LockedJob, declared []Declared) []LockView {
+	index := map[lockID]int{}
+	for i := range views {
+		index[lockID{scope: views[i].Scope, namespace: views[i].Namespace, name: views[i].Lock}] = i
+	}
+	changed := lastChanges(ljs)
+	for _, d := range declared {
+		id := lockID{scope: d.Scope, namespace: d.Namespace, name: d.Name}
+		// Not read from Redis yet, or older than what a LockedJob of the lock recorded since: the
+		// operator writes a Lock at most every few seconds, a LockedJob at every change of its own.
+		if d.Status.ObservedAt == nil || !d.Status.ObservedAt.After(changed[id]) {
+			continue
+		}
+		i, ok := index[id]
+		if !ok {
+			views = append(views, LockView{Lock: d.Name, Scope: d.Scope, Namespace: d.Namespace})
+			i = len(views) - 1
+			index[id] = i
+		}
+		overlay(&views[i], &d, ljs)
+	}
+	sortViews(views)
+	return views
+}
+
+// lastChanges is, per lock, the latest time a LockedJob of it recorded: started waiting, acquired,
+// released, or changed a condition.
+func lastChanges(ljs []batchv1alpha1.LockedJob) map[lockID]time.Time {
+	last := map[lockID]time.Time{}
+	for i := range ljs {
+		lj := &ljs[i]
+		id := lockOf(lj)
+		later := func(t *metav1.Time) {
+			if t != nil && t.After(last[id]) {
+				last[id] = t.Time
+			}
+		}
+		later(lj.Status.WaitingSince)
+		later(lj.Status.AcquiredAt)
+		later(lj.Status.ReleasedAt)
+		for j := range lj.Status.Conditions {
+			later(&lj.Status.Conditions[j].LastTransitionTime)
+		}
+	}
+	return last
+}
+
+func overlay(v *LockView, d *Declared, ljs []batchv1alpha1.LockedJob) {
+	v.Source = sourceLock
+	if d.Scope == batchv1alpha1.LockScopeCluster {
+		v.Source = sourceClusterLock
+	}
+	derived := v.Holder
+	v.Holder = nil
+	if len(d.Status.Holders) > 0 {
+		h := d.Status.Holders[0]
+		holder := &Holder{FencingToken: ptr.To(h.FencingToken), AcquiredAt: h.AcquiredAt}
+		if ns, name, ok := lockedJobIn(h.LockedJob, d.Namespace); ok {
+			holder.Namespace, holder.Name = ns, name
+			if holder.AcquiredAt == nil && derived != nil && derived.Namespace == ns && derived.Name == name {
+				holder.AcquiredAt = derived.AcquiredAt
+			}
+		} else {
+			holder.Identity = h.Holder
+		}
+		v.Holder = holder
+	}
+	if d.Status.Waiting != nil {
+		v.Waiting = int(*d.Status.Waiting)
+		v.Head = nil
+		if d.Status.Head != "" {
+			v.Head = refOfHolderName(d.Status.Head, ljs)
+		}
+	}
+}
+
+// lockedJobIn splits a LockHolder's lockedJob ("name" in a Lock's namespace, "namespace/name" for
+// a ClusterLock).
+func lockedJobIn(lockedJob, namespace string) (ns, name string, ok bool) {
+	if lockedJob == "" {
+		return "", "", false
+	}
+	if ns, name, found := strings.Cut(lockedJob, "/"); found {
+		return ns, name, true
+	}
+	return namespace, lockedJob, true
+}
+
+// refOfHolderName names the LockedJob in ljs whose holder name (cluster/namespace/name/uid prefix,
+// controllers.Identity.Holder) is holderName, or keeps the name as Redis has it.
+func refOfHolderName(holderName string, ljs []batchv1alpha1.LockedJob) *Ref {
+	if parts := strings.SplitN(holderName, "/", 4); len(parts) == 4 {
+		for i := range ljs {
+			lj := &ljs[i]
+			if lj.Namespace == parts[1] && lj.Name == parts[2] && parts[3] != "" && strings.HasPrefix(string(lj.UID), parts[3]) {
+				return &Ref{Namespace: lj.Namespace, Name: lj.Name}
+			}
+		}
+	}
+	return &Ref{Identity: holderName}
+}
