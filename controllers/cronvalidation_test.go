@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -9,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -85,6 +88,16 @@ var _ = Describe("LockedCronJob validation", func() {
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring("metadata.name must be at most 242 characters"))
 		Expect(k8sClient.Create(ctx, rawCron(strings.Repeat("a", 242), schedule("0 3 * * *")), client.DryRunAll)).To(Succeed())
+	})
+
+	It("accepts the sample in config/samples", func() {
+		b, err := os.ReadFile(filepath.Join("..", "config", "samples", "batch_v1alpha1_lockedcronjob.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		u := &unstructured.Unstructured{}
+		Expect(yaml.Unmarshal(b, &u.Object)).To(Succeed())
+		u.SetNamespace(ns)
+		Expect(k8sClient.Create(ctx, u, client.DryRunAll)).To(Succeed())
+		Expect(u.GetKind()).To(Equal("LockedCronJob"))
 	})
 
 	DescribeTable("accepts what CronJob accepts",
