@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -126,6 +129,32 @@ func waitRun(cj *batchv1alpha1.LockedCronJob, t time.Time) *batchv1alpha1.Locked
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: cj.Namespace, Name: runName(cj.Name, t)}, lj)
 	}).Should(Succeed())
 	return lj
+}
+
+// cronTable asks the API server for the LockedCronJobs of ns as `kubectl get` shows them: the
+// printer columns are evaluated by the server.
+func cronTable(ns string) map[string]any {
+	GinkgoHelper()
+	hc, err := rest.HTTPClientFor(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	base, _, err := rest.DefaultServerUrlFor(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		base.JoinPath("apis/batch.lockedjob.dev/v1alpha1/namespaces", ns, "lockedcronjobs").String(), nil)
+	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := hc.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	Expect(resp.StatusCode).To(Equal(http.StatusOK), "GET %s", req.URL)
+	var table metav1.Table
+	Expect(json.NewDecoder(resp.Body).Decode(&table)).To(Succeed())
+	Expect(table.Rows).To(HaveLen(1))
+	row := map[string]any{}
+	for i, col := range table.ColumnDefinitions {
+		row[col.Name] = table.Rows[0].Cells[i]
+	}
+	return row
 }
 
 func scheduleValid(cj *batchv1alpha1.LockedCronJob) *metav1.Condition {
@@ -264,6 +293,34 @@ var _ = Describe("LockedCronJob controller", func() {
 		Expect(runsOf(ns)).To(HaveLen(1))
 		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("LockedJob " + run.Name + " has not finished")))
 		Expect(fetchCron(cj).Status.LastScheduleTime.Time).To(BeTemporally("==", r2))
+	})
+
+	It("shows schedule, policy, active runs, last and next schedule, last success and skipped runs in kubectl get", func() {
+		cj := createCron(newLockedCronJob(ns, "shown", func(cj *batchv1alpha1.LockedCronJob) {
+			cj.Spec.OnBusy = batchv1alpha1.OnBusySkip
+		}))
+		rig.at(cj, r1.Add(time.Second))
+		first := waitPhase(waitRun(cj, r1), batchv1alpha1.PhaseRunning)
+		rig.at(cj, r2.Add(time.Second))
+		Eventually(func() int64 { return fetchCron(cj).Status.SkippedRuns }).Should(Equal(int64(1)))
+		finishJob(first, true)
+		Eventually(func() *metav1.Time { return fetchCron(cj).Status.LastSuccessfulTime }).ShouldNot(BeNil())
+
+		Eventually(func(g Gomega) {
+			row := cronTable(ns)
+			g.Expect(row).To(HaveKeyWithValue("Name", "shown"))
+			g.Expect(row).To(HaveKeyWithValue("Schedule", "* * * * *"))
+			g.Expect(row).To(HaveKeyWithValue("Suspend", false))
+			g.Expect(row).To(HaveKeyWithValue("On-Busy", "Skip"))
+			g.Expect(row).To(HaveKeyWithValue("Active", BeNil()), "the only run has finished")
+			// Dates show as ages, and the fake clock's r1 lies ahead of the API server's: only present.
+			g.Expect(row).To(HaveKeyWithValue("Last Schedule", Not(BeEmpty())))
+			g.Expect(row).To(HaveKeyWithValue("Last Success", Not(BeEmpty())))
+			// A string, so that a future time shows as a time, not as <invalid>.
+			g.Expect(row).To(HaveKeyWithValue("Next", r3.UTC().Format(time.RFC3339)))
+			g.Expect(row).To(HaveKeyWithValue("Skipped", BeNumerically("==", 1)))
+			g.Expect(row).To(HaveKey("Age"))
+		}).Should(Succeed())
 	})
 
 	It("Replace: deletes only its own unfinished LockedJobs, then creates the new one", func() {
