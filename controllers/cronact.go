@@ -29,11 +29,11 @@ func (r *LockedCronJobReconciler) actCron(ctx context.Context, p *cronPass, plan
 	case cronIdle, cronInvalid:
 		return false, nil
 	case cronInspectLock:
-		held, err := r.lockHeld(ctx, p.cj)
+		held, holder, err := r.lockHeld(ctx, p.cj)
 		if err != nil {
 			return false, err
 		}
-		p.obs.lockHeld = &held
+		p.obs.lockHeld, p.holder = &held, holder
 		return true, nil
 	case cronRecordRun:
 		p.cj.Status.LastScheduleTime = &metav1.Time{Time: plan.run}
@@ -51,8 +51,8 @@ func (r *LockedCronJobReconciler) actCron(ctx context.Context, p *cronPass, plan
 }
 
 // lockHeld asks Redis whether anyone holds the lock the LockedCronJob's LockedJobs take, under the
-// key the LockedJob reconciler would acquire it with.
-func (r *LockedCronJobReconciler) lockHeld(ctx context.Context, cj *batchv1alpha1.LockedCronJob) (bool, error) {
+// key the LockedJob reconciler would acquire it with, and who (the holder's name, never its token).
+func (r *LockedCronJobReconciler) lockHeld(ctx context.Context, cj *batchv1alpha1.LockedCronJob) (held bool, holder string, err error) {
 	key := r.Identity.LockKey(&batchv1alpha1.LockedJob{
 		ObjectMeta: metav1.ObjectMeta{Namespace: cj.Namespace},
 		Spec:       cj.Spec.LockedJobTemplate.Spec,
@@ -61,9 +61,9 @@ func (r *LockedCronJobReconciler) lockHeld(ctx context.Context, cj *batchv1alpha
 	defer cancel()
 	st, err := r.Locks.Inspect(rctx, key)
 	if err != nil {
-		return false, fmt.Errorf("inspect lock %s: %w", cj.Spec.LockedJobTemplate.Spec.Lock.Name, err)
+		return false, "", fmt.Errorf("inspect lock %s: %w", cj.Spec.LockedJobTemplate.Spec.Lock.Name, err)
 	}
-	return st.Held, nil
+	return st.Held, st.Metadata, nil
 }
 
 // createRun creates the LockedJob of the run scheduled at run. Its name is derived from the run, so
@@ -132,7 +132,10 @@ func runName(cron string, run time.Time) string {
 // skipRun records a run skipped because the lock is busy. The run counts as dealt with
 // (lastSkippedTime), so it is not tried again when the lock frees.
 func (r *LockedCronJobReconciler) skipRun(p *cronPass, run time.Time) {
-	why := "the lock is held"
+	why := "lock " + p.cj.Spec.LockedJobTemplate.Spec.Lock.Name + " is held"
+	if p.holder != "" {
+		why += " by " + p.holder
+	}
 	var running []string
 	for _, c := range p.obs.children {
 		if !c.finished {

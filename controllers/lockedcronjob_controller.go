@@ -58,6 +58,8 @@ type cronPass struct {
 	obs    cronObservation
 	// scheduleErr is the parser's word on an invalid schedule, with its reason.
 	scheduleErr, scheduleReason string
+	// holder is who holds the lock, as Redis said when onBusy Skip asked.
+	holder string
 }
 
 // +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=lockedcronjobs,verbs=get;list;watch

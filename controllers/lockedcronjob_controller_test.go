@@ -280,7 +280,7 @@ var _ = Describe("LockedCronJob controller", func() {
 			g.Expect(st.LastSkippedTime.Time).To(BeTemporally("==", r1))
 		}).Should(Succeed())
 		Expect(runsOf(ns)).To(BeEmpty())
-		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("Skipped: Skipped the run scheduled at " + r1.UTC().Format(time.RFC3339) + ": the lock is held")))
+		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("Skipped: Skipped the run scheduled at " + r1.UTC().Format(time.RFC3339) + ": lock db is held")))
 
 		// Free: the next run is created.
 		Expect(held.Release(ctx)).To(Succeed())
