@@ -74,26 +74,35 @@ func (r *LockedCronJobReconciler) createRun(ctx context.Context, p *cronPass, ru
 		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("Creating LockedJob", "LockedJob", lj.Name, "run", run)
-	err = r.Create(ctx, lj)
-	if apierrors.IsAlreadyExists(err) {
-		existing := &batchv1alpha1.LockedJob{}
-		if err := r.Get(ctx, client.ObjectKeyFromObject(lj), existing); err != nil {
-			return fmt.Errorf("get LockedJob %s: %w", lj.Name, err)
+	switch err := r.Create(ctx, lj); {
+	case err == nil:
+		cronRunsTotal.WithLabelValues("created").Inc()
+		r.event(p.cj, corev1.EventTypeNormal, batchv1alpha1.ReasonRunCreated, "Create",
+			"Created LockedJob %s for the run scheduled at %s", lj.Name, run.UTC().Format(time.RFC3339))
+	case apierrors.IsAlreadyExists(err):
+		// An earlier pass created it and lost its status write; it told the Event already.
+		if lj, err = r.ownRun(ctx, p.cj, lj.Name); err != nil {
+			return err
 		}
-		if owner := metav1.GetControllerOf(existing); owner == nil || owner.UID != p.cj.UID {
-			return fmt.Errorf("create LockedJob %s: the name is taken by a LockedJob this LockedCronJob does not own", lj.Name)
-		}
-		lj, err = existing, nil
-	}
-	if err != nil {
+	default:
 		return fmt.Errorf("create LockedJob %s: %w", lj.Name, err)
 	}
-	r.event(p.cj, corev1.EventTypeNormal, batchv1alpha1.ReasonRunCreated, "Create",
-		"Created LockedJob %s for the run scheduled at %s", lj.Name, run.UTC().Format(time.RFC3339))
 	p.cj.Status.LastScheduleTime = &metav1.Time{Time: run}
 	p.obs.since = run
 	p.obs.children = append(p.obs.children, childOf(lj))
 	return nil
+}
+
+// ownRun returns the existing LockedJob of a run if this LockedCronJob owns it.
+func (r *LockedCronJobReconciler) ownRun(ctx context.Context, cj *batchv1alpha1.LockedCronJob, name string) (*batchv1alpha1.LockedJob, error) {
+	lj := &batchv1alpha1.LockedJob{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: cj.Namespace, Name: name}, lj); err != nil {
+		return nil, fmt.Errorf("get LockedJob %s: %w", name, err)
+	}
+	if owner := metav1.GetControllerOf(lj); owner == nil || owner.UID != cj.UID {
+		return nil, fmt.Errorf("create LockedJob %s: the name is taken by a LockedJob this LockedCronJob does not own", name)
+	}
+	return lj, nil
 }
 
 // lockedJobFor builds the LockedJob of a run: the template, the LockedCronJob's label, the run's
@@ -149,6 +158,7 @@ func (r *LockedCronJobReconciler) skipRun(p *cronPass, run time.Time) {
 	st.LastSkippedTime = &metav1.Time{Time: run}
 	st.SkippedRuns++
 	p.obs.since = run
+	cronRunsTotal.WithLabelValues("skipped").Inc()
 	r.event(p.cj, corev1.EventTypeNormal, batchv1alpha1.ReasonSkipped, "Skip",
 		"Skipped the run scheduled at %s: %s (onBusy Skip)", run.UTC().Format(time.RFC3339), why)
 }
@@ -163,6 +173,7 @@ func (r *LockedCronJobReconciler) replace(ctx context.Context, p *cronPass, vict
 			return err
 		}
 		names = append(names, c.name)
+		cronReplacedTotal.Inc()
 		for i := range p.obs.children {
 			if p.obs.children[i].uid == c.uid {
 				p.obs.children[i].deleting = true

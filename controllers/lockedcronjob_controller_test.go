@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -273,6 +274,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		held, err := locks.Acquire(ctx, key, time.Minute)
 		Expect(err).NotTo(HaveOccurred())
 
+		skippedBefore := testutil.ToFloat64(cronRunsTotal.WithLabelValues("skipped"))
 		rig.at(cj, r1.Add(time.Second))
 		Eventually(func(g Gomega) {
 			st := fetchCron(cj).Status
@@ -280,6 +282,7 @@ var _ = Describe("LockedCronJob controller", func() {
 			g.Expect(st.LastSkippedTime.Time).To(BeTemporally("==", r1))
 		}).Should(Succeed())
 		Expect(runsOf(ns)).To(BeEmpty())
+		Expect(testutil.ToFloat64(cronRunsTotal.WithLabelValues("skipped")) - skippedBefore).To(BeNumerically("==", 1))
 		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("Skipped: Skipped the run scheduled at " + r1.UTC().Format(time.RFC3339) + ": lock db is held")))
 
 		// Free: the next run is created.
@@ -334,6 +337,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		rig.at(cj, r1.Add(time.Second))
 		first := waitPhase(waitRun(cj, r1), batchv1alpha1.PhaseWaiting)
 
+		replacedBefore := testutil.ToFloat64(cronReplacedTotal)
 		rig.at(cj, r2.Add(time.Second))
 		second := waitRun(cj, r2)
 		Eventually(func() bool {
@@ -345,6 +349,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		Expect(got.DeletionTimestamp).To(BeNil(), "another owner's LockedJob is never replaced")
 		Expect(got.Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
 		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("Replaced: Deleted unfinished LockedJob " + first.Name)))
+		Expect(testutil.ToFloat64(cronReplacedTotal) - replacedBefore).To(BeNumerically("==", 1))
 	})
 
 	It("keeps finished LockedJobs within the history limits", func() {
