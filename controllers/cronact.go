@@ -50,7 +50,7 @@ func (r *LockedCronJobReconciler) actCron(ctx context.Context, p *cronPass, plan
 	return false, fmt.Errorf("unknown cron step %d", plan.step)
 }
 
-// lockHeld asks Redis whether anyone holds the lock the LockedCronJob's LockedJobs take, under the
+// lockHeld asks Redis whether anyone holds the lock the LockedCronJob's LockedJobs acquire, under the
 // key the LockedJob reconciler would acquire it with, and who (the holder's name, never its token).
 func (r *LockedCronJobReconciler) lockHeld(ctx context.Context, cj *batchv1alpha1.LockedCronJob) (held bool, holder string, err error) {
 	key := r.Identity.LockKey(&batchv1alpha1.LockedJob{
@@ -215,14 +215,8 @@ func (r *LockedCronJobReconciler) deleteChild(ctx context.Context, cj *batchv1al
 // raced reports a write that lost to a newer version of the object.
 func (r *LockedCronJobReconciler) recordCron(ctx context.Context, p *cronPass, plan cronPlan, reterr error) (raced bool, err error) {
 	st := &p.cj.Status
-	st.Active = nil
+	st.Active = activeRefs(p.cj.Namespace, p.obs.children)
 	for _, c := range p.obs.children {
-		if !c.finished && !c.deleting {
-			st.Active = append(st.Active, corev1.ObjectReference{
-				APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "LockedJob",
-				Namespace: p.cj.Namespace, Name: c.name, UID: c.uid,
-			})
-		}
 		if c.succeeded && !c.endedAt.IsZero() && (st.LastSuccessfulTime == nil || c.endedAt.After(st.LastSuccessfulTime.Time)) {
 			st.LastSuccessfulTime = &metav1.Time{Time: c.endedAt}
 		}
@@ -248,6 +242,25 @@ func (r *LockedCronJobReconciler) recordCron(ctx context.Context, p *cronPass, p
 		return false, fmt.Errorf("record status: %w", err)
 	}
 	return false, nil
+}
+
+// maxActive is the API's bound on status.active (MaxItems).
+const maxActive = 64
+
+// activeRefs refers to the unfinished LockedJobs that are not being deleted, the newest maxActive
+// of them: with onBusy Queue behind a lock held for long, runs can pile up beyond what status may
+// list, and a status the API server refuses would stop every later run.
+func activeRefs(ns string, children []cronChild) []corev1.ObjectReference {
+	var refs []corev1.ObjectReference
+	for _, c := range children {
+		if !c.finished && !c.deleting {
+			refs = append(refs, corev1.ObjectReference{
+				APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "LockedJob",
+				Namespace: ns, Name: c.name, UID: c.uid,
+			})
+		}
+	}
+	return refs[max(len(refs)-maxActive, 0):]
 }
 
 // setScheduleValid sets ScheduleValid from the parse of this pass; the first pass that finds the

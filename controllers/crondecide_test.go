@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -229,5 +230,21 @@ func TestParseScheduleRefusesWhatAdmissionCannot(t *testing.T) {
 		if reason != tc.wantReason || (reason == "") != (s != nil) || (reason != "") != (msg != "") {
 			t.Errorf("%q in %v: reason %q (%s), want %q", tc.spec.Schedule, tc.spec.TimeZone, reason, msg, tc.wantReason)
 		}
+	}
+}
+
+// TestActiveRefsStayWithinTheAPIBound lists the newest unfinished LockedJobs only, at most maxActive.
+func TestActiveRefsStayWithinTheAPIBound(t *testing.T) {
+	var children []cronChild
+	for i := range maxActive + 6 {
+		children = append(children, cronChild{name: fmt.Sprintf("run-%d", i)})
+	}
+	children = append(children, cronChild{name: "done", finished: true}, cronChild{name: "going", deleting: true})
+	refs := activeRefs("ns", children)
+	if len(refs) != maxActive {
+		t.Fatalf("%d refs, want %d", len(refs), maxActive)
+	}
+	if first, last := refs[0].Name, refs[len(refs)-1].Name; first != "run-6" || last != fmt.Sprintf("run-%d", maxActive+5) {
+		t.Errorf("refs from %s to %s, want the newest: run-6 to run-%d", first, last, maxActive+5)
 	}
 }

@@ -74,6 +74,7 @@ var _ = Describe("LockedCronJob validation", func() {
 		Entry("time zone Local", with(map[string]any{"timeZone": "Local"}), "spec.timeZone must be an explicit IANA time zone"),
 		Entry("time zone with spaces", with(map[string]any{"timeZone": "Central European Time"}), "spec.timeZone"),
 		Entry("negative startingDeadlineSeconds", with(map[string]any{"startingDeadlineSeconds": -1}), "spec.startingDeadlineSeconds"),
+		Entry("startingDeadlineSeconds 0 (no run could ever start)", with(map[string]any{"startingDeadlineSeconds": 0}), "spec.startingDeadlineSeconds"),
 		Entry("negative successfulJobsHistoryLimit", with(map[string]any{"successfulJobsHistoryLimit": -1}), "spec.successfulJobsHistoryLimit"),
 		Entry("failedJobsHistoryLimit over 100", with(map[string]any{"failedJobsHistoryLimit": 101}), "spec.failedJobsHistoryLimit"),
 		Entry("unknown onBusy", with(map[string]any{"onBusy": "Later"}), "spec.onBusy"),

@@ -43,7 +43,7 @@ type LockedCronJobReconciler struct {
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
 	// Locks and Identity are the LockedJob reconciler's: onBusy Skip asks the book whether the
-	// lock its LockedJobs would take is held, under the key they would take it with.
+	// lock its LockedJobs would acquire is held, under the key they would acquire it with.
 	Locks    *LockBook
 	Identity Identity
 	// RedisTimeout bounds the Redis call of a pass (default 2s).

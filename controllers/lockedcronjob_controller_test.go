@@ -265,7 +265,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		cj := createCron(newLockedCronJob(ns, "skipper", func(cj *batchv1alpha1.LockedCronJob) {
 			cj.Spec.OnBusy = batchv1alpha1.OnBusySkip
 		}))
-		// Hold the lock from outside, under the key a LockedJob of this template takes it with.
+		// Hold the lock from outside, under the key a LockedJob of this template acquires it with.
 		rc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr()})
 		DeferCleanup(rc.Close)
 		locks, err := redislock.New(rc, redislock.WithKeyPrefix("lockedjob:"))

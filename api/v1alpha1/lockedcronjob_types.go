@@ -77,11 +77,11 @@ type LockedCronJobSpec struct {
 	TimeZone *string `json:"timeZone,omitempty"`
 
 	// startingDeadlineSeconds is how late a run may still start, in seconds after its scheduled
-	// time. A run missed by more (the operator was down, the LockedCronJob suspended) is not made
-	// up. Absent: the most recent missed run starts, however late. Never more than one missed run
-	// starts.
+	// time. A run missed by more (the operator was down or busy, the LockedCronJob suspended) is
+	// not made up. Absent: the most recent missed run starts, however late. Never more than one
+	// missed run starts. At least 1: the operator wakes at the scheduled time, never before it.
 	// +optional
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	StartingDeadlineSeconds *int64 `json:"startingDeadlineSeconds,omitempty"`
 
 	// suspend stops creating runs; LockedJobs already created go on. Default false.
