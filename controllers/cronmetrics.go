@@ -1,9 +1,8 @@
 package controllers
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
-)
+import "github.com/prometheus/client_golang/prometheus"
+
+// The LockedCronJob's metrics are registered with the others (operatorMetrics, metrics.go).
 
 // cronRunsTotal counts the scheduled runs of LockedCronJobs by what became of them: created (the
 // LockedJob was created; with onBusy Replace after the earlier ones were deleted) or skipped (onBusy
@@ -18,7 +17,3 @@ var cronReplacedTotal = prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "lockedjob_cron_replaced_total",
 	Help: "Unfinished LockedJobs a LockedCronJob deleted for a new run (onBusy Replace).",
 })
-
-func init() {
-	metrics.Registry.MustRegister(cronRunsTotal, cronReplacedTotal)
-}
