@@ -82,6 +82,16 @@ var _ = Describe("LockedCronJob validation", func() {
 		Entry("bad lock name in the template", with(map[string]any{"lockedJobTemplate": map[string]any{"spec": map[string]any{
 			"lock": map[string]any{"name": "Not_A_Name"}, "jobTemplate": template["spec"].(map[string]any)["jobTemplate"],
 		}}}), "spec.lockedJobTemplate.spec.lock.name"),
+		// The LockedJob's own rules hold inside the template, under the template's path.
+		Entry("restartPolicy Always in the template", with(map[string]any{"lockedJobTemplate": map[string]any{"spec": map[string]any{
+			"lock": map[string]any{"name": "db"},
+			"jobTemplate": map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+				"restartPolicy": "Always", "containers": []any{map[string]any{"name": "c", "image": "busybox"}},
+			}}}},
+		}}}), "spec.lockedJobTemplate.spec.jobTemplate.spec.template.spec.restartPolicy"),
+		Entry("ttl under 1s in the template", with(map[string]any{"lockedJobTemplate": map[string]any{"spec": map[string]any{
+			"lock": map[string]any{"name": "db", "ttl": "500ms"}, "jobTemplate": template["spec"].(map[string]any)["jobTemplate"],
+		}}}), "spec.lock.ttl must be at least 1s"),
 	)
 
 	It("refuses a name too long for the LockedJobs it creates", func() {
