@@ -31,6 +31,11 @@ func (r *LockedCronJobReconciler) actCron(ctx context.Context, p *cronPass, plan
 	case cronInspectLock:
 		held, holder, err := r.lockHeld(ctx, p.cj)
 		if err != nil {
+			// Neither skipped nor created: the runtime retries with backoff until the run is
+			// decided or its starting deadline passes.
+			r.event(p.cj, corev1.EventTypeWarning, batchv1alpha1.ReasonRedisUnavailable, "Inspect",
+				"Cannot tell whether lock %s is held, so the run scheduled at %s waits: %v",
+				p.cj.Spec.LockedJobTemplate.Spec.Lock.Name, plan.run.UTC().Format(time.RFC3339), err)
 			return false, err
 		}
 		p.obs.lockHeld, p.holder = &held, holder

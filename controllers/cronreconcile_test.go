@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
 // cronUnitRig is the LockedCronJob reconciler over a fake API server whose List of LockedJobs
@@ -117,5 +119,38 @@ func TestCronNeverAdoptsALockedJobItDoesNotOwn(t *testing.T) {
 	}
 	if owned := controllerutil.HasControllerReference(got); owned {
 		t.Error("the squatter got an owner")
+	}
+}
+
+// TestCronSkipWithRedisDownDecidesNothing: onBusy Skip cannot tell whether the lock is held while
+// Redis is down, so the run is neither skipped nor created; the pass fails (the runtime retries)
+// and a Warning Event says why.
+func TestCronSkipWithRedisDownDecidesNothing(t *testing.T) {
+	srv := redisserver.Start(t)
+	lockClient, err := redislock.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 1, 10, 0, 20, 0, time.UTC)
+	u := newCronUnitRig(t, now)
+	u.r.Locks = bookOver(t, lockClient)
+	u.cj.Spec.OnBusy = batchv1alpha1.OnBusySkip
+	if err := u.api.Update(context.Background(), u.cj); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+
+	if _, err := u.reconcile(); err == nil {
+		t.Fatal("reconcile succeeded with Redis down; want an error so the runtime retries")
+	}
+	var list batchv1alpha1.LockedJobList
+	if err := u.api.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	if st := u.status(); len(list.Items) != 0 || st.SkippedRuns != 0 || st.LastScheduleTime != nil {
+		t.Errorf("%d LockedJobs, %d skipped, lastScheduleTime %v; want the run undecided", len(list.Items), st.SkippedRuns, st.LastScheduleTime)
+	}
+	if u.events.count(batchv1alpha1.ReasonRedisUnavailable) != 1 {
+		t.Errorf("Events %v, want one %s", u.events.reasons, batchv1alpha1.ReasonRedisUnavailable)
 	}
 }
