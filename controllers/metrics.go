@@ -43,7 +43,8 @@ var (
 
 // operatorMetrics are the operator's own metrics; config/grafana/custom-metrics/config.yaml has a
 // panel for each (TestEveryMetricHasAPanel).
-var operatorMetrics = []prometheus.Collector{locksHeld, lockedJobsWaiting, locksAcquiredTotal, lockWaitSeconds, handoffSeconds, lockRenewalsTotal, lockLostTotal}
+var operatorMetrics = []prometheus.Collector{locksHeld, lockedJobsWaiting, locksAcquiredTotal, lockWaitSeconds, handoffSeconds, lockRenewalsTotal, lockLostTotal,
+	cronRunsTotal, cronReplacedTotal}
 
 func init() {
 	metrics.Registry.MustRegister(operatorMetrics...)

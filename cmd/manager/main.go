@@ -203,6 +203,17 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 	if err := view.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	cron := &controllers.LockedCronJobReconciler{
+		Client:       mgr.GetClient(),
+		Scheme:       mgr.GetScheme(),
+		Recorder:     mgr.GetEventRecorder("lockedcronjob"),
+		Locks:        book,
+		Identity:     id,
+		RedisTimeout: o.redisTimeout,
+	}
+	if err := cron.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up lockedcronjob controller: %w", err)
+	}
 	// +kubebuilder:scaffold:builder
 	return nil
 }

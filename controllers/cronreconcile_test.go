@@ -1,0 +1,156 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+)
+
+// cronUnitRig is the LockedCronJob reconciler over a fake API server whose List of LockedJobs
+// answers as a cache that has not seen them yet, on a fake clock.
+type cronUnitRig struct {
+	t      *testing.T
+	api    client.WithWatch
+	r      *LockedCronJobReconciler
+	events *reasonRecorder
+	cj     *batchv1alpha1.LockedCronJob
+}
+
+func newCronUnitRig(t *testing.T, now time.Time, objs ...client.Object) *cronUnitRig {
+	t.Helper()
+	cj := &batchv1alpha1.LockedCronJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nightly", UID: "uid-cron", Generation: 1,
+			CreationTimestamp: metav1.NewTime(now.Add(-90 * time.Second))},
+		Spec: batchv1alpha1.LockedCronJobSpec{Schedule: "* * * * *",
+			LockedJobTemplate: batchv1alpha1.LockedJobTemplate{Spec: unitLockedJob("", "").Spec}},
+	}
+	api := fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).
+		WithStatusSubresource(&batchv1alpha1.LockedCronJob{}).WithObjects(append(objs, cj)...).Build()
+	staleList := interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		if _, ok := list.(*batchv1alpha1.LockedJobList); ok {
+			return nil // the cache has not seen the LockedJobs yet
+		}
+		return c.List(ctx, list, opts...)
+	}}
+	events := &reasonRecorder{}
+	r := &LockedCronJobReconciler{Client: interceptor.NewClient(api, staleList), Scheme: api.Scheme(), Recorder: events,
+		Identity: Identity{ClusterID: "c"}, Clock: clocktesting.NewFakePassiveClock(now), RedisTimeout: time.Second}
+	return &cronUnitRig{t: t, api: api, r: r, events: events, cj: cj}
+}
+
+func (u *cronUnitRig) reconcile() (ctrl.Result, error) {
+	return u.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(u.cj)})
+}
+
+func (u *cronUnitRig) status() batchv1alpha1.LockedCronJobStatus {
+	u.t.Helper()
+	got := &batchv1alpha1.LockedCronJob{}
+	if err := u.api.Get(context.Background(), client.ObjectKeyFromObject(u.cj), got); err != nil {
+		u.t.Fatal(err)
+	}
+	return got.Status
+}
+
+// TestCronRunCreatedOnceWhenTheCacheLags: a pass that lost its status write, followed by one whose
+// cache does not show the run's LockedJob yet, finds it by name (AlreadyExists) and records the
+// run: one LockedJob, one Created Event, and the requeue lands on the next scheduled time.
+func TestCronRunCreatedOnceWhenTheCacheLags(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 20, 0, time.UTC)
+	run := now.Truncate(time.Minute)
+	u := newCronUnitRig(t, now)
+	existing, err := u.r.lockedJobFor(u.cj, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.api.Create(context.Background(), existing); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := u.reconcile()
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	if want := 40 * time.Second; res.RequeueAfter != want {
+		t.Errorf("RequeueAfter = %v, want %v (the next scheduled time)", res.RequeueAfter, want)
+	}
+	var list batchv1alpha1.LockedJobList
+	if err := u.api.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Errorf("%d LockedJobs, want 1", len(list.Items))
+	}
+	st := u.status()
+	if st.LastScheduleTime == nil || !st.LastScheduleTime.Equal(&metav1.Time{Time: run}) {
+		t.Errorf("lastScheduleTime = %v, want %v", st.LastScheduleTime, run)
+	}
+	if n := u.events.count(batchv1alpha1.ReasonRunCreated); n != 0 {
+		t.Errorf("%d Created Events from the pass that found the run, want 0 (the creating pass told it)", n)
+	}
+}
+
+// TestCronNeverAdoptsALockedJobItDoesNotOwn: a LockedJob of the run's name that another owner made
+// is an error, not the run.
+func TestCronNeverAdoptsALockedJobItDoesNotOwn(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 20, 0, time.UTC)
+	squatter := unitLockedJob(runName("nightly", now.Truncate(time.Minute)), "uid-squatter")
+	u := newCronUnitRig(t, now, squatter)
+	if _, err := u.reconcile(); err == nil {
+		t.Fatal("reconcile succeeded; want an error naming the taken name")
+	}
+	if st := u.status(); st.LastScheduleTime != nil {
+		t.Errorf("lastScheduleTime = %v, want none", st.LastScheduleTime)
+	}
+	got := &batchv1alpha1.LockedJob{}
+	if err := u.api.Get(context.Background(), client.ObjectKeyFromObject(squatter), got); err != nil {
+		t.Fatal(err)
+	}
+	if owned := controllerutil.HasControllerReference(got); owned {
+		t.Error("the squatter got an owner")
+	}
+}
+
+// TestCronSkipWithRedisDownDecidesNothing: onBusy Skip cannot tell whether the lock is held while
+// Redis is down, so the run is neither skipped nor created; the pass fails (the runtime retries)
+// and a Warning Event says why.
+func TestCronSkipWithRedisDownDecidesNothing(t *testing.T) {
+	srv := redisserver.Start(t)
+	lockClient, err := redislock.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 1, 10, 0, 20, 0, time.UTC)
+	u := newCronUnitRig(t, now)
+	u.r.Locks = bookOver(t, lockClient)
+	u.cj.Spec.OnBusy = batchv1alpha1.OnBusySkip
+	if err := u.api.Update(context.Background(), u.cj); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+
+	if _, err := u.reconcile(); err == nil {
+		t.Fatal("reconcile succeeded with Redis down; want an error so the runtime retries")
+	}
+	var list batchv1alpha1.LockedJobList
+	if err := u.api.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	if st := u.status(); len(list.Items) != 0 || st.SkippedRuns != 0 || st.LastScheduleTime != nil {
+		t.Errorf("%d LockedJobs, %d skipped, lastScheduleTime %v; want the run undecided", len(list.Items), st.SkippedRuns, st.LastScheduleTime)
+	}
+	if u.events.count(batchv1alpha1.ReasonRedisUnavailable) != 1 {
+		t.Errorf("Events %v, want one %s", u.events.reasons, batchv1alpha1.ReasonRedisUnavailable)
+	}
+}
