@@ -127,6 +127,10 @@ func (r *LockedCronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.RedisTimeout <= 0 {
 		r.RedisTimeout = 2 * time.Second
 	}
+	if kind := unservedKind(mgr, "LockedCronJob"); kind != "" {
+		skipUnserved("LockedCronJob schedules", kind)
+		return nil
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&batchv1alpha1.LockedCronJob{}).
 		Owns(&batchv1alpha1.LockedJob{}).

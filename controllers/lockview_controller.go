@@ -58,13 +58,9 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Resync = cmpOr(r.Resync, 2*time.Minute)
 	r.RedisTimeout = cmpOr(r.RedisTimeout, 2*time.Second)
 	r.written = map[types.NamespacedName]time.Time{}
-	// An operator upgraded before its CRDs must not stop running LockedJobs for want of a view.
-	for _, kind := range []string{"Lock", "ClusterLock"} {
-		gk := batchv1alpha1.SchemeGroupVersion.WithKind(kind).GroupKind()
-		if _, err := mgr.GetRESTMapper().RESTMapping(gk, batchv1alpha1.SchemeGroupVersion.Version); meta.IsNoMatchError(err) {
-			ctrl.Log.WithName("lockview").Info("The Lock and ClusterLock CRDs are not installed: the per-lock view is off until they are and the operator restarts", "missing", kind)
-			return nil
-		}
+	if kind := unservedKind(mgr, "Lock", "ClusterLock"); kind != "" {
+		skipUnserved("the per-lock view", kind)
+		return nil
 	}
 	// The view's own status writes must not trigger a read: only spec changes and LockedJobs do.
 	onlySpec := builder.WithPredicates(predicate.GenerationChangedPredicate{})
