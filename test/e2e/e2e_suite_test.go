@@ -51,7 +51,6 @@ const (
 	// defaultPortBase is the suite's own cluster's port block, away from the
 	// developer's/demo cluster at 26440.
 	defaultPortBase = 27440
-	crdDir          = "config/crd/bases"
 )
 
 // suite is what BeforeSuite set up and AfterSuite tears down.
@@ -224,9 +223,8 @@ func clusterScript(timeout time.Duration, args ...string) (string, error) {
 // installCRD creates or updates every CRD in config/crd/bases (LockedJob, Lock, ClusterLock) and
 // waits until each is established.
 func installCRD(ctx context.Context) {
-	paths, err := filepath.Glob(filepath.Join(suite.root, crdDir, "*.yaml"))
+	paths, err := utils.CRDFiles(suite.root)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(paths).NotTo(BeEmpty())
 	for _, path := range paths {
 		installOneCRD(ctx, path)
 	}

@@ -168,18 +168,24 @@ func (c *cluster) restartAPIServer() error {
 	return nil
 }
 
-// installCRD creates the LockedJob CRD and waits until it serves.
+// installCRD creates every CRD of the project and waits until LockedJobs are served.
 func (c *cluster) installCRD(ctx context.Context) error {
-	b, err := os.ReadFile(filepath.Join(env.root, "config", "crd", "bases", "batch.lockedjob.dev_lockedjobs.yaml"))
+	files, err := utils.CRDFiles(env.root)
 	if err != nil {
 		return err
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(b, crd); err != nil {
-		return err
-	}
-	if err := c.k8s.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create CRD in cluster %s: %w", c.name, err)
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(b, crd); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		if err := c.k8s.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create CRD %s in cluster %s: %w", crd.Name, c.name, err)
+		}
 	}
 	return poll(60*time.Second, func() (bool, string) {
 		err := c.k8s.List(ctx, &batchv1alpha1.LockedJobList{})

@@ -47,7 +47,7 @@ import (
 )
 
 const (
-	crdPath           = "config/crd/bases/batch.lockedjob.dev_lockedjobs.yaml"
+	crdDir            = "config/crd/bases"
 	operatorNamespace = "lockedjob-system"
 )
 
@@ -298,7 +298,7 @@ func (b *bench) connect(rdb *redis.Client) error {
 func (b *bench) install(ctx context.Context) error {
 	kubectl := filepath.Join(b.cluster.BinDir, "kubectl")
 	if _, err := utils.Run(exec.CommandContext(ctx, kubectl, "--kubeconfig", b.kubeconfig, "apply", "--server-side",
-		"-f", filepath.Join(b.root, crdPath))); err != nil {
+		"-f", filepath.Join(b.root, crdDir))); err != nil {
 		return fmt.Errorf("install CRD: %w", err)
 	}
 	// Served, not merely stored: a list of the kind succeeds only once the CRD is established.

@@ -62,3 +62,13 @@ func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// CRDFiles lists the project's CRDs (config/crd/bases), which every suite installs as
+// config/default does: LockedJob and the kinds beside it.
+func CRDFiles(root string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+	if err == nil && len(files) == 0 {
+		err = fmt.Errorf("no CRDs in %s", filepath.Join(root, "config", "crd", "bases"))
+	}
+	return files, err
+}
