@@ -27,6 +27,10 @@ type Lock struct {
 	queued bool
 	// readopted: the Acquire found the lock already held with its token (see Readopted).
 	readopted bool
+	// semaphore holds the keys of the whole semaphore (keysForPermits) for a lock acquired
+	// WithPermits, whose keys are its slot's; nil for a plain lock.
+	semaphore keys
+	slot      int
 
 	state atomic.Int32
 
@@ -77,6 +81,15 @@ func (l *Lock) Readopted() bool {
 		return false
 	}
 	return l.readopted
+}
+
+// Slot returns the semaphore slot this lock holds (0..n-1; see WithPermits); 0 for a plain lock.
+// The fence orders this holder against the earlier holders of the same slot only.
+func (l *Lock) Slot() int {
+	if l == nil {
+		return 0
+	}
+	return l.slot
 }
 
 // Fence returns the fencing token of this acquisition.
