@@ -317,7 +317,7 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 		queued: o.queueMember != "" && c.handsOff(), readopted: isReadoption,
 		ttl: ttl, leaseStart: start, validUntil: validUntil}
 	if o.permits > 0 {
-		l.semaphore, l.keys, l.slot = k, k.slot(slot), slot
+		l.keys, l.slot = k.slot(slot), uint8(slot)
 	}
 	return l, nil
 }

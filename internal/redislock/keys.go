@@ -26,10 +26,15 @@ func (c *Client) RedisKey(key string) string { return c.prefix + "{" + key + "}"
 type keys []string
 
 // keySuffixes name a lock's keys after the lock key itself, in keys order.
+const (
+	metaSuffix  = ":meta"
+	fenceSuffix = ":fence"
+)
+
 var (
-	keySuffixes        = []string{":meta", ":fence"}
-	queuedKeySuffixes  = []string{":meta", ":fence", ":queue", ":waiters", ":tickets"}
-	permitsKeySuffixes = []string{":meta", ":fence", ":queue", ":waiters", ":tickets", ":permits"}
+	keySuffixes        = []string{metaSuffix, fenceSuffix}
+	queuedKeySuffixes  = []string{metaSuffix, fenceSuffix, ":queue", ":waiters", ":tickets"}
+	permitsKeySuffixes = []string{metaSuffix, fenceSuffix, ":queue", ":waiters", ":tickets", ":permits"}
 )
 
 // permitsKeyCount is how many keys a semaphore's scripts receive: the queued keys, then :permits.
@@ -80,13 +85,28 @@ func (c *Client) keysWith(key string, suffixes []string) keys {
 func (k keys) lock() string { return k[0] }
 
 // slot returns the keys of slot i of the semaphore whose keys (keysForPermits) are k: its lock, meta
-// and fence keys (see slots.lua), then the shared queue and permits keys. Slot 0 is k itself.
+// and fence keys (see slots.lua), then the shared queue and permits keys, then slot 0's lock key.
+// Slot 0 is k itself. A Lock holds them, so Renew and TTL find the slot's keys first, and
+// semaphore finds the rest.
 func (k keys) slot(i int) keys {
 	if i == 0 {
 		return k
 	}
 	lock := k[0] + ":s" + strconv.Itoa(i)
-	return append(keys{lock, lock + ":meta", lock + ":fence"}, k[3:]...)
+	return append(keys{lock, lock + metaSuffix, lock + fenceSuffix}, append(k[3:permitsKeyCount:permitsKeyCount], k[0])...)
+}
+
+// semaphore returns the keys of the whole semaphore (keysForPermits) from a slot's keys (slot), or
+// nil for a plain lock's keys.
+func (k keys) semaphore() keys {
+	switch len(k) {
+	case permitsKeyCount:
+		return k
+	case permitsKeyCount + 1:
+		lock := k[permitsKeyCount]
+		return keys{lock, lock + metaSuffix, lock + fenceSuffix, k[3], k[4], k[5], k[6]}
+	}
+	return nil
 }
 
 // undoCall is the script and keys that undo a failed attempt's fresh grant on the lock whose keys

@@ -27,10 +27,10 @@ type Lock struct {
 	queued bool
 	// readopted: the Acquire found the lock already held with its token (see Readopted).
 	readopted bool
-	// semaphore holds the keys of the whole semaphore (keysForPermits) for a lock acquired
-	// WithPermits, whose keys are its slot's; nil for a plain lock.
-	semaphore keys
-	slot      int
+	// slot is the semaphore slot of a lock acquired WithPermits (whose keys, see keys.slot, are its
+	// slot's and tell it from a plain lock). A byte beside the two bools, where the struct had
+	// padding: a plain Lock keeps its size class (BenchmarkUncontended allocates one per Acquire).
+	slot uint8
 
 	state atomic.Int32
 
@@ -89,7 +89,7 @@ func (l *Lock) Slot() int {
 	if l == nil {
 		return 0
 	}
-	return l.slot
+	return int(l.slot)
 }
 
 // Fence returns the fencing token of this acquisition.

@@ -16,16 +16,15 @@ func (l *Lock) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	c := l.client
-	script, keys, args := scriptRelease, l.keys.lockMeta(), []any{l.token, c.notify}
-	switch {
-	case l.semaphore != nil:
-		script, keys = scriptReleaseSlot, l.semaphore
-		args = append(args, l.slot, handsOffArg(l.queued))
-	case l.queued:
+	script, keys := scriptRelease, l.keys.lockMeta()
+	if l.queued {
 		script, keys = scriptReleaseHandoff, l.keys.withQueue()
 	}
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return runScript(ctx, n, script, keys, args...).Result()
+		if sem := l.keys.semaphore(); sem != nil {
+			return runScript(ctx, n, scriptReleaseSlot, sem, l.token, c.notify, l.slot, handsOffArg(l.queued)).Result()
+		}
+		return runScript(ctx, n, script, keys, l.token, c.notify).Result()
 	})
 	t := tallyInts(replies)
 	switch {
@@ -64,8 +63,7 @@ func (c *Client) ReleaseSlotToken(ctx context.Context, key string, slot int, tok
 	if err := c.validateSlots("release slot", slot+1); err != nil {
 		return err
 	}
-	k := c.keysForPermits(key)
-	l := &Lock{client: c, key: key, keys: k.slot(slot), semaphore: k, slot: slot, token: token, queued: true}
+	l := &Lock{client: c, key: key, keys: c.keysForPermits(key).slot(slot), slot: uint8(slot), token: token, queued: true}
 	return l.Release(ctx)
 }
 

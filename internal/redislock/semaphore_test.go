@@ -126,8 +126,7 @@ func TestSemaphoreSlotsLeasesAndReadoption(t *testing.T) {
 // head claims it with its next attempt, with a fence above the slot's last.
 func TestSemaphoreQueuedHandoff(t *testing.T) {
 	c, _, _ := single(t, WithReleaseNotifications(releaseChannel))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	releases, err := c.SubscribeReleases(ctx)
 	if err != nil {
 		t.Fatal(err)
