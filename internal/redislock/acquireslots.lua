@@ -16,6 +16,7 @@
 
 local n = tonumber(ARGV[8])
 local values = slotValues()
+redis.call('SET', KEYS[7], ARGV[8])
 
 local function slotMeta(slot)
   if ARGV[3] ~= '' then
@@ -35,7 +36,6 @@ for i = 0, MAX_SLOTS - 1 do
   end
 end
 
-redis.call('SET', KEYS[7], ARGV[8])
 local held = heldCount(values)
 local free = nil
 if held < n then

@@ -140,19 +140,28 @@ func report(t *testing.T, name string, h []holding, n int, bad []string) {
 		workers[e.worker] = true
 	}
 	slots := make([]string, 0, len(perSlot))
-	for s := range n + 2 {
+	for s := range MaxPermits {
 		if perSlot[s] > 0 {
 			slots = append(slots, fmt.Sprintf("%d:%d", s, perSlot[s]))
 		}
 	}
 	t.Logf("%s: N=%d, %d holdings by %d workers, at most %d at once, holdings per slot %s, %d violations",
 		name, n, len(h), len(workers), maxConcurrent(h), strings.Join(slots, " "), len(bad))
-	for i, b := range bad {
-		if i == 5 {
-			t.Logf("  ... and %d more", len(bad)-5)
-			break
+	// One example of each kind of violation, with how often it occurred.
+	kinds := []string{"holders at once", "held it at once", "outside", "fence"}
+	for _, kind := range kinds {
+		count, first := 0, ""
+		for _, b := range bad {
+			if strings.Contains(b, kind) {
+				if count == 0 {
+					first = b
+				}
+				count++
+			}
 		}
-		t.Logf("  %s", b)
+		if count > 0 {
+			t.Logf("  %d× e.g. %s", count, first)
+		}
 	}
 }
 
