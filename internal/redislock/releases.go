@@ -80,7 +80,10 @@ func parseRelease(payload string) release {
 	_, rest, _ = strings.Cut(rest, "\x00") // lease
 	attempt, rest, _ := strings.Cut(rest, "\x00")
 	member, slotField, _ := strings.Cut(rest, "\x00")
-	slot, _ := strconv.Atoi(slotField) // absent or garbled: slot 0; a message is only a wake-up
+	slot, err := strconv.Atoi(slotField)
+	if err != nil || slot < 0 || slot >= MaxPermits {
+		slot = 0 // absent or forged: a message is only a wake-up, and no reader indexes past a slot
+	}
 	return release{key: key, handedOff: true, member: member, attempt: attempt, slot: slot}
 }
 

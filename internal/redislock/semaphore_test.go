@@ -321,3 +321,41 @@ func TestSemaphoreFailedAttemptUndoesItsSlot(t *testing.T) {
 	}
 	wantHolders(t, c, key, "a", "", "")
 }
+
+// TestSemaphoreHostileInput: a :permits key that holds no number (someone else wrote it) does not
+// break a release, which then hands off as for 1 permit; a forged or old release message reads as
+// slot 0.
+func TestSemaphoreHostileInput(t *testing.T) {
+	c, _, rc := single(t, WithReleaseNotifications(releaseChannel))
+	ctx := t.Context()
+	key := uniqueKey(t)
+	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("a", 0, time.Minute), WithMetadata("a"))
+	b := mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("b", 0, time.Minute), WithMetadata("b"))
+	mustQueue(t, c, key, "w", 1, 2, 1)
+	if err := rc.Set(ctx, c.RedisKey(key)+":permits", "lots", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatalf("Release with a garbled :permits: %v", err)
+	}
+	wantHolders(t, c, key, "a", "") // as for 1 permit: slot 0 is still held, nothing is handed off
+
+	releases, err := c.SubscribeReleases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for payload, want := range map[string]Released{
+		"k\x00f\x00l\x00a\x00m":        {Key: "k", HandedTo: "m"},
+		"k\x00f\x00l\x00a\x00m\x00x":   {Key: "k", HandedTo: "m"},
+		"k\x00f\x00l\x00a\x00m\x00-3":  {Key: "k", HandedTo: "m"},
+		"k\x00f\x00l\x00a\x00m\x0064":  {Key: "k", HandedTo: "m"},
+		"k\x00f\x00l\x00a\x00m\x00007": {Key: "k", HandedTo: "m", Slot: 7},
+	} {
+		if err := rc.Publish(ctx, releaseChannel, payload).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := nextRelease(t, releases); got != want {
+			t.Fatalf("message %q read as %+v, want %+v", payload, got, want)
+		}
+	}
+}

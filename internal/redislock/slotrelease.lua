@@ -8,7 +8,12 @@
 -- prefer (the slot just freed) when it is below the permits, else the lowest free slot below them.
 -- Returns handoff's message, or nil when nobody waits or no slot may be handed off.
 local function handoffSlot(prefer)
-  local permits = tonumber(redis.call('GET', KEYS[7]) or '1')
+  -- Anything but a number 1..MAX_SLOTS (a key someone else wrote) counts as 1: a release must
+  -- not fail after it freed the slot, and 1 hands off least.
+  local permits = tonumber(redis.call('GET', KEYS[7]) or '1') or 1
+  if permits < 1 or permits > MAX_SLOTS then
+    permits = 1
+  end
   local values = slotValues()
   if heldCount(values) >= permits then
     return nil
