@@ -23,6 +23,8 @@ type acquireOptions struct {
 	queueMember   string
 	queueScore    float64
 	queueLiveness time.Duration
+	// permits is WithPermits' N; 0 without the option (a plain lock, today's scripts).
+	permits int
 	// attempt is this attempt's random id: the grant mark that lets a failed attempt undo only what
 	// it created (undo.lua), and, queued, the id in the ticket a handoff honours.
 	attempt string
@@ -60,6 +62,23 @@ func WithQueue(member string, score float64, liveness time.Duration) AcquireOpti
 	return func(o *acquireOptions) { o.queueMember, o.queueScore, o.queueLiveness = member, score, liveness }
 }
 
+// MaxPermits is the most holders WithPermits admits at once (and the number of slots the scripts
+// look at, see slots.lua).
+const MaxPermits = 64
+
+// WithPermits makes the lock a semaphore of n permits (1..MaxPermits): up to n holders at once,
+// each in its own slot (Lock.Slot) with its own fencing tokens, strictly increasing within the
+// slot. Slot 0 is the plain lock's keys. n is stored with the lock (the last acquisition's n wins)
+// and read by releases: after n is lowered, holders keep their slots and nobody acquires until
+// fewer than the new n are held; after it is raised, the next acquisitions get the new slots. Once
+// a lock is acquired WithPermits, every acquisition of it must be (even with n = 1): without the
+// option, Acquire uses the plain lock's scripts, which look at slot 0 only. With WithQueue, the
+// free slots go to the first waiters in line; without it, a caller gets a free slot only when more
+// slots are free than live waiters stand in the queue. On Redlock, n > 1 is refused
+// (ErrInvalidArgument): each node would choose its slot on its own, and no slot might reach a
+// majority; n = 1 is the plain lock there. Default: a plain lock.
+func WithPermits(n int) AcquireOption { return func(o *acquireOptions) { o.permits = n } }
+
 // Acquire acquires the lock named key for ttl. It returns ErrNotAcquired (possibly joined with the
 // context's error) when someone else holds the lock, and other errors when Redis could not answer;
 // errors.Is tells them apart. Transport errors are not retried here: a lock that Redis cannot grant
@@ -79,6 +98,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	}
 
 	k := c.keysFor(key, o.queueMember != "")
+	if o.permits > 0 {
+		k = c.keysForPermits(key)
+	}
 	var (
 		timer *time.Timer
 		watch *releaseWatch
@@ -140,6 +162,9 @@ func (c *Client) applyAcquireOptions(o *acquireOptions, opts []AcquireOption) er
 	if o.retry == nil {
 		o.retry = NoRetry()
 	}
+	if err := c.settlePermits(o); err != nil {
+		return err
+	}
 	if o.queueMember != "" {
 		if o.queueLiveness < MinTTL {
 			return invalidf("queue liveness %v: must be at least %v", o.queueLiveness, MinTTL)
@@ -147,6 +172,22 @@ func (c *Client) applyAcquireOptions(o *acquireOptions, opts []AcquireOption) er
 		if strings.ContainsRune(o.queueMember, 0) {
 			return invalidf("queue member %q must not contain a NUL byte", o.queueMember)
 		}
+	}
+	return nil
+}
+
+// settlePermits checks WithPermits' n: a semaphore needs one deployment (see WithPermits), where
+// n = 1 is the plain lock.
+func (c *Client) settlePermits(o *acquireOptions) error {
+	switch {
+	case o.permits == 0:
+		return nil
+	case o.permits < 1 || o.permits > MaxPermits:
+		return invalidf("permits %d: must be 1..%d", o.permits, MaxPermits)
+	case !c.handsOff() && o.permits > 1:
+		return invalidf("permits %d: Redlock nodes would choose slots on their own; a semaphore needs one deployment", o.permits)
+	case !c.handsOff():
+		o.permits = 0
 	}
 	return nil
 }
@@ -187,6 +228,14 @@ func (c *Client) awaitTurn(ctx context.Context, notAcquired error, timer *time.T
 func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *acquireOptions) (*Lock, error) {
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		if o.permits > 0 {
+			var liveness int64
+			if o.queueMember != "" {
+				liveness = o.queueLiveness.Milliseconds()
+			}
+			return c.runAcquire(ctx, n, scriptAcquireSlots, k, k,
+				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, liveness, o.permits)
+		}
 		if o.queueMember != "" {
 			return c.runAcquire(ctx, n, scriptAcquireQueued, k, k.withQueue(),
 				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds())
@@ -199,6 +248,7 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 	// late, so a failed attempt undoes there too (a node that answered "busy" cannot hold our token).
 	var fresh, readopted, unsure []int
 	var freshFence, readoptedFence int64
+	slot := 0 // a semaphore's: only on one deployment, so one node answers
 	busy, position, holder := 0, 0, ""
 	var errs []error
 	for i, r := range replies {
@@ -213,6 +263,9 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 		if err != nil {
 			errs = append(errs, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err})
 			continue
+		}
+		if g.ok {
+			slot = g.slot
 		}
 		switch {
 		case !g.ok:
@@ -263,6 +316,9 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence,
 		queued: o.queueMember != "" && c.handsOff(), readopted: isReadoption,
 		ttl: ttl, leaseStart: start, validUntil: validUntil}
+	if o.permits > 0 {
+		l.keys, l.slot = k.slot(slot), uint8(slot)
+	}
 	return l, nil
 }
 
@@ -326,7 +382,8 @@ func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script
 	}
 	// Granted on the primary but not replicated in time: undo it, it would not survive a
 	// failover.
-	_ = runScript(context.WithoutCancel(ctx), n, scriptUndo, k.lockMeta(), args[0], args[3]).Err()
+	undo, undoKeys := k.undoCall()
+	_ = runScript(context.WithoutCancel(ctx), n, undo, undoKeys, args[0], args[3]).Err()
 	return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)
 }
 
@@ -355,7 +412,8 @@ func (c *Client) undoQuietly(ctx context.Context, k keys, token, attempt string,
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.nodeTimeout, time.Second))
 	defer cancel()
 	c.onNodes(rctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return runScript(ctx, n, scriptUndo, k.lockMeta(), token, attempt).Result()
+		undo, undoKeys := k.undoCall()
+		return runScript(ctx, n, undo, undoKeys, token, attempt).Result()
 	})
 }
 
@@ -364,15 +422,16 @@ type grant struct {
 	ok        bool
 	fence     int64
 	readopted bool   // ok, and the lock already held our token
+	slot      int    // ok: the semaphore's slot (acquireslots.lua); 0 for a plain lock
 	position  int    // not ok: place in the queue (0 without one)
 	holder    string // not ok: the holder's metadata
 }
 
-// acquireReply parses the acquire scripts' reply: {1, fence, readopted} when acquired, {0, position[, holder]}
-// when not.
+// acquireReply parses the acquire scripts' reply: {1, fence, readopted[, slot]} when acquired,
+// {0, position[, holder]} when not.
 func acquireReply(v any) (grant, error) {
 	vals, isSlice := v.([]any)
-	if !isSlice || len(vals) < 2 || len(vals) > 3 {
+	if !isSlice || len(vals) < 2 || len(vals) > 4 {
 		return grant{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
 	flag, ok1 := vals[0].(int64)
@@ -381,8 +440,16 @@ func acquireReply(v any) (grant, error) {
 		return grant{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
 	if flag == 1 {
-		readopted, _ := vals[len(vals)-1].(int64)
-		return grant{ok: true, fence: n, readopted: len(vals) == 3 && readopted == 1}, nil
+		g := grant{ok: true, fence: n}
+		if len(vals) >= 3 {
+			readopted, _ := vals[2].(int64)
+			g.readopted = readopted == 1
+		}
+		if len(vals) == 4 {
+			slot, _ := vals[3].(int64)
+			g.slot = int(slot)
+		}
+		return g, nil
 	}
 	var holder string
 	if len(vals) == 3 {

@@ -105,4 +105,33 @@ func TestRedisCluster(t *testing.T) {
 	if _, err := c.Acquire(ctx, key, time.Second, WithQueue("w", 0, time.Minute)); err != nil {
 		t.Fatalf("queued Acquire of a free lock: %v", err)
 	}
+
+	clusterSemaphore(t, c)
+}
+
+// clusterSemaphore: a semaphore's scripts derive its slots' keys from the lock key (slots.lua);
+// they share its hash tag, so the cluster node that owns the lock runs them all.
+func clusterSemaphore(t *testing.T, c *Client) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	var holders []*Lock
+	for i, m := range []string{"a", "b", "c"} {
+		l := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithQueue(m, 0, time.Minute), WithMetadata(m))
+		if l.Slot() != i {
+			t.Fatalf("cluster semaphore: %s got slot %d, want %d", m, l.Slot(), i)
+		}
+		holders = append(holders, l)
+	}
+	mustQueue(t, c, key, "w", 1, 3, 1)
+	if err := holders[2].Renew(ctx, time.Minute); err != nil {
+		t.Fatalf("cluster semaphore: renew slot 2: %v", err)
+	}
+	if err := holders[1].Release(ctx); err != nil {
+		t.Fatalf("cluster semaphore: release slot 1: %v", err)
+	}
+	wantHolders(t, c, key, "a", "w", "c")
+	claim(t, c, key, "w", 1, 3, 1)
+	if err := c.DequeueSlots(ctx, key, "nobody"); err != nil {
+		t.Fatalf("cluster semaphore: DequeueSlots: %v", err)
+	}
 }

@@ -71,6 +71,19 @@
 // confirmed by that attempt in Redis, which also dates the lease and returns the true fence.
 // Attempt ids are 96 random bits. Redlock clients queue but do not hand off.
 //
+// # Semaphores
+//
+// WithPermits(n) makes a lock a semaphore: up to n holders at once (at most MaxPermits), each in a
+// slot of its own (Lock.Slot). Slot 0 is the plain lock's keys; slot i is the lock key with ":s<i>"
+// appended, with its own metadata and fence counter, and all slots share the lock's queue. A fence
+// orders a holder against the earlier holders of its slot: a store partitioned by slot can fence
+// each partition, a store shared by all slots cannot (n holders may write at once; that is what a
+// semaphore is). The n of the last acquisition is stored with the lock and ruled by the release
+// scripts: lowering it preempts nobody, and nobody acquires until fewer than the new n are held.
+// Renew, TTL and the Keeper work on a slot as on a plain lock; ReleaseSlotToken, DequeueSlots and
+// InspectSlots are ReleaseToken, Dequeue and Inspect for a semaphore. A semaphore needs one
+// deployment: Redlock refuses n > 1.
+//
 // # What Redis must not do
 //
 // A lock lives only as long as its key: a Redis that evicts keys under memory pressure (any

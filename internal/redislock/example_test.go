@@ -221,3 +221,48 @@ func ExampleKeeper() {
 	// Output:
 	// renewed: true true
 }
+
+// A semaphore of 2: two holders at once, each in its own slot with its own fencing tokens; a third
+// caller waits in line and is handed the slot the next release frees.
+func ExampleWithPermits() {
+	ctx := context.Background()
+	locks := exampleClient()
+	acquire := func(member string, score float64) (*redislock.Lock, error) {
+		return locks.Acquire(ctx, "backups", time.Minute, redislock.WithPermits(2),
+			redislock.WithQueue(member, score, time.Minute), redislock.WithMetadata(member))
+	}
+
+	first, _ := acquire("first", 1)
+	second, _ := acquire("second", 2)
+	fmt.Println("first holds slot", first.Slot(), "and second slot", second.Slot())
+
+	_, err := acquire("third", 3)
+	if qe, ok := errors.AsType[*redislock.QueuedError](err); ok {
+		fmt.Println("third waits at position", qe.Position)
+	}
+
+	if err := second.Release(ctx); err != nil { // hands slot 1 to the head of the queue
+		log.Fatal(err)
+	}
+	third, err := acquire("third", 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("third holds slot", third.Slot(), "handed off:", third.Readopted(), "fence above second's:", third.Fence() > second.Fence())
+
+	slots, err := locks.InspectSlots(ctx, "backups", 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i, st := range slots {
+		fmt.Printf("slot %d: held by %s\n", i, st.Metadata)
+	}
+	_ = first.Release(ctx)
+	_ = third.Release(ctx)
+	// Output:
+	// first holds slot 0 and second slot 1
+	// third waits at position 1
+	// third holds slot 1 handed off: true fence above second's: true
+	// slot 0: held by first
+	// slot 1: held by third
+}

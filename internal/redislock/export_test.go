@@ -1,6 +1,10 @@
 package redislock
 
-import "maps"
+import (
+	"maps"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // LateReleasesStarted reports how many late releases c has started so far.
 func LateReleasesStarted(c *Client) int64 { return c.late.started.Load() }
@@ -39,3 +43,16 @@ func ReleaseListeners(c *Client, node int) int {
 
 // ComposedScripts returns the source of every script the package runs, by name, as sent to Redis.
 func ComposedScripts() map[string]string { return maps.Clone(composedSources) }
+
+// ReplaceAcquireSlotsScript makes c's package acquire semaphores with the acquire script edit makes
+// of the real one (its own source, after the helpers), until the test ends: the exclusion checker
+// must fail on a broken script. It panics if edit changes nothing.
+func ReplaceAcquireSlotsScript(t interface{ Cleanup(func()) }, edit func(string) string) {
+	broken := edit(acquireSlotsSrc)
+	if broken == acquireSlotsSrc {
+		panic("ReplaceAcquireSlotsScript: the edit changed nothing")
+	}
+	saved := scriptAcquireSlots
+	scriptAcquireSlots = redis.NewScript(holderSrc + clockSrc + queueSrc + slotsSrc + broken)
+	t.Cleanup(func() { scriptAcquireSlots = saved })
+}

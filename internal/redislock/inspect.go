@@ -103,3 +103,41 @@ func (c *Client) Inspect(ctx context.Context, key string) (State, error) {
 	}
 	return st, nil
 }
+
+// InspectSlots reads the first n slots of a lock acquired WithPermits in one call (slot i at index
+// i), as Inspect reads a plain lock: holder metadata, lease left and the slot's last fencing token.
+// Slot 0 is what Inspect reads. It never reveals a token. A semaphore lives on one deployment, so
+// on Redlock it is refused.
+func (c *Client) InspectSlots(ctx context.Context, key string, n int) ([]State, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	if err := c.validateSlots("inspect slots", n); err != nil {
+		return nil, err
+	}
+	vals, err := runScript(ctx, c.nodes[0], scriptInspectSlots, c.keysFor(key, false)[:1], n).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("inspect slots %s: %w", key, &NodeError{Node: 0, Addr: nodeAddr(c.nodes[0]), Err: err})
+	}
+	if len(vals) != 3*n {
+		return nil, fmt.Errorf("inspect slots %s: unexpected reply of %d values for %d slots", key, len(vals), n)
+	}
+	states := make([]State, n)
+	for i := range states {
+		states[i] = slotState(vals[3*i : 3*i+3])
+	}
+	return states, nil
+}
+
+// slotState reads one slot's {pttl, metadata, fence} from inspectslots.lua.
+func slotState(vals []any) State {
+	var st State
+	if f, ok := vals[2].(string); ok {
+		st.Fence, _ = strconv.ParseInt(f, 10, 64)
+	}
+	if pttl, _ := vals[0].(int64); pttl > 0 || pttl == -1 {
+		st.Held, st.TTL = true, time.Duration(max(pttl, 0))*time.Millisecond
+		st.Metadata, _ = vals[1].(string)
+	}
+	return st
+}

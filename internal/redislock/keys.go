@@ -1,8 +1,11 @@
 package redislock
 
 import (
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -23,10 +26,20 @@ func (c *Client) RedisKey(key string) string { return c.prefix + "{" + key + "}"
 type keys []string
 
 // keySuffixes name a lock's keys after the lock key itself, in keys order.
-var (
-	keySuffixes       = []string{":meta", ":fence"}
-	queuedKeySuffixes = []string{":meta", ":fence", ":queue", ":waiters", ":tickets"}
+const (
+	metaSuffix  = ":meta"
+	fenceSuffix = ":fence"
 )
+
+var (
+	keySuffixes        = []string{metaSuffix, fenceSuffix}
+	queuedKeySuffixes  = []string{metaSuffix, fenceSuffix, ":queue", ":waiters", ":tickets"}
+	permitsKeySuffixes = []string{metaSuffix, fenceSuffix, ":queue", ":waiters", ":tickets", ":permits"}
+)
+
+// permitsKeyCount is how many keys a semaphore's scripts receive: the queued keys, then :permits.
+// Only keysForPermits makes keys this long, which is how undoCall tells a semaphore.
+const permitsKeyCount = 7
 
 // keysFor runs on every Acquire, so it builds all keys in one string: each key after the first is the
 // lock key and its suffix, and the lock key is the start of that string.
@@ -35,6 +48,15 @@ func (c *Client) keysFor(key string, queued bool) keys {
 	if queued {
 		suffixes = queuedKeySuffixes
 	}
+	return c.keysWith(key, suffixes)
+}
+
+// keysForPermits returns the keys of a semaphore (a lock acquired WithPermits): slot 0's lock, meta
+// and fence, the queue's three keys, then :permits. The other slots' keys are derived from the
+// first by the scripts (slots.lua) and by slot.
+func (c *Client) keysForPermits(key string) keys { return c.keysWith(key, permitsKeySuffixes) }
+
+func (c *Client) keysWith(key string, suffixes []string) keys {
 	baseLen := len(c.prefix) + len(key) + len("{}")
 	size := 0
 	for _, s := range suffixes {
@@ -61,6 +83,40 @@ func (c *Client) keysFor(key string, queued bool) keys {
 }
 
 func (k keys) lock() string { return k[0] }
+
+// slot returns the keys of slot i of the semaphore whose keys (keysForPermits) are k: its lock, meta
+// and fence keys (see slots.lua), then the shared queue and permits keys, then slot 0's lock key.
+// Slot 0 is k itself. A Lock holds them, so Renew and TTL find the slot's keys first, and
+// semaphore finds the rest.
+func (k keys) slot(i int) keys {
+	if i == 0 {
+		return k
+	}
+	lock := k[0] + ":s" + strconv.Itoa(i)
+	return append(keys{lock, lock + metaSuffix, lock + fenceSuffix}, append(k[3:permitsKeyCount:permitsKeyCount], k[0])...)
+}
+
+// semaphore returns the keys of the whole semaphore (keysForPermits) from a slot's keys (slot), or
+// nil for a plain lock's keys.
+func (k keys) semaphore() keys {
+	switch len(k) {
+	case permitsKeyCount:
+		return k
+	case permitsKeyCount + 1:
+		lock := k[permitsKeyCount]
+		return keys{lock, lock + metaSuffix, lock + fenceSuffix, k[3], k[4], k[5], k[6]}
+	}
+	return nil
+}
+
+// undoCall is the script and keys that undo a failed attempt's fresh grant on the lock whose keys
+// are k: the lock itself, or, for a semaphore, whichever slot the attempt was granted.
+func (k keys) undoCall() (*redis.Script, []string) {
+	if len(k) == permitsKeyCount {
+		return scriptUndoSlots, k[:1]
+	}
+	return scriptUndo, k.lockMeta()
+}
 
 // lockMeta is what renew, a release without a handoff and an undo touch.
 func (k keys) lockMeta() []string { return k[:2] }

@@ -129,7 +129,8 @@ func (c *Client) runLateRelease(k keys, lk lateKey) {
 			args = append(args, a)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(c.nodeTimeout, 500*time.Millisecond))
-		err := runScript(ctx, c.nodes[lk.node], scriptUndo, k.lockMeta(), args...).Err()
+		undo, undoKeys := k.undoCall()
+		err := runScript(ctx, c.nodes[lk.node], undo, undoKeys, args...).Err()
 		cancel()
 		if err == nil {
 			// Undone, or the node never applied these attempts (or a later one re-adopted).

@@ -27,6 +27,10 @@ type Lock struct {
 	queued bool
 	// readopted: the Acquire found the lock already held with its token (see Readopted).
 	readopted bool
+	// slot is the semaphore slot of a lock acquired WithPermits (whose keys, see keys.slot, are its
+	// slot's and tell it from a plain lock). A byte beside the two bools, where the struct had
+	// padding: a plain Lock keeps its size class (BenchmarkUncontended allocates one per Acquire).
+	slot uint8
 
 	state atomic.Int32
 
@@ -77,6 +81,15 @@ func (l *Lock) Readopted() bool {
 		return false
 	}
 	return l.readopted
+}
+
+// Slot returns the semaphore slot this lock holds (0..n-1; see WithPermits); 0 for a plain lock.
+// The fence orders this holder against the earlier holders of the same slot only.
+func (l *Lock) Slot() int {
+	if l == nil {
+		return 0
+	}
+	return int(l.slot)
 }
 
 // Fence returns the fencing token of this acquisition.

@@ -53,9 +53,12 @@ end
 -- nothing undoes. The waiter stays in the liveness set (so its ticket is cleaned up if it never
 -- claims the lock) but leaves the queue.
 -- Returns the message that tells the waiter, or nil if nobody waits.
--- Message: lock key, fence, lease ms, attempt id and waiter, separated by NUL bytes (keys and
--- waiter names cannot contain NUL; see validateKey).
-local function handoff()
+-- Message: lock key (KEYS[1]: a semaphore's slots are announced under the lock's name), fence,
+-- lease ms, attempt id and waiter, then, for a semaphore slot above 0, the slot, separated by NUL
+-- bytes (keys and waiter names cannot contain NUL; see validateKey).
+-- lock, meta and fence are the keys of the slot handed off (KEYS[1..3] for a plain lock), slot its
+-- number (nil for a plain lock; slots.lua).
+local function handoff(lock, meta, fence, slot)
   prune()
   local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
   if not head then
@@ -69,20 +72,24 @@ local function handoff()
   local deadline = redis.call('ZSCORE', KEYS[5], head)
   local alive = deadline and (tonumber(deadline) - nowMs()) or tonumber(t.liveness)
   local lease = math.max(1, math.min(tonumber(t.ttl), tonumber(t.liveness), alive))
-  redis.call('SET', KEYS[1], t.token, 'PX', lease)
+  redis.call('SET', lock, t.token, 'PX', lease)
   if t.metadata ~= '' then
-    redis.call('SET', KEYS[2], t.metadata, 'PX', lease)
+    redis.call('SET', meta, t.metadata, 'PX', lease)
   end
-  local fence = nextFence(KEYS[3])
+  local token = nextFence(fence)
   redis.call('ZREM', KEYS[4], head)
-  return table.concat({KEYS[1], string.format('%.0f', fence), lease, t.attempt, head}, '\0')
+  local message = {KEYS[1], string.format('%.0f', token), lease, t.attempt, head}
+  if slot and slot > 0 then
+    message[6] = slot
+  end
+  return table.concat(message, '\0')
 end
 
 -- releaseToHead frees the lock and hands it off to the next waiter, then tells the release channel
 -- (ARGV[2] in both scripts that release a lock).
 local function releaseToHead()
   redis.call('DEL', KEYS[1], KEYS[2])
-  local message = handoff() or KEYS[1]
+  local message = handoff(KEYS[1], KEYS[2], KEYS[3]) or KEYS[1]
   if ARGV[2] ~= '' then
     redis.call('PUBLISH', ARGV[2], message)
   end

@@ -21,6 +21,9 @@ func (l *Lock) Release(ctx context.Context) error {
 		script, keys = scriptReleaseHandoff, l.keys.withQueue()
 	}
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		if sem := l.keys.semaphore(); sem != nil {
+			return runScript(ctx, n, scriptReleaseSlot, sem, l.token, c.notify, l.slot, handsOffArg(l.queued)).Result()
+		}
 		return runScript(ctx, n, script, keys, l.token, c.notify).Result()
 	})
 	t := tallyInts(replies)
@@ -43,15 +46,44 @@ func (l *Lock) Release(ctx context.Context) error {
 // lock to the head of its queue, as Release does for a lock acquired WithQueue. It returns
 // ErrNotHeld if token does not hold the lock (nothing is touched).
 func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
+	if err := validateRelease(key, token); err != nil {
+		return err
+	}
+	l := &Lock{client: c, key: key, keys: c.keysFor(key, c.handsOff()), token: token, queued: c.handsOff()}
+	return l.Release(ctx)
+}
+
+// ReleaseSlotToken is ReleaseToken for slot of a lock acquired WithPermits: it deletes the slot if
+// token holds it and hands a slot off to the head of the queue while fewer than the lock's permits
+// are held (see WithPermits). A semaphore lives on one deployment, so on Redlock it is refused.
+func (c *Client) ReleaseSlotToken(ctx context.Context, key string, slot int, token string) error {
+	if err := validateRelease(key, token); err != nil {
+		return err
+	}
+	if err := c.validateSlots("release slot", slot+1); err != nil {
+		return err
+	}
+	l := &Lock{client: c, key: key, keys: c.keysForPermits(key).slot(slot), slot: uint8(slot), token: token, queued: true}
+	return l.Release(ctx)
+}
+
+func validateRelease(key, token string) error {
 	if err := validateKey(key); err != nil {
 		return err
 	}
 	if token == "" {
 		return invalidf("empty token")
 	}
-	if err := validateToken(token); err != nil {
-		return err
+	return validateToken(token)
+}
+
+// validateSlots refuses a semaphore call on Redlock and a slot count outside 1..MaxPermits.
+func (c *Client) validateSlots(verb string, n int) error {
+	if !c.handsOff() {
+		return invalidf("%s: a semaphore needs one deployment, not Redlock", verb)
 	}
-	l := &Lock{client: c, key: key, keys: c.keysFor(key, c.handsOff()), token: token, queued: c.handsOff()}
-	return l.Release(ctx)
+	if n < 1 || n > MaxPermits {
+		return invalidf("%s: %d slots; must be 1..%d", verb, n, MaxPermits)
+	}
+	return nil
 }

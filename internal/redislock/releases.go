@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,9 @@ import (
 type Released struct {
 	Key      string // the lock's Redis key
 	HandedTo string // the queue member the release handed the lock to; "" when it was simply freed
+	// Slot is the semaphore slot handed off (see WithPermits); 0 for a plain lock, slot 0, or a
+	// release that handed nothing off. Key is always the lock's (slot 0's) Redis key.
+	Slot int
 	// Missed says the subscription broke and was made again: releases in between went unannounced.
 	// Key and HandedTo are empty; whoever waits should ask Redis.
 	Missed bool
@@ -60,10 +64,13 @@ type release struct {
 	handedOff bool
 	member    string // the waiter it went to
 	attempt   string // the attempt whose ticket the handoff honoured
+	slot      int    // the semaphore slot handed off (0 when the message names none)
 }
 
-// parseRelease reads a release message: the lock key alone, or key, fence, lease in ms, attempt and
-// member separated by NUL bytes (fence and lease are for other readers).
+// parseRelease reads a release message: the lock key alone, or key, fence, lease in ms, attempt,
+// member and, for a semaphore slot above 0, the slot, separated by NUL bytes (fence and lease are
+// for other readers). Messages without the slot (slot 0, and every message before semaphores) read
+// as slot 0.
 func parseRelease(payload string) release {
 	key, rest, handedOff := strings.Cut(payload, "\x00")
 	if !handedOff {
@@ -71,8 +78,13 @@ func parseRelease(payload string) release {
 	}
 	_, rest, _ = strings.Cut(rest, "\x00") // fence
 	_, rest, _ = strings.Cut(rest, "\x00") // lease
-	attempt, member, _ := strings.Cut(rest, "\x00")
-	return release{key: key, handedOff: true, member: member, attempt: attempt}
+	attempt, rest, _ := strings.Cut(rest, "\x00")
+	member, slotField, _ := strings.Cut(rest, "\x00")
+	slot, err := strconv.Atoi(slotField)
+	if err != nil || slot < 0 || slot >= MaxPermits {
+		slot = 0 // absent or forged: a message is only a wake-up, and no reader indexes past a slot
+	}
+	return release{key: key, handedOff: true, member: member, attempt: attempt, slot: slot}
 }
 
 // releaseWatch is one waiting Acquire's interest in the releases of one lock.
@@ -303,7 +315,7 @@ func (h *releaseHub) dispatch(ns *nodeSubscription, r release) {
 		}
 	}
 	h.mu.Unlock()
-	h.announce(ns, Released{Key: r.key, HandedTo: r.member})
+	h.announce(ns, Released{Key: r.key, HandedTo: r.member, Slot: r.slot})
 }
 
 // announce hands rel to every subscriber of the node, waiting for each reader that is behind

@@ -38,6 +38,16 @@ var (
 	lineupSrc string
 	//go:embed queuestate.lua
 	queueStateSrc string
+	//go:embed acquireslots.lua
+	acquireSlotsSrc string
+	//go:embed releaseslot.lua
+	releaseSlotSrc string
+	//go:embed dequeueslots.lua
+	dequeueSlotsSrc string
+	//go:embed inspectslots.lua
+	inspectSlotsSrc string
+	//go:embed undoslots.lua
+	undoSlotsSrc string
 	// Lua scripts cannot include one another, so shared helpers are put in front of the scripts that
 	// use them: holder.lua (who holds a lock), clock.lua (server clock, fence counter), queue.lua
 	// (the waiter queue and handoff) and grant.lua (the end of a successful acquisition). Each script
@@ -51,6 +61,12 @@ var (
 	queueSrc string
 	//go:embed grant.lua
 	grantSrc string
+	// A semaphore's scripts (a lock acquired WithPermits) also carry slots.lua (its slots' keys) and,
+	// when they free a slot, slotrelease.lua (which slot a release hands off).
+	//go:embed slots.lua
+	slotsSrc string
+	//go:embed slotrelease.lua
+	slotReleaseSrc string
 
 	scriptAcquire        = compose("acquire", holderSrc, clockSrc, grantSrc, acquireSrc)
 	scriptAcquireQueued  = compose("acquire queued", holderSrc, clockSrc, queueSrc, grantSrc, acquireQueuedSrc)
@@ -66,6 +82,12 @@ var (
 	scriptKeepQueued     = compose("keep queued", clockSrc, keepQueuedSrc)
 	scriptLineup         = compose("lineup", lineupSrc)
 	scriptQueueState     = compose("queue state", clockSrc, queueStateSrc)
+
+	scriptAcquireSlots = compose("acquire slots", holderSrc, clockSrc, queueSrc, slotsSrc, acquireSlotsSrc)
+	scriptReleaseSlot  = compose("release slot", holderSrc, clockSrc, queueSrc, slotsSrc, slotReleaseSrc, releaseSlotSrc)
+	scriptDequeueSlots = compose("dequeue slots", holderSrc, clockSrc, queueSrc, slotsSrc, slotReleaseSrc, dequeueSlotsSrc)
+	scriptInspectSlots = compose("inspect slots", slotsSrc, inspectSlotsSrc)
+	scriptUndoSlots    = compose("undo slots", slotsSrc, undoSlotsSrc)
 )
 
 // composedSources holds the source of every composed script by name, for the test that checks each

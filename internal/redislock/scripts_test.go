@@ -43,6 +43,16 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 		{"queue state", func() error { _, err := c.QueueState(ctx, key); return err }},
 		{"inspect", func() error { _, err := c.Inspect(ctx, key); return err }},
 		{"dequeue", func() error { return c.Dequeue(ctx, key, "b") }},
+		{"acquire slots, release slot", func() error {
+			l, err := c.Acquire(ctx, key+"/sem", time.Minute, WithPermits(2))
+			if err != nil {
+				return err
+			}
+			flushScripts(t, rc)
+			return l.Release(ctx)
+		}},
+		{"inspect slots", func() error { _, err := c.InspectSlots(ctx, key+"/sem", 2); return err }},
+		{"dequeue slots", func() error { return c.DequeueSlots(ctx, key+"/sem", "b") }},
 	}
 	for _, s := range steps {
 		flushScripts(t, rc)

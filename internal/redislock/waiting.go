@@ -109,6 +109,23 @@ func (c *Client) Dequeue(ctx context.Context, key, member string) error {
 	return nil
 }
 
+// DequeueSlots is Dequeue for a lock acquired WithPermits: it removes member from the queue and, if
+// a release handed member a slot in the meantime, releases that slot and hands a slot on (see
+// ReleaseSlotToken); a slot that is free while others wait and fewer than the permits are held goes
+// to the new head as well. A semaphore lives on one deployment, so on Redlock it is refused.
+func (c *Client) DequeueSlots(ctx context.Context, key, member string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := c.validateSlots("dequeue slots", 1); err != nil {
+		return err
+	}
+	if err := runScript(ctx, c.nodes[0], scriptDequeueSlots, c.keysForPermits(key), member, c.notify).Err(); err != nil {
+		return fmt.Errorf("dequeue slots %s: %w", key, &NodeError{Node: 0, Addr: nodeAddr(c.nodes[0]), Err: err})
+	}
+	return nil
+}
+
 func handsOffArg(on bool) string {
 	if on {
 		return "1"

@@ -1,0 +1,79 @@
+-- acquireslots.lua: acquire one slot of a semaphore (a lock acquired with permits N; see
+-- slots.lua), with or without a queue. holder.lua, clock.lua, queue.lua and slots.lua come first.
+-- KEYS[1..6] lock, meta, fence, queue, waiters, tickets of slot 0 (see queue.lua)
+-- KEYS[7] permits (string: the N the last acquisition asked for; no TTL; read by releaseslot.lua)
+-- ARGV[1..4] token, ttl in ms, metadata, attempt id (as in acquire.lua)
+-- ARGV[5] waiter ("" = not queued)   ARGV[6] score   ARGV[7] waiter liveness in ms   ARGV[8] N
+-- Returns {1, fence, 0, slot} for a fresh grant, {1, fence, 1, slot} for a re-adoption (our token
+-- in any slot: a restarted holder, a late attempt, a slot a release handed to this waiter), and
+-- {0, position, holder} when not acquired: position is the waiter's place in the queue (0 when not
+-- queued); holder is the metadata of the lowest held slot, or false.
+--
+-- A free slot goes to the caller when fewer than N slots are held (all slots count, also those at
+-- or above N, which holders keep after N was lowered) and, queued, the caller is among the first
+-- N - held live waiters; not queued, when fewer than N - held live waiters stand in the queue, so
+-- a caller that does not queue never takes a slot a waiter is entitled to.
+
+local n = tonumber(ARGV[8])
+local values = slotValues()
+redis.call('SET', KEYS[7], ARGV[8])
+
+local function slotMeta(slot)
+  if ARGV[3] ~= '' then
+    redis.call('SET', slotKey(slot) .. ':meta', ARGV[3], 'PX', ARGV[2])
+  end
+end
+
+for i = 0, MAX_SLOTS - 1 do
+  if holds(values[i + 1], ARGV[1]) then
+    -- As readopt in grant.lua, on slot i: the bare token drops a grant mark.
+    redis.call('SET', slotKey(i), ARGV[1], 'PX', ARGV[2])
+    slotMeta(i)
+    if ARGV[5] ~= '' then
+      forget(ARGV[5])
+    end
+    return {1, tonumber(redis.call('GET', slotKey(i) .. ':fence') or '0'), 1, i}
+  end
+end
+
+local held = heldCount(values)
+local free = nil
+if held < n then
+  free = lowestFree(values, n) -- exists: fewer than n slots are held in all
+  prune()
+end
+
+local function holderMeta()
+  for i = 0, MAX_SLOTS - 1 do
+    if values[i + 1] then
+      return redis.call('GET', slotKey(i) .. ':meta')
+    end
+  end
+  return false
+end
+
+if ARGV[5] ~= '' then
+  redis.call('ZADD', KEYS[4], ARGV[6], ARGV[5])
+  redis.call('ZADD', KEYS[5], nowMs() + tonumber(ARGV[7]), ARGV[5])
+  writeTicket(ARGV[5], {ttl = ARGV[2], attempt = ARGV[4], token = ARGV[1], metadata = ARGV[3], liveness = ARGV[7]})
+  local position = redis.call('ZRANK', KEYS[4], ARGV[5]) + 1
+  if not free then
+    return {0, position, holderMeta()}
+  end
+  if position > n - held then
+    return {0, position}
+  end
+  forget(ARGV[5])
+else
+  if not free then
+    return {0, 0, holderMeta()}
+  end
+  if redis.call('ZCARD', KEYS[4]) >= n - held then
+    return {0, 0}
+  end
+end
+
+-- As grantFresh in grant.lua, on the free slot: the grant mark lets undoslots.lua remove it.
+redis.call('SET', slotKey(free), ARGV[1] .. '\0' .. ARGV[4], 'PX', ARGV[2])
+slotMeta(free)
+return {1, nextFence(slotKey(free) .. ':fence'), 0, free}
