@@ -66,14 +66,14 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	onlySpec := builder.WithPredicates(predicate.GenerationChangedPredicate{})
 	if err := ctrl.NewControllerManagedBy(mgr).
 		For(&batchv1alpha1.Lock{}, onlySpec).
-		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(batchv1alpha1.LockScopeNamespace))).
+		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(mgr.GetCache(), batchv1alpha1.LockScopeNamespace))).
 		Named("lock").
 		Complete(reconcile.Func(r.reconcileLock)); err != nil {
 		return fmt.Errorf("set up lock view controller: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		For(&batchv1alpha1.ClusterLock{}, onlySpec).
-		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(batchv1alpha1.LockScopeCluster))).
+		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(mgr.GetCache(), batchv1alpha1.LockScopeCluster))).
 		Named("clusterlock").
 		Complete(reconcile.Func(r.reconcileClusterLock)); err != nil {
 		return fmt.Errorf("set up cluster lock view controller: %w", err)
@@ -81,16 +81,22 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return nil
 }
 
-// viewOf maps a LockedJob to the view object of its lock, for locks of the given scope.
-func viewOf(scope batchv1alpha1.LockScope) handler.MapFunc {
-	return func(_ context.Context, o client.Object) []reconcile.Request {
+// viewOf maps a LockedJob to the view object of its lock, for locks of the given scope, when that
+// object exists in the cache: most locks are not declared, and their LockedJobs' changes should cost
+// no pass of the view (a cache lookup instead of a queue item and a reconcile).
+func viewOf(cache client.Reader, scope batchv1alpha1.LockScope) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		lj, ok := o.(*batchv1alpha1.LockedJob)
 		if !ok || lockScope(lj) != scope {
 			return nil
 		}
 		name := types.NamespacedName{Name: lj.Spec.Lock.Name}
+		var view client.Object = &batchv1alpha1.ClusterLock{}
 		if scope == batchv1alpha1.LockScopeNamespace {
-			name.Namespace = lj.Namespace
+			name.Namespace, view = lj.Namespace, &batchv1alpha1.Lock{}
+		}
+		if err := cache.Get(ctx, name, view); apierrors.IsNotFound(err) {
+			return nil
 		}
 		return []reconcile.Request{{NamespacedName: name}}
 	}
