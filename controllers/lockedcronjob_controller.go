@@ -124,9 +124,7 @@ func (r *LockedCronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	if r.RedisTimeout <= 0 {
-		r.RedisTimeout = 2 * time.Second
-	}
+	r.RedisTimeout = cmpOr(r.RedisTimeout, 2*time.Second)
 	if kind := unservedKind(mgr, "LockedCronJob"); kind != "" {
 		skipUnserved("LockedCronJob schedules", kind)
 		return nil

@@ -91,9 +91,7 @@ func (c *Config) defaults() {
 	if c.WaitBackoffMax < c.WaitBackoffMin {
 		c.WaitBackoffMax = max(15*time.Second, c.WaitBackoffMin)
 	}
-	if c.RedisTimeout <= 0 {
-		c.RedisTimeout = 2 * time.Second
-	}
+	c.RedisTimeout = cmpOr(c.RedisTimeout, 2*time.Second)
 	if c.QueueRecheck <= 0 {
 		c.QueueRecheck = 20 * c.WaitBackoffMax
 	}

@@ -225,19 +225,3 @@ func (r *LockViewReconciler) wrote(id types.NamespacedName) {
 	defer r.mu.Unlock()
 	r.written[id] = r.Clock.Now()
 }
-
-// lockScope is a LockedJob's scope, Namespace when unset (objects stored before the CRD default).
-func lockScope(lj *batchv1alpha1.LockedJob) batchv1alpha1.LockScope {
-	if lj.Spec.Lock.Scope == "" {
-		return batchv1alpha1.LockScopeNamespace
-	}
-	return lj.Spec.Lock.Scope
-}
-
-// cmpOr returns d, or def when d is not positive.
-func cmpOr(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
