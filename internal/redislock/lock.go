@@ -92,6 +92,11 @@ func (l *Lock) Slot() int {
 	return int(l.slot)
 }
 
+// Semaphore reports whether the lock was acquired as a semaphore (see WithPermits): its holder
+// records Slot beside the fence, and a process without the *Lock releases it with
+// ReleaseSlotToken.
+func (l *Lock) Semaphore() bool { return l != nil && l.keys.semaphore() != nil }
+
 // Fence returns the fencing token of this acquisition.
 func (l *Lock) Fence() int64 {
 	if l == nil {
