@@ -25,6 +25,9 @@ type acquireOptions struct {
 	queueLiveness time.Duration
 	// permits is WithPermits' N; 0 without the option (a plain lock, today's scripts).
 	permits int
+	// diverted: the lock turned out to be a semaphore (see divert), so attempts run the semaphore's
+	// script under its stored N (see Acquire; permits stays 0, which acquireslots.lua reads as "keep it").
+	diverted bool
 	// attempt is this attempt's random id: the grant mark that lets a failed attempt undo only what
 	// it created (undo.lua), and, queued, the id in the ticket a handoff honours.
 	attempt string
@@ -68,13 +71,16 @@ const MaxPermits = 64
 
 // WithPermits makes the lock a semaphore of n permits (1..MaxPermits): up to n holders at once,
 // each in its own slot (Lock.Slot) with its own fencing tokens, strictly increasing within the
-// slot. Slot 0 is the plain lock's keys. n is stored with the lock (the last acquisition's n wins)
-// and read by releases: after n is lowered, holders keep their slots and nobody acquires until
-// fewer than the new n are held; after it is raised, the next acquisitions get the new slots. Once
-// a lock is acquired WithPermits, every acquisition of it must be (even with n = 1): without the
-// option, Acquire uses the plain lock's scripts, which look at slot 0 only. With WithQueue, the
-// free slots go to the first waiters in line; without it, a caller gets a free slot only when more
-// slots are free than live waiters stand in the queue. On Redlock, n > 1 is refused
+// slot. Slot 0 is the plain lock's keys. n is stored with the lock (the last acquisition's n, or
+// SetPermits', wins) and read by releases: after n is lowered, holders keep their slots and nobody
+// acquires until fewer than the new n are held; after it is raised, the next acquisitions get the
+// new slots. Once n is stored the lock stays a semaphore for every caller: an Acquire without the
+// option finds that out in its first script, which changes nothing, and acquires a slot under the
+// stored n with one more script call (its Lock is the slot's: see Lock.Semaphore); Release,
+// ReleaseToken and Dequeue of a plain caller likewise release slot 0, or dequeue, as the
+// semaphore's. With WithQueue, the free slots go to the first waiters in line; without it, a
+// caller gets a free slot only when more slots are free than live waiters stand in the queue. On
+// Redlock, n > 1 is refused
 // (ErrInvalidArgument): each node would choose its slot on its own, and no slot might reach a
 // majority; n = 1 is the plain lock there. Default: a plain lock.
 func WithPermits(n int) AcquireOption { return func(o *acquireOptions) { o.permits = n } }
@@ -113,6 +119,12 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		o.attempt = id
 		start := time.Now()
 		l, err := c.attemptAcquire(ctx, start, key, k, ttl, &o)
+		if errors.Is(err, errSemaphore) {
+			// The plain script found a semaphore and changed nothing: this attempt, and every later
+			// one, is the semaphore's. The lease still counts from the first script's start.
+			o.diverted, k = true, c.keysForPermits(key)
+			l, err = c.attemptAcquire(ctx, start, key, k, ttl, &o)
+		}
 		if err == nil {
 			return l, nil
 		}
@@ -228,7 +240,7 @@ func (c *Client) awaitTurn(ctx context.Context, notAcquired error, timer *time.T
 func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *acquireOptions) (*Lock, error) {
 	ttlMs := ttl.Milliseconds()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		if o.permits > 0 {
+		if o.semaphore() {
 			var liveness int64
 			if o.queueMember != "" {
 				liveness = o.queueLiveness.Milliseconds()
@@ -257,6 +269,13 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 			if isTimeout(r.err) {
 				unsure = append(unsure, i)
 			}
+			continue
+		}
+		if isSemaphoreReply(r.val) {
+			if c.handsOff() {
+				return nil, errSemaphore // one node, whose script wrote nothing: nothing to undo
+			}
+			errs = append(errs, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: errRedlockSemaphore})
 			continue
 		}
 		g, err := acquireReply(r.val)
@@ -316,11 +335,14 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence,
 		queued: o.queueMember != "" && c.handsOff(), readopted: isReadoption,
 		ttl: ttl, leaseStart: start, validUntil: validUntil}
-	if o.permits > 0 {
+	if o.semaphore() {
 		l.keys, l.slot = k.slot(slot), uint8(slot)
 	}
 	return l, nil
 }
+
+// semaphore reports whether an attempt runs the semaphore's script: WithPermits, or diverted.
+func (o *acquireOptions) semaphore() bool { return o.permits > 0 || o.diverted }
 
 // settleFence decides the fencing token of a quorum grant and whether it is a re-adoption.
 // A re-adoption needs a quorum of nodes that still held our token: they all store the fence of the

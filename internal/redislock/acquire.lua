@@ -9,8 +9,13 @@
 -- Returns {1, fence, 0} for a fresh grant, {1, fence, 1} for a re-adoption (the lock already held
 -- our token: a restarted holder, or an earlier attempt applied late), and {0, 0, holder} when not
 -- acquired: holder is the holder's metadata, or false when the holder stored none. Waiters learn
--- who blocks them without a second call.
+-- who blocks them without a second call. Returns the status SEMAPHORE, having changed nothing, when
+-- the lock is a semaphore (its :permits key exists, see slots.lua): slot 0 is this very key, and
+-- granting it here would ignore the other slots, so the caller asks acquireslots.lua instead.
 
+if redis.call('EXISTS', KEYS[1] .. ':permits') == 1 then
+  return redis.status_reply('SEMAPHORE')
+end
 -- The common case first: a free lock.
 if redis.call('SET', KEYS[1], ARGV[1] .. '\0' .. ARGV[4], 'NX', 'PX', ARGV[2]) then
   return grantFresh()

@@ -7,7 +7,11 @@
 -- Returns {1, fence, 0} for a fresh grant, {1, fence, 1} for a re-adoption (as acquire.lua; a
 -- lock a release handed to this waiter is one), and {0, position, holder} when not acquired:
 -- position is the waiter's place in the queue; holder is the holder's metadata, or false when the
--- holder stored none or the lock is free but another waiter is ahead.
+-- holder stored none or the lock is free but another waiter is ahead. Returns the status SEMAPHORE,
+-- having changed nothing, when the lock is a semaphore (see acquire.lua).
+if redis.call('EXISTS', KEYS[1] .. ':permits') == 1 then
+  return redis.status_reply('SEMAPHORE')
+end
 local current = redis.call('GET', KEYS[1])
 if holds(current, ARGV[1]) then
   forget(ARGV[5])

@@ -1,9 +1,12 @@
 -- acquireslots.lua: acquire one slot of a semaphore (a lock acquired with permits N; see
 -- slots.lua), with or without a queue. holder.lua, clock.lua, queue.lua and slots.lua come first.
 -- KEYS[1..6] lock, meta, fence, queue, waiters, tickets of slot 0 (see queue.lua)
--- KEYS[7] permits (string: the N the last acquisition asked for; no TTL; read by releaseslot.lua)
+-- KEYS[7] permits (string: the N the last acquisition WithPermits or SetPermits wrote; no TTL; its
+--         existence makes the lock a semaphore for every caller, see acquire.lua)
 -- ARGV[1..4] token, ttl in ms, metadata, attempt id (as in acquire.lua)
--- ARGV[5] waiter ("" = not queued)   ARGV[6] score   ARGV[7] waiter liveness in ms   ARGV[8] N
+-- ARGV[5] waiter ("" = not queued)   ARGV[6] score   ARGV[7] waiter liveness in ms
+-- ARGV[8] N, stored as the lock's permits; "0" keeps the stored N (a plain Acquire that a plain
+-- script sent here because the lock is a semaphore) and writes nothing
 -- Returns {1, fence, 0, slot} for a fresh grant, {1, fence, 1, slot} for a re-adoption (our token
 -- in any slot: a restarted holder, a late attempt, a slot a release handed to this waiter), and
 -- {0, position, holder} when not acquired: position is the waiter's place in the queue (0 when not
@@ -15,8 +18,12 @@
 -- a caller that does not queue never takes a slot a waiter is entitled to.
 
 local n = tonumber(ARGV[8])
+if n == 0 then
+  n = storedPermits()
+else
+  redis.call('SET', KEYS[7], ARGV[8])
+end
 local values = slotValues()
-redis.call('SET', KEYS[7], ARGV[8])
 
 local function slotMeta(slot)
   if ARGV[3] ~= '' then

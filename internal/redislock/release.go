@@ -24,7 +24,14 @@ func (l *Lock) Release(ctx context.Context) error {
 		if sem := l.keys.semaphore(); sem != nil {
 			return runScript(ctx, n, scriptReleaseSlot, sem, l.token, c.notify, l.slot, handsOffArg(l.queued)).Result()
 		}
-		return runScript(ctx, n, script, keys, l.token, c.notify).Result()
+		v, err := runScript(ctx, n, script, keys, l.token, c.notify).Result()
+		if err != nil || !isSemaphoreReply(v) {
+			return v, err
+		}
+		// releasehandoff.lua found that the lock became a semaphore while we held it (SetPermits, or
+		// a holder WithPermits after ours) and changed nothing: release slot 0, which is what a plain
+		// lock holds, as the semaphore's. Only a single deployment hands off, so this is its one node.
+		return runScript(ctx, n, scriptReleaseSlot, c.keysForPermits(l.key), l.token, c.notify, 0, handsOffArg(true)).Result()
 	})
 	t := tallyInts(replies)
 	switch {
@@ -43,7 +50,8 @@ func (l *Lock) Release(ctx context.Context) error {
 
 // ReleaseToken deletes the lock named key if token holds it: Release for a process that knows its
 // token but has no *Lock, such as an operator that restarted. On a single deployment it hands the
-// lock to the head of its queue, as Release does for a lock acquired WithQueue. It returns
+// lock to the head of its queue, as Release does for a lock acquired WithQueue; on a semaphore (see
+// WithPermits) it is ReleaseSlotToken of slot 0, the slot a plain holder holds. It returns
 // ErrNotHeld if token does not hold the lock (nothing is touched).
 func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := validateRelease(key, token); err != nil {

@@ -4,7 +4,14 @@
 -- KEYS[1] lock key   KEYS[2] meta key   KEYS[3..6] fence, queue, waiters, tickets
 -- ARGV[1] token      ARGV[2] channel to publish on after a release ("" = none)
 -- Publishes handoff's message when the lock went to a waiter, else the lock key.
--- Returns 1 when released, 0 when the lock was gone or held by another token (nothing is touched).
+-- Returns 1 when released, 0 when the lock was gone or held by another token (nothing is touched),
+-- and the status SEMAPHORE, having changed nothing, when the lock is a semaphore (see acquire.lua):
+-- handing slot 0 off here would ignore the other slots and the permits, so the caller asks
+-- releaseslot.lua instead (a plain holder holds slot 0). release.lua needs no such check: it hands
+-- nothing off, and deletes slot 0 only if it is ours.
+if redis.call('EXISTS', KEYS[1] .. ':permits') == 1 then
+  return redis.status_reply('SEMAPHORE')
+end
 if not holds(redis.call('GET', KEYS[1]), ARGV[1]) then
   return 0
 end

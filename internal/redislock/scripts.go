@@ -48,6 +48,8 @@ var (
 	inspectSlotsSrc string
 	//go:embed undoslots.lua
 	undoSlotsSrc string
+	//go:embed setpermits.lua
+	setPermitsSrc string
 	// Lua scripts cannot include one another, so shared helpers are put in front of the scripts that
 	// use them: holder.lua (who holds a lock), clock.lua (server clock, fence counter), queue.lua
 	// (the waiter queue and handoff) and grant.lua (the end of a successful acquisition). Each script
@@ -88,6 +90,7 @@ var (
 	scriptDequeueSlots = compose("dequeue slots", holderSrc, clockSrc, queueSrc, slotsSrc, slotReleaseSrc, dequeueSlotsSrc)
 	scriptInspectSlots = compose("inspect slots", slotsSrc, inspectSlotsSrc)
 	scriptUndoSlots    = compose("undo slots", slotsSrc, undoSlotsSrc)
+	scriptSetPermits   = compose("set permits", setPermitsSrc)
 )
 
 // composedSources holds the source of every composed script by name, for the test that checks each

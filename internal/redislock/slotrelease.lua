@@ -1,6 +1,6 @@
 -- slotrelease.lua: what a semaphore does with a freed slot, for releaseslot.lua and dequeueslots.lua;
 -- scripts.go puts it after holder.lua, clock.lua, queue.lua and slots.lua.
--- KEYS[1..6] as in queue.lua   KEYS[7] permits (the N the last acquisition asked for; absent = 1)
+-- KEYS[1..6] as in queue.lua   KEYS[7] permits (see acquireslots.lua; absent = 1)
 
 -- handoffSlot hands a free slot to the head of the queue, as handoff does for a plain lock, but only
 -- while fewer than the stored permits are held: after N was lowered, releases drain the slots
@@ -8,12 +8,7 @@
 -- prefer (the slot just freed) when it is below the permits, else the lowest free slot below them.
 -- Returns handoff's message, or nil when nobody waits or no slot may be handed off.
 local function handoffSlot(prefer)
-  -- Anything but a number 1..MAX_SLOTS (a key someone else wrote) counts as 1: a release must
-  -- not fail after it freed the slot, and 1 hands off least.
-  local permits = tonumber(redis.call('GET', KEYS[7]) or '1') or 1
-  if permits < 1 or permits > MAX_SLOTS then
-    permits = 1
-  end
+  local permits = storedPermits()
   local values = slotValues()
   if heldCount(values) >= permits then
     return nil

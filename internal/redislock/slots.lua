@@ -13,6 +13,17 @@
 
 local MAX_SLOTS = 64
 
+-- storedPermits returns the semaphore's N (KEYS[7], see acquireslots.lua). Anything but a number
+-- 1..MAX_SLOTS (absent, or a key someone else wrote) counts as 1: a release must not fail after it
+-- freed the slot, and 1 admits and hands off least.
+local function storedPermits()
+  local permits = tonumber(redis.call('GET', KEYS[7]) or '1') or 1
+  if permits < 1 or permits > MAX_SLOTS then
+    return 1
+  end
+  return permits
+end
+
 local function slotKey(i)
   if i == 0 then
     return KEYS[1]

@@ -93,15 +93,24 @@ func (c *Client) Lineup(ctx context.Context, key string, positions ...int) ([]st
 // wants the lock. If a release handed member the lock in the meantime, Dequeue releases it and
 // hands it off to the next waiter, unless member already claimed it with another attempt (as a waiting Acquire does when
 // a release wakes it up); do not Dequeue a member that holds its lock. On a single deployment, a
-// lock that is free (its lease ran out) while others wait is handed to the new head as well.
-// Removing a member that is not queued is not an error.
+// lock that is free (its lease ran out) while others wait is handed to the new head as well. On a
+// semaphore (see WithPermits) it is DequeueSlots. Removing a member that is not queued is not an
+// error.
 func (c *Client) Dequeue(ctx context.Context, key, member string) error {
 	if err := validateKey(key); err != nil {
 		return err
 	}
 	keys := c.keysFor(key, true).withQueue()
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return runScript(ctx, n, scriptDequeue, keys, member, c.notify, handsOffArg(c.handsOff())).Result()
+		v, err := runScript(ctx, n, scriptDequeue, keys, member, c.notify, handsOffArg(c.handsOff())).Result()
+		switch {
+		case err != nil || !isSemaphoreReply(v):
+			return v, err
+		case !c.handsOff():
+			return nil, errRedlockSemaphore
+		}
+		// The lock is a semaphore, and dequeue.lua changed nothing: member may hold any slot.
+		return runScript(ctx, n, scriptDequeueSlots, c.keysForPermits(key), member, c.notify).Result()
 	})
 	if t := tallyInts(replies); len(t.errs) > len(c.nodes)-c.quorum {
 		return fmt.Errorf("dequeue %s: %w", key, c.unavailable(len(replies)-len(t.errs), t.errs))
