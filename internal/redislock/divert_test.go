@@ -1,0 +1,270 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/lockedjob/lockedjob/internal/redislock"
+)
+
+// plainQueue asks for key as a plain queued waiter (no WithPermits) and expects to stand at
+// position.
+func plainQueue(t *testing.T, c *Client, key, member string, score float64, position int) {
+	t.Helper()
+	_, err := c.Acquire(context.Background(), key, time.Minute, WithQueue(member, score, time.Minute), WithMetadata(member))
+	qe, ok := errors.AsType[*QueuedError](err)
+	if !ok || qe.Position != position {
+		t.Fatalf("%s: plain queued Acquire = %v, want queued at position %d", member, err, position)
+	}
+}
+
+// wantSlotLock fails unless l is a semaphore's lock of slot, on the slot's own key.
+func wantSlotLock(t *testing.T, c *Client, l *Lock, key string, slot int) {
+	t.Helper()
+	wantKey := c.RedisKey(key)
+	if slot > 0 {
+		wantKey += ":s" + strconv.Itoa(slot)
+	}
+	if !l.Semaphore() || l.Slot() != slot || l.RedisKey() != wantKey {
+		t.Fatalf("lock: semaphore %v slot %d key %q; want a semaphore's slot %d on %q", l.Semaphore(), l.Slot(), l.RedisKey(), slot, wantKey)
+	}
+}
+
+func mustRelease(t *testing.T, l *Lock) {
+	t.Helper()
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatalf("Release of slot %d: %v", l.Slot(), err)
+	}
+}
+
+// TestPlainAcquireOnASemaphoreIsDiverted: an Acquire without WithPermits, queued or not, on a lock
+// that holders took WithPermits(3) gets a slot under the stored N, as a semaphore's lock, and is
+// refused while 3 are held; after N was lowered to 1 (by SetPermits or by an acquisition
+// WithPermits(1)) it is refused while any slot is held, and the plain callers' N writes nothing.
+func TestPlainAcquireOnASemaphoreIsDiverted(t *testing.T) {
+	c, _, rc := single(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	a := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("a"))
+	b := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("b"))
+
+	plain := mustAcquire(t, c, key, time.Minute, WithMetadata("plain"))
+	wantSlotLock(t, c, plain, key, 2)
+	wantHolders(t, c, key, "a", "b", "plain")
+	if _, err := c.Acquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("plain Acquire with 3 of 3 held: %v", err)
+	}
+	plainQueue(t, c, key, "w", 1, 1)
+	if got, err := rc.Get(ctx, c.RedisKey(key)+":permits").Result(); err != nil || got != "3" {
+		t.Fatalf("stored permits after plain calls: %q, %v; want 3 untouched", got, err)
+	}
+
+	mustRelease(t, plain)
+	wantHolders(t, c, key, "a", "b", "")
+	w := mustAcquire(t, c, key, time.Minute, WithQueue("w", 1, time.Minute), WithMetadata("w"))
+	wantSlotLock(t, c, w, key, 2)
+
+	if err := c.SetPermits(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, a)
+	wantHolders(t, c, key, "", "b", "w")
+	if _, err := c.Acquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("plain Acquire with N lowered to 1 under 2 holders: %v", err)
+	}
+	plainQueue(t, c, key, "v", 1, 1)
+	mustRelease(t, b)
+	mustRelease(t, w)
+	v := mustAcquire(t, c, key, time.Minute, WithQueue("v", 1, time.Minute), WithMetadata("v"))
+	wantSlotLock(t, c, v, key, 0)
+
+	t.Run("lowered by an acquisition WithPermits(1)", func(t *testing.T) {
+		key := uniqueKey(t)
+		mustAcquire(t, c, key, time.Minute, WithPermits(3))
+		mustAcquire(t, c, key, time.Minute, WithPermits(3))
+		if _, err := c.Acquire(ctx, key, time.Minute, WithPermits(1)); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("Acquire WithPermits(1) under 2 holders: %v", err)
+		}
+		if _, err := c.Acquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("plain Acquire with N lowered to 1 under 2 holders: %v", err)
+		}
+		plainQueue(t, c, key, "q", 1, 1)
+		wantHolders(t, c, key, "?", "?", "")
+	})
+}
+
+// TestPlainReleaseOnALoweredSemaphore: the slot-0 holder of a semaphore whose N was lowered to 1
+// releases without WithPermits (ReleaseToken, and Release of a lock acquired before the lock became
+// a semaphore); neither hands slot 0 to the waiting head while 1 or more slots stay held, and the
+// last release hands it.
+func TestPlainReleaseOnALoweredSemaphore(t *testing.T) {
+	c, _, _ := single(t)
+	ctx := context.Background()
+
+	t.Run("ReleaseToken", func(t *testing.T) {
+		key := uniqueKey(t)
+		mustAcquire(t, c, key, time.Minute, WithPermits(3), WithToken("tok-a"), WithMetadata("a"))
+		b := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("b"))
+		mustAcquire(t, c, key, time.Minute, WithPermits(3), WithToken("tok-c"), WithMetadata("c"))
+		mustQueue(t, c, key, "w", 1, 3, 1)
+		if err := c.SetPermits(ctx, key, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ReleaseToken(ctx, key, "tok-a"); err != nil {
+			t.Fatal(err)
+		}
+		wantHolders(t, c, key, "", "b", "c")
+		mustRelease(t, b)
+		wantHolders(t, c, key, "", "", "c")
+		if err := c.ReleaseToken(ctx, key, "tok-c"); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("ReleaseToken of slot 2 (a plain release is slot 0's): %v", err)
+		}
+		if err := c.ReleaseSlotToken(ctx, key, 2, "tok-c"); err != nil {
+			t.Fatal(err)
+		}
+		wantHolders(t, c, key, "w", "", "")
+		w := mustAcquire(t, c, key, time.Minute, WithQueue("w", 1, time.Minute))
+		wantSlotLock(t, c, w, key, 0)
+		if !w.Readopted() {
+			t.Fatal("the waiter's slot 0 was not handed off to it")
+		}
+	})
+
+	t.Run("Release of a plain lock", func(t *testing.T) {
+		key := uniqueKey(t)
+		p := mustAcquire(t, c, key, time.Minute, WithQueue("p", 0, time.Minute), WithMetadata("p"))
+		if p.Semaphore() {
+			t.Fatal("a plain lock says it is a semaphore")
+		}
+		if err := c.SetPermits(ctx, key, 3); err != nil {
+			t.Fatal(err)
+		}
+		b := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("b"))
+		wantSlotLock(t, c, b, key, 1)
+		w := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithQueue("w", 1, time.Minute), WithMetadata("w"))
+		wantSlotLock(t, c, w, key, 2)
+		if err := c.SetPermits(ctx, key, 1); err != nil {
+			t.Fatal(err)
+		}
+		mustQueue(t, c, key, "x", 2, 1, 1)
+		mustRelease(t, p)
+		wantHolders(t, c, key, "", "b", "w")
+		mustRelease(t, b)
+		mustRelease(t, w)
+		wantHolders(t, c, key, "x", "", "")
+	})
+}
+
+// TestPlainDequeueOnASemaphore: Dequeue (not DequeueSlots) of a waiter a release handed slot 1
+// gives the slot back, and it goes on to the next waiter.
+func TestPlainDequeueOnASemaphore(t *testing.T) {
+	c, _, _ := single(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("x", 0, time.Minute), WithMetadata("x"))
+	y := mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("y", 0, time.Minute), WithMetadata("y"))
+	plainQueue(t, c, key, "w1", 1, 1)
+	plainQueue(t, c, key, "w2", 2, 2)
+	mustRelease(t, y)
+	wantHolders(t, c, key, "x", "w1")
+	if err := c.Dequeue(ctx, key, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	wantHolders(t, c, key, "x", "w2")
+	w2 := mustAcquire(t, c, key, time.Minute, WithQueue("w2", 2, time.Minute))
+	wantSlotLock(t, c, w2, key, 1)
+}
+
+// TestLockSemaphore: Semaphore tells a plain lock from a semaphore's, acquired WithPermits (even 1)
+// or diverted; Renew of a diverted lock renews its own slot.
+func TestLockSemaphore(t *testing.T) {
+	c, _, _ := single(t)
+	ctx := context.Background()
+	if l := mustAcquire(t, c, uniqueKey(t), time.Minute); l.Semaphore() {
+		t.Fatal("plain lock: Semaphore() = true")
+	}
+	if l := mustAcquire(t, c, uniqueKey(t), time.Minute, WithPermits(1)); !l.Semaphore() {
+		t.Fatal("WithPermits(1): Semaphore() = false")
+	}
+	if (*Lock)(nil).Semaphore() {
+		t.Fatal("nil lock: Semaphore() = true")
+	}
+
+	key := uniqueKey(t)
+	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithMetadata("a"))
+	d := mustAcquire(t, c, key, 500*time.Millisecond, WithMetadata("diverted"))
+	wantSlotLock(t, c, d, key, 1)
+	if err := d.Renew(ctx, time.Minute); err != nil {
+		t.Fatalf("Renew of the diverted lock: %v", err)
+	}
+	states, err := c.InspectSlots(ctx, key, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !states[1].Held || states[1].TTL < 30*time.Second || states[1].Metadata != "diverted" {
+		t.Fatalf("slot 1 after Renew: %+v, want held by diverted for about a minute", states[1])
+	}
+}
+
+// TestSetPermits: N = 1 on a plain lock writes nothing; N = 3 makes a plain lock a semaphore that
+// plain callers share; N = 1 on a semaphore is written; bad N and Redlock are refused, and N = 1 on
+// Redlock does nothing.
+func TestSetPermits(t *testing.T) {
+	c, _, rc := single(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	permitsKey := c.RedisKey(key) + ":permits"
+
+	p := mustAcquire(t, c, key, time.Minute, WithMetadata("p"))
+	if err := c.SetPermits(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rc.Exists(ctx, permitsKey).Result(); err != nil || n != 0 {
+		t.Fatalf("SetPermits(1) on a plain lock wrote %s (exists %d, %v)", permitsKey, n, err)
+	}
+	if _, err := c.Acquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("plain lock held: %v", err)
+	}
+
+	if err := c.SetPermits(ctx, key, 3); err != nil {
+		t.Fatal(err)
+	}
+	q := mustAcquire(t, c, key, time.Minute, WithMetadata("q"))
+	wantSlotLock(t, c, q, key, 1)
+	wantHolders(t, c, key, "p", "q", "")
+	if err := c.SetPermits(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rc.Get(ctx, permitsKey).Result(); err != nil || got != "1" {
+		t.Fatalf("SetPermits(1) on a semaphore: %q, %v", got, err)
+	}
+	if _, err := c.Acquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("plain Acquire after N lowered to 1 under 2 holders: %v", err)
+	}
+	mustRelease(t, p)
+
+	for _, n := range []int{0, -1, MaxPermits + 1} {
+		if err := c.SetPermits(ctx, key, n); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("SetPermits(%d): %v", n, err)
+		}
+	}
+	if err := c.SetPermits(ctx, "bad{key}", 2); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("SetPermits of a bad key: %v", err)
+	}
+
+	rl, srvs := redlock(t, 3)
+	if err := rl.SetPermits(ctx, key, 2); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Redlock SetPermits(2): %v", err)
+	}
+	if err := rl.SetPermits(ctx, key, 1); err != nil {
+		t.Fatalf("Redlock SetPermits(1): %v", err)
+	}
+	for i, s := range srvs {
+		if n, err := s.Client(t).Exists(ctx, rl.RedisKey(key)+":permits").Result(); err != nil || n != 0 {
+			t.Fatalf("Redlock SetPermits(1) wrote node %d (exists %d, %v)", i, n, err)
+		}
+	}
+}
