@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"maps"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -55,4 +56,24 @@ func ReplaceAcquireSlotsScript(t interface{ Cleanup(func()) }, edit func(string)
 	saved := scriptAcquireSlots
 	scriptAcquireSlots = redis.NewScript(holderSrc + clockSrc + queueSrc + slotsSrc + broken)
 	t.Cleanup(func() { scriptAcquireSlots = saved })
+}
+
+// RemoveDivert makes the package's plain scripts that grant or hand off a lock (acquire, acquire
+// queued, release handoff, dequeue) skip their semaphore check until the test ends, as an operator
+// built before it would: the exclusion checker must fail on mixed callers then.
+func RemoveDivert(t interface{ Cleanup(func()) }) {
+	const check = "if redis.call('EXISTS', KEYS[1] .. ':permits') == 1 then"
+	scripts := map[string]**redis.Script{
+		"acquire": &scriptAcquire, "acquire queued": &scriptAcquireQueued,
+		"release handoff": &scriptReleaseHandoff, "dequeue": &scriptDequeue,
+	}
+	for name, s := range scripts {
+		src := composedSources[name]
+		if !strings.Contains(src, check) {
+			panic("RemoveDivert: script " + name + " has no semaphore check")
+		}
+		saved := *s
+		*s = redis.NewScript(strings.Replace(src, check, "if false then", 1))
+		t.Cleanup(func() { *s = saved })
+	}
 }

@@ -22,11 +22,13 @@ type holding struct {
 	slot       int
 	fence      int64
 	start, end time.Time
+	// kept: a holder from before N was lowered to n, which keeps its slot, also one above n-1.
+	kept bool
 }
 
 // checkHistory returns every way h breaks the promise of a semaphore of n permits: more than n
-// holders at once, two holders of one slot at once, a slot outside 0..n-1, a fence that does not
-// rise within a slot.
+// holders at once, two holders of one slot at once, a slot outside 0..n-1 (but for a kept one), a
+// fence that does not rise within a slot.
 func checkHistory(h []holding, n int) []string {
 	var bad []string
 	type edge struct {
@@ -36,7 +38,7 @@ func checkHistory(h []holding, n int) []string {
 	edges := make([]edge, 0, 2*len(h))
 	bySlot := map[int][]holding{}
 	for _, e := range h {
-		if e.slot < 0 || e.slot >= n {
+		if e.slot < 0 || (e.slot >= n && !e.kept) {
 			bad = append(bad, fmt.Sprintf("%s held slot %d, outside 0..%d", e.worker, e.slot, n-1))
 		}
 		edges = append(edges, edge{e.start, 1}, edge{e.end, -1})
@@ -87,9 +89,11 @@ func maxConcurrent(h []holding) int {
 }
 
 // contend makes workersPerClient goroutines on each client acquire key as a semaphore of n permits
-// for rounds short holds each, and returns the history. strict: every Acquire and Release must
-// succeed (a broken script makes releases fail; its history is what counts).
-func contend(t *testing.T, clients []*Client, key string, n, workersPerClient, rounds int, queued, strict bool) []holding {
+// for rounds short holds each, and returns the history. The first plainWorkers workers of each
+// client acquire without WithPermits, as a caller that does not know the lock is a semaphore.
+// strict: every Acquire and Release must succeed (a broken script makes releases fail; its history
+// is what counts).
+func contend(t *testing.T, clients []*Client, key string, n, workersPerClient, plainWorkers, rounds int, queued, strict bool) []holding {
 	t.Helper()
 	var (
 		mu      sync.Mutex
@@ -101,7 +105,10 @@ func contend(t *testing.T, clients []*Client, key string, n, workersPerClient, r
 			worker := fmt.Sprintf("c%d-w%d", ci, w)
 			wg.Go(func() {
 				for range rounds {
-					opts := []AcquireOption{WithPermits(n), WithRetry(ExponentialBackoff(time.Millisecond, 10*time.Millisecond))}
+					opts := []AcquireOption{WithRetry(ExponentialBackoff(time.Millisecond, 10*time.Millisecond))}
+					if w >= plainWorkers {
+						opts = append(opts, WithPermits(n))
+					}
 					if queued {
 						opts = append(opts, WithQueue(worker, float64(time.Now().UnixNano()), 5*time.Second))
 					}
@@ -165,10 +172,47 @@ func report(t *testing.T, name string, h []holding, n int, bad []string) {
 	}
 }
 
+// keepAboveN makes key a semaphore whose N was just lowered to n (by SetPermits) under n holders
+// that keep slots 1..n: slot 0 is free, yet nobody may be admitted. A caller that ignores the stored
+// N (a plain script that does not divert) takes slot 0 at once. The holders release one by one
+// during the run; the returned func waits for them and returns their holdings.
+func keepAboveN(t *testing.T, c *Client, key string, n int) func() []holding {
+	t.Helper()
+	ctx := context.Background()
+	locks := make([]*Lock, n+1)
+	for i := range locks {
+		locks[i] = mustAcquire(t, c, key, time.Minute, WithPermits(n+1), WithMetadata(fmt.Sprintf("kept-%d", i)))
+	}
+	if err := locks[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetPermits(ctx, key, n); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	kept := make([]holding, n)
+	var wg sync.WaitGroup
+	for i, l := range locks[1:] {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i+1) * 20 * time.Millisecond) // the holder's work, as in contend
+			kept[i] = holding{worker: fmt.Sprintf("kept-%d", l.Slot()), slot: l.Slot(), fence: l.Fence(), start: start, end: time.Now(), kept: true}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("kept-%d: Release: %v", l.Slot(), err)
+			}
+		})
+	}
+	return func() []holding {
+		wg.Wait()
+		return kept
+	}
+}
+
 // TestSemaphoreExclusionHistory: three clients (as three operators would be), three workers each,
 // contend for a semaphore of 3 in many short rounds, queued and not; the recorded history never
-// has more than 3 holders, never two in one slot, and fences rise within each slot. The same run
-// with a broken acquire script makes the checker fail, so it can.
+// has more than 3 holders, never two in one slot, and fences rise within each slot. Mixed: one
+// worker of each client acquires without WithPermits, and the run starts with N just lowered to 3
+// under 3 holders of slots 1..3 (see keepAboveN). The same runs with a broken acquire script, or
+// plain scripts that do not divert to the semaphore's, make the checker fail, so it can.
 func TestSemaphoreExclusionHistory(t *testing.T) {
 	const n, workers, rounds = 3, 3, 40
 	_, srv, _ := single(t)
@@ -180,22 +224,35 @@ func TestSemaphoreExclusionHistory(t *testing.T) {
 		}
 		clients[i] = c
 	}
-	for _, queued := range []bool{true, false} {
-		name := fmt.Sprintf("queued=%v", queued)
-		t.Run(name, func(t *testing.T) {
-			h := contend(t, clients, uniqueKey(t), n, workers, rounds, queued, true)
-			bad := checkHistory(h, n)
-			report(t, name, h, n, bad)
-			if len(bad) > 0 {
-				t.Fatalf("%d violations", len(bad))
+	for _, mixed := range []bool{false, true} {
+		for _, queued := range []bool{true, false} {
+			name := fmt.Sprintf("queued=%v", queued)
+			if mixed {
+				name = "mixed/" + name
 			}
-			if len(h) != len(clients)*workers*rounds {
-				t.Fatalf("%d holdings, want %d", len(h), len(clients)*workers*rounds)
-			}
-			if maxConcurrent(h) < 2 {
-				t.Fatalf("at most %d holders at once: the run did not contend", maxConcurrent(h))
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				key := uniqueKey(t)
+				plainWorkers, want := 0, len(clients)*workers*rounds
+				kept := func() []holding { return nil }
+				if mixed {
+					plainWorkers, want = 1, want+n
+					kept = keepAboveN(t, clients[0], key, n)
+				}
+				h := contend(t, clients, key, n, workers, plainWorkers, rounds, queued, true)
+				h = append(h, kept()...)
+				bad := checkHistory(h, n)
+				report(t, name, h, n, bad)
+				if len(bad) > 0 {
+					t.Fatalf("%d violations", len(bad))
+				}
+				if len(h) != want {
+					t.Fatalf("%d holdings, want %d", len(h), want)
+				}
+				if maxConcurrent(h) < 2 {
+					t.Fatalf("at most %d holders at once: the run did not contend", maxConcurrent(h))
+				}
+			})
+		}
 	}
 
 	broken := map[string]func(string) string{
@@ -212,7 +269,7 @@ func TestSemaphoreExclusionHistory(t *testing.T) {
 	for name, edit := range broken {
 		t.Run("broken="+name, func(t *testing.T) {
 			ReplaceAcquireSlotsScript(t, edit)
-			h := contend(t, clients, uniqueKey(t), n, workers, rounds/4, true, false)
+			h := contend(t, clients, uniqueKey(t), n, workers, 0, rounds/4, true, false)
 			bad := checkHistory(h, n)
 			report(t, "broken="+name, h, n, bad)
 			if len(bad) == 0 {
@@ -220,6 +277,20 @@ func TestSemaphoreExclusionHistory(t *testing.T) {
 			}
 		})
 	}
+
+	// Plain callers that do not divert take slot 0 while the kept holders fill the lowered N.
+	t.Run("broken=no divert", func(t *testing.T) {
+		RemoveDivert(t)
+		key := uniqueKey(t)
+		kept := keepAboveN(t, clients[0], key, n)
+		h := contend(t, clients, key, n, workers, 1, rounds/4, false, false)
+		h = append(h, kept()...)
+		bad := checkHistory(h, n)
+		report(t, "broken=no divert", h, n, bad)
+		if len(bad) == 0 {
+			t.Fatalf("the checker found nothing wrong with plain scripts that do not divert")
+		}
+	})
 }
 
 // TestCheckHistory: the checker refuses each kind of violation on a made-up history.
@@ -238,6 +309,7 @@ func TestCheckHistory(t *testing.T) {
 		"one slot twice":  {[]holding{hold("a", 0, 1, 0, 5), hold("b", 0, 2, 4, 6)}, "held it at once"},
 		"fence went back": {[]holding{hold("a", 1, 5, 0, 5), hold("b", 1, 5, 6, 7)}, "fence 5 of b after 5"},
 		"slot too high":   {[]holding{hold("a", 2, 1, 0, 5)}, "outside 0..1"},
+		"kept above n":    {[]holding{{worker: "k", slot: 2, fence: 1, start: ms(0), end: ms(5), kept: true}, hold("a", 0, 1, 0, 5)}, ""},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
