@@ -76,13 +76,13 @@ const MaxPermits = 64
 // acquires until fewer than the new n are held; after it is raised, the next acquisitions get the
 // new slots. Once n is stored the lock stays a semaphore for every caller: an Acquire without the
 // option finds that out in its first script, which changes nothing, and acquires a slot under the
-// stored n with one more script call (its Lock is the slot's: see Lock.Semaphore); Release,
-// ReleaseToken and Dequeue of a plain caller likewise release slot 0, or dequeue, as the
-// semaphore's. With WithQueue, the free slots go to the first waiters in line; without it, a
-// caller gets a free slot only when more slots are free than live waiters stand in the queue. On
-// Redlock, n > 1 is refused
-// (ErrInvalidArgument): each node would choose its slot on its own, and no slot might reach a
-// majority; n = 1 is the plain lock there. Default: a plain lock.
+// stored n with one more script call (its Lock is the slot's: see Lock.Semaphore); ReleaseToken,
+// Dequeue and the Release of a plain lock acquired WithQueue likewise release slot 0, or dequeue,
+// as the semaphore's scripts do. With WithQueue, the free slots go to the first waiters in line;
+// without it, a caller gets a free slot only when more slots are free than live waiters stand in
+// the queue. On Redlock, n > 1 is refused (ErrInvalidArgument): each node would choose its slot on
+// its own, and no slot might reach a majority; n = 1 is the plain lock there. Default: a plain
+// lock.
 func WithPermits(n int) AcquireOption { return func(o *acquireOptions) { o.permits = n } }
 
 // Acquire acquires the lock named key for ttl. It returns ErrNotAcquired (possibly joined with the

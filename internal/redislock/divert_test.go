@@ -268,3 +268,29 @@ func TestSetPermits(t *testing.T) {
 		}
 	}
 }
+
+// TestRedlockNodeWithPermitsDoesNotCount: nothing on Redlock writes :permits; a node where someone
+// wrote it answers as a failed node (it is not diverted: a slot chosen per node is no lock), and the
+// other nodes' majority still acquires, releases and dequeues.
+func TestRedlockNodeWithPermitsDoesNotCount(t *testing.T) {
+	rl, srvs := redlock(t, 3)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	if err := srvs[0].Client(t).Set(ctx, rl.RedisKey(key)+":permits", "3", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := mustAcquire(t, rl, key, time.Minute, WithQueue("a", 0, time.Minute))
+	if l.Semaphore() {
+		t.Fatal("a Redlock lock says it is a semaphore")
+	}
+	if n, err := srvs[0].Client(t).Exists(ctx, rl.RedisKey(key)).Result(); err != nil || n != 0 {
+		t.Fatalf("the node with :permits granted the lock (exists %d, %v)", n, err)
+	}
+	if _, err := rl.Acquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("second Acquire on Redlock: %v", err)
+	}
+	if err := rl.Dequeue(ctx, key, "nobody"); err != nil {
+		t.Fatalf("Dequeue with one node refusing: %v", err)
+	}
+	mustRelease(t, l)
+}

@@ -80,8 +80,12 @@
 // each partition, a store shared by all slots cannot (n holders may write at once; that is what a
 // semaphore is). The n of the last acquisition is stored with the lock and ruled by the release
 // scripts: lowering it preempts nobody, and nobody acquires until fewer than the new n are held.
-// Renew, TTL and the Keeper work on a slot as on a plain lock; ReleaseSlotToken, DequeueSlots and
-// InspectSlots are ReleaseToken, Dequeue and Inspect for a semaphore. A semaphore needs one
+// SetPermits writes n without acquiring. A lock with a stored n is a semaphore for every caller:
+// Acquire, ReleaseToken, Dequeue and the Release of a lock acquired WithQueue find that out in
+// their first script, which then changes nothing, and make the same call with the semaphore's
+// script (under the stored n; a plain holder holds slot 0). Renew, TTL and the Keeper work on a
+// slot as on a plain lock; ReleaseSlotToken, DequeueSlots and InspectSlots are ReleaseToken,
+// Dequeue and Inspect for a semaphore. A semaphore needs one
 // deployment: Redlock refuses n > 1.
 //
 // # What Redis must not do
