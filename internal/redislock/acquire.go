@@ -25,8 +25,9 @@ type acquireOptions struct {
 	queueLiveness time.Duration
 	// permits is WithPermits' N; 0 without the option (a plain lock, today's scripts).
 	permits int
-	// diverted: the lock turned out to be a semaphore (see divert), so attempts run the semaphore's
-	// script under its stored N (see Acquire; permits stays 0, which acquireslots.lua reads as "keep it").
+	// diverted: a plain script found the lock to be a semaphore (see Acquire), so attempts run the
+	// semaphore's script under its stored N (permits stays 0, which acquireslots.lua reads as
+	// "keep it").
 	diverted bool
 	// attempt is this attempt's random id: the grant mark that lets a failed attempt undo only what
 	// it created (undo.lua), and, queued, the id in the ticket a handoff honours.

@@ -7,8 +7,8 @@
 -- ARGV[1] waiter     ARGV[2] channel to publish on if the lock is released ("" = none)
 -- ARGV[3] "1" when this deployment hands locks off (one queue; not Redlock)
 -- Returns 1 if the waiter held a handed-off lock and gave it back, else 0; the status SEMAPHORE,
--- having changed nothing, when the lock is a semaphore (see acquire.lua): a waiter may hold any slot,
--- and a free slot 0 may not be handed off while the permits are held, so the caller asks
+-- having changed nothing, when the lock is a semaphore (see acquire.lua): a waiter may hold any
+-- slot, and a free slot 0 may not be handed off while the permits are held, so the caller asks
 -- dequeueslots.lua instead.
 if redis.call('EXISTS', KEYS[1] .. ':permits') == 1 then
   return redis.status_reply('SEMAPHORE')

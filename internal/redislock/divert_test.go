@@ -270,8 +270,8 @@ func TestSetPermits(t *testing.T) {
 }
 
 // TestRedlockNodeWithPermitsDoesNotCount: nothing on Redlock writes :permits; a node where someone
-// wrote it answers as a failed node (it is not diverted: a slot chosen per node is no lock), and the
-// other nodes' majority still acquires, releases and dequeues.
+// wrote it answers as a failed node (it is not diverted: a slot chosen per node is no lock), and
+// the other nodes' majority still acquires, releases and dequeues.
 func TestRedlockNodeWithPermitsDoesNotCount(t *testing.T) {
 	rl, srvs := redlock(t, 3)
 	ctx := context.Background()

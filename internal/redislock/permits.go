@@ -25,11 +25,11 @@ func isSemaphoreReply(v any) bool {
 	return ok && s == semaphoreReply
 }
 
-// SetPermits stores n as the permits of the lock named key without acquiring it, as the next
-// acquisition WithPermits(n) would: releases obey it at once (after n was lowered, they hand no slot
-// off until fewer than n are held), and so does every Acquire without WithPermits. It writes nothing
-// when n is 1 and the lock is not a semaphore yet: it would become one, and every later acquisition
-// would pay for the semaphore's scripts to behave as the plain lock does. Raising n hands no free
+// SetPermits stores n as the permits of the lock named key without acquiring it, as an acquisition
+// WithPermits(n) would: releases obey it at once (after n was lowered, they hand no slot off until
+// fewer than n are held), and so does every Acquire without WithPermits. It writes nothing when n
+// is 1 and the lock is not a semaphore yet: it would become one, and every later acquisition would
+// pay for the semaphore's scripts to behave as the plain lock does. Raising n hands no free
 // slot to a waiter by itself: a waiter gets one at its next Acquire, so whoever raises n wakes the
 // waiters. n must be 1..MaxPermits; on Redlock, n > 1 is refused (ErrInvalidArgument, as
 // WithPermits) and n = 1 does nothing.

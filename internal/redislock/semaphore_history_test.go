@@ -173,9 +173,9 @@ func report(t *testing.T, name string, h []holding, n int, bad []string) {
 }
 
 // keepAboveN makes key a semaphore whose N was just lowered to n (by SetPermits) under n holders
-// that keep slots 1..n: slot 0 is free, yet nobody may be admitted. A caller that ignores the stored
-// N (a plain script that does not divert) takes slot 0 at once. The holders release one by one
-// during the run; the returned func waits for them and returns their holdings.
+// that keep slots 1..n: slot 0 is free, yet nobody may be admitted. A caller that ignores the
+// stored N (a plain script that does not divert) takes slot 0 at once. The holders release one by
+// one during the run; the returned func waits for them and returns their holdings.
 func keepAboveN(t *testing.T, c *Client, key string, n int) func() []holding {
 	t.Helper()
 	ctx := context.Background()
