@@ -39,6 +39,15 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		return ctrl.Result{}, false, r.giveUp(ctx, p, t.Duration)
 	}
 
+	permits, err := r.permitsOf(ctx, lj)
+	if err != nil {
+		return ctrl.Result{}, false, err
+	}
+	p.permits = permits
+	if permits > 1 && !r.Locks.HandsOff() {
+		return r.waitForPermits(p, permits), false, nil
+	}
+
 	// A waiter asks Redis only when something may have changed (see waiting.go).
 	if !first {
 		switch what, hint, left, priority := r.waiting.next(r.Config.Identity.Holder(lj), now); what {
@@ -68,6 +77,22 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		return ctrl.Result{}, false, err
 	}
 	return ctrl.Result{}, true, nil
+}
+
+// waitForPermits keeps a LockedJob waiting whose lock declares more permits than Redlock can
+// grant: each Redlock node would choose a slot on its own, and no slot might reach a majority. It
+// asks again when the Lock changes (wakeOnPermits) and on the longest backoff.
+func (r *LockedJobReconciler) waitForPermits(p *pass, permits int) ctrl.Result {
+	lj := p.lj
+	msg := fmt.Sprintf("Lock %s declares %d permits, and the operator's Redis is Redlock, which admits one holder per lock: waiting until the Lock declares 1", lj.Spec.Lock.Name, permits)
+	if lj.Status.Phase != batchv1alpha1.PhaseWaiting || lj.Status.Message != msg {
+		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonPermitsUnsupported, "Acquire", "%s", msg)
+	}
+	lj.Status.Phase = batchv1alpha1.PhaseWaiting
+	lj.Status.Message = msg
+	lj.Status.QueuePosition, lj.Status.BlockedBy = nil, ""
+	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonPermitsUnsupported, msg)
+	return ctrl.Result{RequeueAfter: r.Config.WaitBackoffMax}
 }
 
 // startWaiting records the first attempt and validates the Job: the Job API refuses some templates
@@ -105,8 +130,8 @@ func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *r
 		return fmt.Errorf("renew %s: %w", p.key, err)
 	}
 	p.obs.holding = lock
-	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.key, "fencingToken", lock.Fence())
-	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d after waiting %s", lj.Spec.Lock.Name, lock.Fence(), waited.Round(time.Millisecond))
+	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.key, "fencingToken", lock.Fence(), "slot", lock.Slot())
+	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d%s after waiting %s", lj.Spec.Lock.Name, lock.Fence(), slotPhrase(lj.Status.Slot), waited.Round(time.Millisecond))
 	lj.Status.AcquiredAt = &metav1.Time{Time: lock.LeaseStart()}
 	return nil
 }

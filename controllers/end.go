@@ -63,8 +63,8 @@ func (r *LockedJobReconciler) releaseAndTell(ctx context.Context, p *pass) error
 	if err := r.release(ctx, p); err != nil {
 		return err
 	}
-	r.event(p.lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReleased, "Release", "Released lock %s (fencing token %d)",
-		p.lj.Spec.Lock.Name, derefInt64(p.lj.Status.FencingToken))
+	r.event(p.lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReleased, "Release", "Released lock %s (fencing token %d%s)",
+		p.lj.Spec.Lock.Name, derefInt64(p.lj.Status.FencingToken), slotPhrase(p.lj.Status.Slot))
 	return nil
 }
 
@@ -75,8 +75,15 @@ func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	lj := p.lj
 	lock := r.Locks.Untrack(lj.UID)
 	r.waiting.done(r.Config.Identity.Holder(lj))
+	c := r.claim(p)
+	if lock.Semaphore() {
+		// The lock in hand names its slot, also when it is not the slot status records (a lease
+		// that ran out while the operator was away, granted afresh on re-adoption).
+		slot := int32(lock.Slot())
+		c.slot = &slot
+	}
 	rctx, cancel := r.redisCtx(ctx)
-	err := r.Locks.Release(rctx, r.claim(p))
+	err := r.Locks.Release(rctx, c)
 	cancel()
 	if errors.Is(err, redislock.ErrNotHeld) {
 		r.redisUp(p)

@@ -15,18 +15,20 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
 
-// buildJob makes the Job of one acquisition from the template. The fencing token, lock and holder
-// reach every container as environment variables and the Job and its pods as annotations, so the
+// buildJob makes the Job of one acquisition from the template. The fencing token, lock, holder and
+// slot (status.slot; 0 for a plain lock, which is slot 0 of its keys) reach every container as environment variables and the Job and its pods as annotations, so the
 // workload can hand the token to the resource it protects.
 //
 // Some template fields are overridden because they would break the lock's promise; the CRD refuses
 // them in new objects, and this covers objects stored before it did (see runsUnderTheLock).
 func buildJob(lj *batchv1alpha1.LockedJob, name string, fence int64, holder string, scheme *runtime.Scheme) (*batchv1.Job, error) {
 	tmpl := lj.Spec.JobTemplate
+	slot := strconv.Itoa(int(derefInt32(lj.Status.Slot)))
 	lockInfo := map[string]string{
 		batchv1alpha1.AnnotationFencingToken: strconv.FormatInt(fence, 10),
 		batchv1alpha1.AnnotationLock:         lj.Spec.Lock.Name,
 		batchv1alpha1.AnnotationHolder:       holder,
+		batchv1alpha1.AnnotationSlot:         slot,
 	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -49,6 +51,7 @@ func buildJob(lj *batchv1alpha1.LockedJob, name string, fence int64, holder stri
 		{Name: batchv1alpha1.EnvFencingToken, Value: strconv.FormatInt(fence, 10)},
 		{Name: batchv1alpha1.EnvLock, Value: lj.Spec.Lock.Name},
 		{Name: batchv1alpha1.EnvHolder, Value: holder},
+		{Name: batchv1alpha1.EnvSlot, Value: slot},
 	}
 	pod := &job.Spec.Template.Spec
 	for i := range pod.InitContainers {

@@ -17,6 +17,20 @@ type claim struct {
 	key    string // the lock's name in the lock library (see lockName)
 	token  string // the LockedJob's derived token (Identity.Token)
 	holder string // its holder name, also its member in the lock's queue (Identity.Holder)
+	// permits is how many may hold the lock at once, as its Lock declares (see permitsOf); an
+	// acquisition writes it to Redis when more than one. 0 or 1: the library obeys what Redis keeps.
+	permits int
+	// slot is the semaphore slot status records this LockedJob holds (nil: a plain lock, slot 0).
+	slot *int32
+}
+
+// acquireOptions are the options every acquisition of c carries.
+func (c claim) acquireOptions() []redislock.AcquireOption {
+	opts := []redislock.AcquireOption{redislock.WithToken(c.token), redislock.WithMetadata(c.holder)}
+	if c.permits > 1 {
+		opts = append(opts, redislock.WithPermits(c.permits))
+	}
+	return opts
 }
 
 // Acquire asks for the lock as a queued waiter: Redis hands a free lock to the head of the queue
@@ -24,22 +38,23 @@ type claim struct {
 // place and the holder. score orders the queue; liveness is how long the waiter stays queued
 // without a call that keeps it.
 func (b *LockBook) Acquire(ctx context.Context, c claim, ttl time.Duration, score float64, liveness time.Duration) (*redislock.Lock, error) {
-	return b.redis.Acquire(ctx, c.key, ttl,
-		redislock.WithToken(c.token),
-		redislock.WithMetadata(c.holder),
-		redislock.WithQueue(c.holder, score, liveness))
+	return b.redis.Acquire(ctx, c.key, ttl, append(c.acquireOptions(), redislock.WithQueue(c.holder, score, liveness))...)
 }
 
 // Readopt asks for the lock with the LockedJob's own token, outside the queue: it finds a lock
 // that is still ours (Lock.Readopted), acquires it afresh if it is free, and returns ErrNotAcquired
 // if another holder has it.
 func (b *LockBook) Readopt(ctx context.Context, c claim, ttl time.Duration) (*redislock.Lock, error) {
-	return b.redis.Acquire(ctx, c.key, ttl, redislock.WithToken(c.token), redislock.WithMetadata(c.holder))
+	return b.redis.Acquire(ctx, c.key, ttl, c.acquireOptions()...)
 }
 
 // Release deletes the lock if it is held with the claim's token (no *Lock needed, so it works after
 // a restart), handing it to the head of its queue. It returns ErrNotHeld when the lock was not ours.
+// A semaphore's holder releases its slot.
 func (b *LockBook) Release(ctx context.Context, c claim) error {
+	if c.slot != nil {
+		return b.redis.ReleaseSlotToken(ctx, c.key, int(*c.slot), c.token)
+	}
 	return b.redis.ReleaseToken(ctx, c.key, c.token)
 }
 
@@ -52,6 +67,17 @@ func (b *LockBook) Dequeue(ctx context.Context, c claim) error {
 // Inspect reads the lock named key without acquiring it.
 func (b *LockBook) Inspect(ctx context.Context, key string) (redislock.State, error) {
 	return b.redis.Inspect(ctx, key)
+}
+
+// InspectSlots reads the first n slots of the semaphore named key (not on Redlock).
+func (b *LockBook) InspectSlots(ctx context.Context, key string, n int) ([]redislock.State, error) {
+	return b.redis.InspectSlots(ctx, key, n)
+}
+
+// SetPermits writes how many may hold the lock named key at once, for the releases and
+// acquisitions that follow (see redislock.Client.SetPermits).
+func (b *LockBook) SetPermits(ctx context.Context, key string, n int) error {
+	return b.redis.SetPermits(ctx, key, n)
 }
 
 // QueueState reads how many wait for the lock named key and who is at the head (not on Redlock).

@@ -31,11 +31,13 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -118,6 +120,8 @@ type LockedJobReconciler struct {
 	Clock     clock.PassiveClock
 
 	waiting waitBook
+	// lockKindsServed: the Lock and ClusterLock CRDs are installed, so locks may declare permits.
+	lockKindsServed bool
 }
 
 // pass is one run of Reconcile: the object as read, what it observed, and the status it records.
@@ -125,7 +129,10 @@ type pass struct {
 	lj     *batchv1alpha1.LockedJob
 	before *batchv1alpha1.LockedJob // what the API server has: base of the status patch
 	key    string                   // the lock's name in the lock library
-	obs    observation
+	// permits is how many may hold the lock at once (see permitsOf), read by the passes that
+	// acquire; 0 in the others.
+	permits int
+	obs     observation
 	// acquired tells the acquisition made by this pass; the JobCreated Event that follows in the
 	// same pass carries it, so one Event tells both (they always come together).
 	acquired string
@@ -221,13 +228,21 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		}
 	}
 	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1alpha1.LockedJob{}, handler.OnlyControllerOwner())
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&batchv1alpha1.LockedJob{}).
 		Watches(&batchv1.Job{}, jobEndedFirst(owner)).
 		WatchesRawSource(source.Channel(r.Locks.Events(), enqueueAt(priorityUrgent))).
 		WatchesRawSource(source.Channel(handed, enqueueAt(priorityUrgent))).
-		WatchesRawSource(source.Channel(moved, enqueueAt(0))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
+		WatchesRawSource(source.Channel(moved, enqueueAt(0)))
+	// Without the Lock kinds every lock admits one holder; with them, a changed spec.permits wakes
+	// the lock's waiters.
+	r.lockKindsServed = unservedKind(mgr, "Lock", "ClusterLock") == ""
+	if r.lockKindsServed {
+		specChanged := builder.WithPredicates(predicate.GenerationChangedPredicate{})
+		b = b.Watches(&batchv1alpha1.Lock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeNamespace)), specChanged).
+			Watches(&batchv1alpha1.ClusterLock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeCluster)), specChanged)
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Named("lockedjob").
 		Complete(r)
 }

@@ -38,5 +38,5 @@ func libraryKey(redisKey, empty string) (string, bool) {
 // claim names this pass's LockedJob's lock for the lock book's Redis calls.
 func (r *LockedJobReconciler) claim(p *pass) claim {
 	id := r.Config.Identity
-	return claim{key: p.key, token: id.Token(p.lj), holder: id.Holder(p.lj)}
+	return claim{key: p.key, token: id.Token(p.lj), holder: id.Holder(p.lj), permits: p.permits, slot: p.lj.Status.Slot}
 }

@@ -16,11 +16,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // The per-lock view (docs/design.md, "Semaphores and the per-lock view"): a declared Lock or
@@ -28,8 +30,9 @@ import (
 // the lock changes, and every Resync for what nobody here announces (an expiry, another cluster's
 // holder); it is written only when it changed, at most once per MinInterval per lock.
 
-// +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks;clusterlocks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks;clusterlocks,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks/status;clusterlocks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks/finalizers;clusterlocks/finalizers,verbs=update
 
 // LockViewReconciler keeps the status of Lock and ClusterLock objects.
 type LockViewReconciler struct {
@@ -46,7 +49,12 @@ type LockViewReconciler struct {
 
 	mu      sync.Mutex
 	written map[types.NamespacedName]time.Time // last status write, by object (namespace "" for ClusterLock)
+	settled map[types.NamespacedName]int64     // the generation whose permits Redis has, by object
 }
+
+// permitsFinalizer keeps a Lock that declared more than one permit until the operator has set its
+// lock back to one in Redis: the number lives there, and a deleted Lock means one holder.
+const permitsFinalizer = "batch.lockedjob.dev/permits"
 
 // SetupWithManager registers one controller per kind; both map LockedJob changes to the view of
 // their lock.
@@ -58,6 +66,7 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Resync = cmpOr(r.Resync, 2*time.Minute)
 	r.RedisTimeout = cmpOr(r.RedisTimeout, 2*time.Second)
 	r.written = map[types.NamespacedName]time.Time{}
+	r.settled = map[types.NamespacedName]int64{}
 	if kind := unservedKind(mgr, "Lock", "ClusterLock"); kind != "" {
 		skipUnserved("the per-lock view", kind)
 		return nil
@@ -108,6 +117,9 @@ func (r *LockViewReconciler) reconcileLock(ctx context.Context, req reconcile.Re
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	key := r.Identity.KeyOf(batchv1alpha1.LockScopeNamespace, l.Namespace, l.Name)
+	if done, err := r.settlePermits(ctx, l, key); done || err != nil {
+		return reconcile.Result{}, err
+	}
 	return r.refresh(ctx, l, &l.Status, key, l.Namespace)
 }
 
@@ -117,7 +129,56 @@ func (r *LockViewReconciler) reconcileClusterLock(ctx context.Context, req recon
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	key := r.Identity.KeyOf(batchv1alpha1.LockScopeCluster, "", l.Name)
+	if done, err := r.settlePermits(ctx, l, key); done || err != nil {
+		return reconcile.Result{}, err
+	}
 	return r.refresh(ctx, l, &l.Status, key, "")
+}
+
+// settlePermits writes the object's spec.permits to Redis once per generation, so releases obey a
+// changed number at once instead of after the next acquisition, and, for an object that declared
+// more than one, holds it with a finalizer until its deletion has set the lock back to one. done
+// reports that the object is being deleted and nothing more is to be done for it.
+func (r *LockViewReconciler) settlePermits(ctx context.Context, obj client.Object, key string) (done bool, err error) {
+	id := client.ObjectKeyFromObject(obj)
+	if !obj.GetDeletionTimestamp().IsZero() {
+		if !controllerutil.ContainsFinalizer(obj, permitsFinalizer) {
+			return true, nil
+		}
+		if err := r.setPermits(ctx, key, 1); err != nil {
+			return true, err
+		}
+		controllerutil.RemoveFinalizer(obj, permitsFinalizer)
+		if err := r.Update(ctx, obj); client.IgnoreNotFound(err) != nil {
+			return true, fmt.Errorf("remove finalizer of lock %s: %w", key, err)
+		}
+		r.forget(id)
+		return true, nil
+	}
+	n := permitsIn(obj)
+	if n > 1 && !controllerutil.ContainsFinalizer(obj, permitsFinalizer) {
+		controllerutil.AddFinalizer(obj, permitsFinalizer)
+		if err := r.Update(ctx, obj); err != nil {
+			return false, fmt.Errorf("add finalizer to lock %s: %w", key, err)
+		}
+	}
+	if r.settledAt(id) == obj.GetGeneration() || (n > 1 && !r.Locks.HandsOff()) {
+		return false, nil // Redlock: its LockedJobs wait, and the view says why
+	}
+	if err := r.setPermits(ctx, key, n); err != nil {
+		return false, err
+	}
+	r.settle(id, obj.GetGeneration())
+	return false, nil
+}
+
+func (r *LockViewReconciler) setPermits(ctx context.Context, key string, n int) error {
+	rctx, cancel := context.WithTimeout(ctx, r.RedisTimeout)
+	defer cancel()
+	if err := r.Locks.SetPermits(rctx, key, n); err != nil {
+		return fmt.Errorf("set the permits of lock %s to %d: %w", key, n, err)
+	}
+	return nil
 }
 
 // refresh reads the lock from Redis into *status and writes it when it changed, no sooner than
@@ -130,7 +191,7 @@ func (r *LockViewReconciler) refresh(ctx context.Context, obj client.Object, sta
 	base := obj.DeepCopyObject().(client.Object)
 	before := status.DeepCopy()
 	status.ObservedGeneration = obj.GetGeneration()
-	readErr := r.read(ctx, status, key, namespace)
+	readErr := r.read(ctx, status, key, namespace, permitsIn(obj))
 	status.ObservedAt = before.ObservedAt
 	if equality.Semantic.DeepEqual(before, status) {
 		return reconcile.Result{RequeueAfter: r.Resync}, readErr
@@ -148,22 +209,26 @@ func (r *LockViewReconciler) refresh(ctx context.Context, obj client.Object, sta
 
 // read fills status from Redis: the holder with its fence, and the queue. On a failed read only the
 // RedisAvailable condition changes, so the last view stays visible.
-func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.LockViewStatus, key, namespace string) error {
+func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.LockViewStatus, key, namespace string, permits int) error {
 	rctx, cancel := context.WithTimeout(ctx, r.RedisTimeout)
 	defer cancel()
-	st, err := r.Locks.Inspect(rctx, key)
+	slots, err := r.inspect(rctx, key)
 	if err != nil {
 		r.setRedis(status, metav1.ConditionFalse, batchv1alpha1.ReasonRedisUnavailable, fmt.Sprintf("Redis unavailable: %v", err))
 		return fmt.Errorf("inspect %s: %w", key, err)
 	}
 	status.LockKey = r.Locks.RedisKey(key)
-	status.Permits = 1
-	status.LastFencingToken = st.Fence
+	status.Permits = int32(permits)
+	status.LastFencingToken = 0
 	status.Holders = nil
-	if st.Held {
-		status.Holders = []batchv1alpha1.LockHolder{r.holder(ctx, st.Metadata, st.Fence, namespace)}
+	for slot, st := range slots {
+		status.LastFencingToken = max(status.LastFencingToken, st.Fence)
+		if st.Held {
+			status.Holders = append(status.Holders, r.holder(ctx, st.Metadata, st.Fence, int32(slot), namespace))
+		}
 	}
 	status.InUse = int32(len(status.Holders))
+	r.setPermitsSupported(status, permits)
 	status.Waiting, status.Head = nil, ""
 	if r.Locks.HandsOff() {
 		q, err := r.Locks.QueueState(rctx, key)
@@ -178,10 +243,33 @@ func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.Loc
 	return nil
 }
 
+// inspect reads every slot of the lock, also those above today's permits that holders keep after
+// the number was lowered; Redlock, where a lock has one holder, only slot 0.
+func (r *LockViewReconciler) inspect(ctx context.Context, key string) ([]redislock.State, error) {
+	if !r.Locks.HandsOff() {
+		st, err := r.Locks.Inspect(ctx, key)
+		return []redislock.State{st}, err
+	}
+	return r.Locks.InspectSlots(ctx, key, redislock.MaxPermits)
+}
+
+// setPermitsSupported says whether Redis can grant the permits the lock declares.
+func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewStatus, permits int) {
+	s, reason, msg := metav1.ConditionTrue, batchv1alpha1.ReasonPermitsSupported, fmt.Sprintf("Redis admits %d holders of this lock at once", permits)
+	if permits > 1 && !r.Locks.HandsOff() {
+		s, reason = metav1.ConditionFalse, batchv1alpha1.ReasonPermitsUnsupported
+		msg = fmt.Sprintf("spec.permits is %d, and the operator's Redis is Redlock, which admits one holder per lock: the lock's LockedJobs wait until spec.permits is 1", permits)
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: msg,
+		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
+	})
+}
+
 // holder describes the holder named holderName. A holder of this cluster is named by its
 // LockedJob (and, if the cache has it holding, when it acquired); another cluster's only by name.
-func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fence int64, namespace string) batchv1alpha1.LockHolder {
-	h := batchv1alpha1.LockHolder{Holder: holderName, FencingToken: fence}
+func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fence int64, slot int32, namespace string) batchv1alpha1.LockHolder {
+	h := batchv1alpha1.LockHolder{Holder: holderName, FencingToken: fence, Slot: slot}
 	parts := strings.SplitN(holderName, "/", 4)
 	if len(parts) != 4 || parts[0] != r.Identity.ClusterID {
 		return h
@@ -224,4 +312,24 @@ func (r *LockViewReconciler) wrote(id types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.written[id] = r.Clock.Now()
+}
+
+func (r *LockViewReconciler) settledAt(id types.NamespacedName) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.settled[id]
+}
+
+func (r *LockViewReconciler) settle(id types.NamespacedName, generation int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.settled[id] = generation
+}
+
+// forget drops what is known of a deleted object, so a new one of the same name starts afresh.
+func (r *LockViewReconciler) forget(id types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.settled, id)
+	delete(r.written, id)
 }

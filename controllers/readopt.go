@@ -17,6 +17,11 @@ import (
 
 // acquireOwn acquires or re-adopts the lock with this LockedJob's own token (no queue).
 func (r *LockedJobReconciler) acquireOwn(ctx context.Context, p *pass) (*redislock.Lock, error) {
+	permits, err := r.permitsOf(ctx, p.lj)
+	if err != nil {
+		return nil, err
+	}
+	p.permits = permits
 	rctx, cancel := r.redisCtx(ctx)
 	defer cancel()
 	return r.Locks.Readopt(rctx, r.claim(p), ttlOf(p.lj))
@@ -66,9 +71,10 @@ func (r *LockedJobReconciler) lostWhileAway(p *pass) {
 }
 
 // readopted reports whether lock continues the acquisition that status records: found held with
-// our token (not granted afresh) under the recorded fencing token.
+// our token (not granted afresh) under the recorded fencing token, in the recorded slot.
 func readopted(lock *redislock.Lock, lj *batchv1alpha1.LockedJob) bool {
-	return lock.Readopted() && lj.Status.FencingToken != nil && lock.Fence() == *lj.Status.FencingToken
+	return lock.Readopted() && lj.Status.FencingToken != nil && lock.Fence() == *lj.Status.FencingToken &&
+		lock.Slot() == int(derefInt32(lj.Status.Slot))
 }
 
 // deleteReadopt re-adopts the lock of a LockedJob being deleted after an operator restart, so the

@@ -93,6 +93,11 @@ func (r *LockedJobReconciler) recordHeld(p *pass, lock *redislock.Lock) {
 	lj := p.lj
 	fence := lock.Fence()
 	lj.Status.FencingToken = &fence
+	lj.Status.Slot = nil
+	if lock.Semaphore() {
+		slot := int32(lock.Slot())
+		lj.Status.Slot = &slot
+	}
 	lj.Status.Holder = r.Config.Identity.Holder(lj)
 	lj.Status.LockKey = lock.RedisKey()
 	lj.Status.BlockedBy, lj.Status.QueuePosition = "", nil
@@ -104,5 +109,13 @@ func (r *LockedJobReconciler) recordHeld(p *pass, lock *redislock.Lock) {
 		lj.Status.Phase = batchv1alpha1.PhasePending
 	}
 	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionTrue, batchv1alpha1.ReasonAcquired,
-		fmt.Sprintf("Holding lock %s with fencing token %d", lj.Spec.Lock.Name, fence))
+		fmt.Sprintf("Holding lock %s with fencing token %d%s", lj.Spec.Lock.Name, fence, slotPhrase(lj.Status.Slot)))
+}
+
+// slotPhrase says which slot of a semaphore is held, for messages; "" for a plain lock.
+func slotPhrase(slot *int32) string {
+	if slot == nil {
+		return ""
+	}
+	return fmt.Sprintf(" in slot %d", *slot)
 }

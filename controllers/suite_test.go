@@ -133,10 +133,21 @@ var testIdentity = Identity{ClusterID: "envtest", TokenKey: []byte("envtest-toke
 // re-check only every 30s, so a spec that sees a handoff sooner proves the release wake-up.
 func startOperator(mutate ...func(*Config)) *operator {
 	GinkgoHelper()
-	lockClient, err := redislock.New(
-		redis.NewClient(&redis.Options{Addr: redisSrv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1}),
-		redislock.WithKeyPrefix("lockedjob:"),
-		redislock.WithReleaseNotifications("lockedjob:released"))
+	return startOperatorOn([]string{redisSrv.Addr()}, mutate...)
+}
+
+// startOperatorOn is startOperator on the Redis servers at addrs: more than one is Redlock.
+func startOperatorOn(addrs []string, mutate ...func(*Config)) *operator {
+	GinkgoHelper()
+	var nodes []redis.UniversalClient
+	for _, addr := range addrs {
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1}))
+	}
+	opts := []redislock.Option{redislock.WithKeyPrefix("lockedjob:"), redislock.WithReleaseNotifications("lockedjob:released")}
+	lockClient, err := redislock.New(nodes[0], opts...)
+	if len(nodes) > 1 {
+		lockClient, err = redislock.NewRedlock(nodes, opts...)
+	}
 	Expect(err).NotTo(HaveOccurred())
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

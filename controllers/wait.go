@@ -56,8 +56,8 @@ func (r *LockedJobReconciler) wait(p *pass, notAcquired error, waited time.Durat
 	// The head re-checks soon and at the usual priority: nobody announces a lock freed by an expiry,
 	// or a handoff whose announcement found it not yet waiting in the cache.
 	next, priority := r.waitBackoff(waited), 0
-	if qe != nil && qe.Position > 1 && r.Locks.HandsOff() {
-		// Behind the head: handoffs tell this waiter its place and the queue keeper keeps it queued,
+	if qe != nil && qe.Position > max(p.permits, 1) && r.Locks.HandsOff() {
+		// Behind those a free permit goes to: handoffs tell this waiter its place and the queue keeper keeps it queued,
 		// so a re-check is a safety net, and under a burst it yields to the passes events ask for.
 		next, priority = jitter(r.Config.QueueRecheck), handler.LowPriority
 	}

@@ -21,10 +21,22 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// LockViewSpec is what a user declares about a lock. Nothing yet: declaring a Lock (or ClusterLock)
-// asks the operator to keep its view in status. The number of holders a lock admits comes here with
-// semaphores (docs/design.md, "Semaphores and the per-lock view").
-type LockViewSpec struct{}
+// LockViewSpec is what a user declares about a lock: how many may hold it at once. Declaring a Lock
+// (or ClusterLock) also asks the operator to keep the lock's view in status (docs/design.md,
+// "Semaphores and the per-lock view").
+type LockViewSpec struct {
+	// permits is how many LockedJobs may hold the lock at once: 1 is a mutex, more make it a
+	// semaphore, whose holders each get their own slot (LOCKEDJOB_SLOT, 0..permits-1) with fencing
+	// tokens that rise within the slot. Raising it lets waiters in at once; lowering it keeps the
+	// holders above the new number until they release, and nobody acquires until fewer than the new
+	// number hold the lock. Deleting the Lock sets the lock back to 1. Not on Redlock (see the
+	// PermitsSupported condition).
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	Permits int32 `json:"permits,omitempty"`
+}
 
 // LockHolder is one holder of a lock as Redis shows it. It never carries the holder's token.
 type LockHolder struct {
@@ -38,7 +50,12 @@ type LockHolder struct {
 	// +kubebuilder:validation:MaxLength=317
 	LockedJob string `json:"lockedJob,omitempty"`
 
-	// fencingToken is the token the holder's Job runs under.
+	// slot is the semaphore slot the holder has (0 for a lock of one permit).
+	// +optional
+	Slot int32 `json:"slot"`
+
+	// fencingToken is the token the holder's Job runs under; it orders the holder against the
+	// earlier holders of the same slot.
 	// +optional
 	FencingToken int64 `json:"fencingToken,omitempty"`
 
@@ -55,7 +72,7 @@ type LockViewStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	LockKey string `json:"lockKey,omitempty"`
 
-	// holders are the LockedJobs that hold the lock now.
+	// holders are the LockedJobs that hold the lock now, by slot.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
@@ -65,7 +82,7 @@ type LockViewStatus struct {
 	// +optional
 	InUse int32 `json:"inUse"`
 
-	// permits is how many may hold the lock at once (1 until semaphores exist).
+	// permits is how many may hold the lock at once (spec.permits).
 	// +optional
 	Permits int32 `json:"permits,omitempty"`
 
@@ -91,7 +108,8 @@ type LockViewStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: RedisAvailable.
+	// conditions: RedisAvailable, and PermitsSupported (False when spec.permits is more than 1 and
+	// the operator's Redis is Redlock, which admits one holder per lock).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

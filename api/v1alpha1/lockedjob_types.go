@@ -207,6 +207,9 @@ const (
 	// the outcome; its reason tells which. `kubectl wait --for=condition=Finished` returns on success
 	// and failure alike.
 	ConditionFinished = "Finished"
+	// ConditionPermitsSupported (on a Lock or ClusterLock) is False when the lock declares more
+	// permits than the operator's Redis can grant (Redlock admits one holder per lock).
+	ConditionPermitsSupported = "PermitsSupported"
 )
 
 // Condition and event reasons.
@@ -233,6 +236,9 @@ const (
 	ReasonScopeNotAllowed  = "ScopeNotAllowed"
 	ReasonPending          = "Pending"
 	ReasonInProgress       = "InProgress"
+	ReasonPermitsSupported = "PermitsSupported"
+	// ReasonPermitsUnsupported: a lock declares more than one permit on Redlock; its LockedJobs wait.
+	ReasonPermitsUnsupported = "PermitsUnsupported"
 )
 
 // Environment variables and annotations that carry the lock to the Job's pods.
@@ -240,10 +246,14 @@ const (
 	EnvFencingToken = "LOCKEDJOB_FENCING_TOKEN"
 	EnvLock         = "LOCKEDJOB_LOCK"
 	EnvHolder       = "LOCKEDJOB_HOLDER"
+	// EnvSlot is the semaphore slot the Job holds (0..permits-1; 0 for a lock of one permit): a
+	// store partitioned by slot fences each partition with LOCKEDJOB_FENCING_TOKEN.
+	EnvSlot = "LOCKEDJOB_SLOT"
 
 	AnnotationFencingToken = "batch.lockedjob.dev/fencing-token"
 	AnnotationLock         = "batch.lockedjob.dev/lock"
 	AnnotationHolder       = "batch.lockedjob.dev/holder"
+	AnnotationSlot         = "batch.lockedjob.dev/slot"
 	// LabelLockedJob names the LockedJob that owns a Job: its name, or, when the name is longer
 	// than a label value may be, a prefix of it and a hash of the whole.
 	LabelLockedJob = "batch.lockedjob.dev/lockedjob"
@@ -287,6 +297,14 @@ type LockedJobStatus struct {
 	// The Job's pods get it as LOCKEDJOB_FENCING_TOKEN.
 	// +optional
 	FencingToken *int64 `json:"fencingToken,omitempty"`
+
+	// slot is the semaphore slot this LockedJob holds or held, when its lock is a semaphore (a Lock
+	// declares more than one permit): the fencing token orders it against the earlier holders of
+	// the same slot. The Job's pods get it as LOCKEDJOB_SLOT. Absent for a lock of one holder.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=63
+	Slot *int32 `json:"slot,omitempty"`
 
 	// acquiredAt is when the lock was acquired.
 	// +optional
@@ -347,6 +365,7 @@ type LockedJobStatus struct {
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder`,priority=10
 // +kubebuilder:printcolumn:name="Blocked-By",type=string,JSONPath=`.status.blockedBy`
 // +kubebuilder:printcolumn:name="Fence",type=integer,JSONPath=`.status.fencingToken`
+// +kubebuilder:printcolumn:name="Slot",type=integer,JSONPath=`.status.slot`,priority=10
 // A string, not a date: kubectl prints a future date as <invalid>.
 // +kubebuilder:printcolumn:name="TTL",type=string,JSONPath=`.spec.lock.ttl`,description="Lease length; the operator renews it every renewInterval"
 // +kubebuilder:printcolumn:name="Acquired",type=date,JSONPath=`.status.acquiredAt`,description="When the current holder acquired the lock"

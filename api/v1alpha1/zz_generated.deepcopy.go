@@ -495,6 +495,11 @@ func (in *LockedJobStatus) DeepCopyInto(out *LockedJobStatus) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.Slot != nil {
+		in, out := &in.Slot, &out.Slot
+		*out = new(int32)
+		**out = **in
+	}
 	if in.AcquiredAt != nil {
 		in, out := &in.AcquiredAt, &out.AcquiredAt
 		*out = (*in).DeepCopy()

@@ -1,0 +1,80 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// Semaphores (docs/design.md, "Semaphores and the per-lock view"): a lock admits as many holders
+// as the Lock (scope Namespace) or ClusterLock (scope Cluster) named after it declares in
+// spec.permits; a lock nobody declares admits one. Redis keeps the number the last acquisition or
+// the view controller wrote (see LockViewReconciler.settlePermits), and the lock library obeys
+// what Redis keeps, also for a caller that does not pass it.
+
+// declaredLock returns the Lock or ClusterLock that declares lj's lock, and its name.
+func declaredLock(lj *batchv1alpha1.LockedJob) (client.Object, types.NamespacedName) {
+	if lockScope(lj) == batchv1alpha1.LockScopeCluster {
+		return &batchv1alpha1.ClusterLock{}, types.NamespacedName{Name: lj.Spec.Lock.Name}
+	}
+	return &batchv1alpha1.Lock{}, types.NamespacedName{Namespace: lj.Namespace, Name: lj.Spec.Lock.Name}
+}
+
+// permitsOf returns how many may hold lj's lock at once: the declaring object's spec.permits, from
+// the cache, or 1 when nothing declares it (or the Lock kinds are not installed).
+func (r *LockedJobReconciler) permitsOf(ctx context.Context, lj *batchv1alpha1.LockedJob) (int, error) {
+	if !r.lockKindsServed {
+		return 1, nil
+	}
+	obj, name := declaredLock(lj)
+	err := r.Get(ctx, name, obj)
+	if apierrors.IsNotFound(err) {
+		return 1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("get the permits of lock %s: %w", lj.Spec.Lock.Name, err)
+	}
+	return permitsIn(obj), nil
+}
+
+// permitsIn reads spec.permits of a Lock or ClusterLock; an object stored without spec (the
+// default applies only when spec is present) admits one.
+func permitsIn(obj client.Object) int {
+	var n int32
+	switch l := obj.(type) {
+	case *batchv1alpha1.Lock:
+		n = l.Spec.Permits
+	case *batchv1alpha1.ClusterLock:
+		n = l.Spec.Permits
+	}
+	return max(int(n), 1)
+}
+
+// wakeOnPermits maps a Lock or ClusterLock whose spec changed to the waiters of its lock: more
+// permits may let them in at once, and nobody else announces it. Each of them asks Redis once.
+func (r *LockedJobReconciler) wakeOnPermits(scope batchv1alpha1.LockScope) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		key := r.Config.Identity.KeyOf(scope, o.GetNamespace(), o.GetName())
+		var list batchv1alpha1.LockedJobList
+		if err := r.List(ctx, &list, client.MatchingFields{indexLockKey: r.Locks.RedisKey(key)}); err != nil {
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range list.Items {
+			lj := &list.Items[i]
+			if lj.Status.Phase != batchv1alpha1.PhaseWaiting {
+				continue
+			}
+			r.waiting.wake(r.Config.Identity.Holder(lj))
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lj)})
+		}
+		return reqs
+	}
+}

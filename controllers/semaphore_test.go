@@ -1,0 +1,139 @@
+package controllers
+
+import (
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+)
+
+var _ = Describe("Semaphores", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	declare := func(name string, permits int32) *batchv1alpha1.Lock {
+		GinkgoHelper()
+		l := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: batchv1alpha1.LockViewSpec{Permits: permits}}
+		Expect(k8sClient.Create(ctx, l)).To(Succeed())
+		return l
+	}
+	setPermits := func(l *batchv1alpha1.Lock, permits int32) {
+		GinkgoHelper()
+		Eventually(func() error {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(l), l); err != nil {
+				return err
+			}
+			l.Spec.Permits = permits
+			return k8sClient.Update(ctx, l)
+		}).Should(Succeed())
+	}
+	// slotOf checks what a holder's Job carries and returns its slot.
+	slotOf := func(lj *batchv1alpha1.LockedJob) int32 {
+		GinkgoHelper()
+		Expect(lj.Status.Slot).NotTo(BeNil(), "a semaphore's holder records its slot")
+		job := jobOf(lj)
+		env := map[string]string{}
+		for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		Expect(env).To(HaveKeyWithValue(batchv1alpha1.EnvSlot, strconv.Itoa(int(*lj.Status.Slot))))
+		Expect(env).To(HaveKeyWithValue(batchv1alpha1.EnvFencingToken, strconv.FormatInt(*lj.Status.FencingToken, 10)))
+		Expect(job.Spec.Template.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationSlot, strconv.Itoa(int(*lj.Status.Slot))))
+		return *lj.Status.Slot
+	}
+
+	It("admits spec.permits holders in distinct slots, hands a freed slot on, and follows permits changed at run time", func() {
+		l := declare("pool", 2)
+		a := waitPhase(create(newLockedJob(ns, "a", "pool")), batchv1alpha1.PhaseRunning)
+		b := waitPhase(create(newLockedJob(ns, "b", "pool")), batchv1alpha1.PhaseRunning)
+		Expect([]int32{slotOf(a), slotOf(b)}).To(ConsistOf(int32(0), int32(1)))
+		c := waitPhase(create(newLockedJob(ns, "c", "pool")), batchv1alpha1.PhaseWaiting)
+		Expect(c.Status.QueuePosition).To(Equal(ptrTo(int32(1))))
+
+		By("showing both holders, by slot, in the view")
+		Eventually(func(g Gomega) {
+			var seen batchv1alpha1.Lock
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &seen)).To(Succeed())
+			g.Expect(seen.Status.Permits).To(Equal(int32(2)))
+			g.Expect(seen.Status.InUse).To(Equal(int32(2)))
+			g.Expect(seen.Status.Holders).To(ConsistOf(
+				And(HaveField("LockedJob", "a"), HaveField("Slot", *a.Status.Slot), HaveField("FencingToken", *a.Status.FencingToken)),
+				And(HaveField("LockedJob", "b"), HaveField("Slot", *b.Status.Slot), HaveField("FencingToken", *b.Status.FencingToken))))
+			g.Expect(meta.IsStatusConditionTrue(seen.Status.Conditions, batchv1alpha1.ConditionPermitsSupported)).To(BeTrue())
+		}).Should(Succeed())
+
+		By("handing the freed slot to the waiter, with a fence above the slot's last")
+		finishJob(a, true)
+		c = waitPhase(c, batchv1alpha1.PhaseRunning)
+		Expect(slotOf(c)).To(Equal(*a.Status.Slot))
+		Expect(*c.Status.FencingToken).To(BeNumerically(">", *a.Status.FencingToken))
+
+		By("letting a waiter in at once when permits are raised (its own re-check is 30s away)")
+		d := waitPhase(create(newLockedJob(ns, "d", "pool")), batchv1alpha1.PhaseWaiting)
+		setPermits(l, 3)
+		d = waitPhase(d, batchv1alpha1.PhaseRunning)
+		Expect(slotOf(d)).To(Equal(int32(2)))
+
+		By("keeping the holders above a lowered number, and admitting nobody until fewer hold it")
+		setPermits(l, 1)
+		e := waitPhase(create(newLockedJob(ns, "e", "pool")), batchv1alpha1.PhaseWaiting)
+		finishJob(b, true)
+		waitPhase(b, batchv1alpha1.PhaseSucceeded)
+		finishJob(d, true)
+		waitPhase(d, batchv1alpha1.PhaseSucceeded)
+		Consistently(func() batchv1alpha1.LockedJobPhase { return fetch(e).Status.Phase }).
+			WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Equal(batchv1alpha1.PhaseWaiting))
+		finishJob(c, true)
+		e = waitPhase(e, batchv1alpha1.PhaseRunning)
+		Expect(slotOf(e)).To(Equal(int32(0)))
+
+		By("setting the lock back to one permit when its Lock is deleted")
+		setPermits(l, 2)
+		permitsKey := e.Status.LockKey + ":permits"
+		Eventually(func() (string, error) { return rdb.Get(ctx, permitsKey).Result() }).Should(Equal("2"))
+		Expect(k8sClient.Delete(ctx, l)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &batchv1alpha1.Lock{}))
+		}).Should(BeTrue())
+		Expect(rdb.Get(ctx, permitsKey).Val()).To(Equal("1"))
+	})
+
+	It("makes the LockedJobs of a lock with more than one permit wait on Redlock, and says why", func() {
+		var addrs []string
+		for range 3 {
+			srv, err := redisserver.StartProcess()
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(srv.Close)
+			addrs = append(addrs, srv.Addr())
+		}
+		op.stop()
+		op = startOperatorOn(addrs)
+		DeferCleanup(func() { op.stop(); op = startOperator() })
+
+		l := declare("wide", 2)
+		lj := waitPhase(create(newLockedJob(ns, "x", "wide")), batchv1alpha1.PhaseWaiting)
+		cond := meta.FindStatusCondition(lj.Status.Conditions, batchv1alpha1.ConditionLockAcquired)
+		Expect(cond).NotTo(BeNil())
+		Expect(cond.Reason).To(Equal(batchv1alpha1.ReasonPermitsUnsupported))
+		Expect(lj.Status.Message).To(ContainSubstring("Redlock"))
+		Eventually(func(g Gomega) {
+			var seen batchv1alpha1.Lock
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &seen)).To(Succeed())
+			g.Expect(meta.IsStatusConditionFalse(seen.Status.Conditions, batchv1alpha1.ConditionPermitsSupported)).To(BeTrue())
+		}).Should(Succeed())
+
+		By("running it as a plain lock once the Lock declares one permit")
+		setPermits(l, 1)
+		lj = waitPhase(lj, batchv1alpha1.PhaseRunning)
+		Expect(lj.Status.Slot).To(BeNil())
+	})
+})
