@@ -42,7 +42,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.addr, "store-addr", os.Getenv("FENCED_STORE_ADDR"), "host:port of the Redis that holds the fenced store (env FENCED_STORE_ADDR)")
-	flag.StringVar(&o.store, "store", "", "the store's name (default: fencedstore:<LOCKEDJOB_LOCK>)")
+	flag.StringVar(&o.store, "store", "", "the store's name (default: fencedstore:<LOCKEDJOB_LOCK>, and :slot<LOCKEDJOB_SLOT> after it for slots above 0)")
 	flag.IntVar(&o.writes, "writes", 5, "how many writes to make (0: until stopped)")
 	flag.DurationVar(&o.interval, "interval", time.Second, "time between writes")
 	flag.IntVar(&o.exitCode, "exit-code", 0, "exit code after the last write (non-zero to play a failing Job)")
@@ -103,7 +103,7 @@ func run(o options) int {
 	}
 	lock := os.Getenv(batchv1alpha1.EnvLock)
 	if o.store == "" {
-		o.store = "fencedstore:" + lock
+		o.store = defaultStore(lock, os.Getenv(batchv1alpha1.EnvSlot))
 	}
 	writer, _ := os.Hostname()
 
@@ -156,4 +156,14 @@ func terminated(store *fencedstore.Store, writer string, token int64, accepted, 
 		log.Printf("recording the signal: %v", err)
 	}
 	return 143
+}
+
+// defaultStore names the store of a lock's holders. A semaphore's holders run side by side, one per
+// slot, and each slot's fencing tokens order only that slot's holders: so the store is partitioned
+// by slot, and slot 0 (every holder of a plain lock) keeps the lock's own name.
+func defaultStore(lock, slot string) string {
+	if slot == "" || slot == "0" {
+		return "fencedstore:" + lock
+	}
+	return "fencedstore:" + lock + ":slot" + slot
 }

@@ -39,6 +39,31 @@ func TestWritesUnderItsToken(t *testing.T) {
 	}
 }
 
+// A semaphore's holders write side by side, each to its slot's partition, fenced against the
+// earlier holders of that slot only.
+func TestASemaphoreHolderWritesToItsSlot(t *testing.T) {
+	srv := redisserver.Start(t)
+	slot0 := fencedstore.New(srv.Client(t), "fencedstore:demo")
+	if err := slot0.Write(context.Background(), 50, "slot-0-holder", "x"); err != nil {
+		t.Fatal(err)
+	}
+	setToken(t, 8) // below slot 0's token: another slot's holder is not stale
+	t.Setenv(batchv1alpha1.EnvSlot, "1")
+	if code := run(options{addr: srv.Addr(), writes: 2, interval: time.Millisecond}); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	h, err := fencedstore.New(srv.Client(t), "fencedstore:demo:slot1").History(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 2 || h[0].Result != fencedstore.ResultAccepted || h[1].Result != fencedstore.ResultAccepted {
+		t.Fatalf("slot 1's history %+v, want two accepted writes of token 8", h)
+	}
+	if h0, _ := slot0.History(context.Background()); len(h0) != 1 {
+		t.Fatalf("slot 0's history %+v, want only its own holder's write", h0)
+	}
+}
+
 func TestAStaleWriterIsRefused(t *testing.T) {
 	srv := redisserver.Start(t)
 	store := fencedstore.New(srv.Client(t), "fencedstore:demo")
