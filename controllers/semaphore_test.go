@@ -107,6 +107,36 @@ var _ = Describe("Semaphores", func() {
 		Expect(rdb.Get(ctx, permitsKey).Val()).To(Equal("1"))
 	})
 
+	It("serves waiters by priority, then age, and re-adopts every holder in its slot after a restart", func() {
+		declare("ranked", 2)
+		a := waitPhase(create(newLockedJob(ns, "a", "ranked")), batchv1alpha1.PhaseRunning)
+		b := waitPhase(create(newLockedJob(ns, "b", "ranked")), batchv1alpha1.PhaseRunning)
+		low := waitPhase(create(newLockedJob(ns, "low", "ranked")), batchv1alpha1.PhaseWaiting)
+		high := waitPhase(create(newLockedJob(ns, "high", "ranked", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.Priority = 10
+		})), batchv1alpha1.PhaseWaiting)
+
+		By("restarting the operator while both slots are held")
+		op.stop()
+		op = startOperator()
+		for _, holder := range []*batchv1alpha1.LockedJob{a, b} {
+			Eventually(func() []string { return eventReasons(holder) }).Should(ContainElement(batchv1alpha1.ReasonReadopted))
+			now := fetch(holder)
+			Expect(now.Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
+			Expect(now.Status.Slot).To(Equal(holder.Status.Slot))
+			Expect(now.Status.FencingToken).To(Equal(holder.Status.FencingToken))
+		}
+
+		By("handing the first freed slot to the higher priority, although it came later")
+		finishJob(a, true)
+		high = waitPhase(high, batchv1alpha1.PhaseRunning)
+		Expect(slotOf(high)).To(Equal(*a.Status.Slot))
+		Expect(fetch(low).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
+		finishJob(b, true)
+		low = waitPhase(low, batchv1alpha1.PhaseRunning)
+		Expect(slotOf(low)).To(Equal(*b.Status.Slot))
+	})
+
 	It("makes the LockedJobs of a lock with more than one permit wait on Redlock, and says why", func() {
 		var addrs []string
 		for range 3 {
