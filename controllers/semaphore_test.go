@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -165,5 +166,43 @@ var _ = Describe("Semaphores", func() {
 		setPermits(l, 1)
 		lj = waitPhase(lj, batchv1alpha1.PhaseRunning)
 		Expect(lj.Status.Slot).To(BeNil())
+	})
+})
+
+var _ = Describe("Lock validation", func() {
+	rawLock := func(kind, namespace string, spec map[string]any) *unstructured.Unstructured {
+		meta := map[string]any{"name": "pool"}
+		if namespace != "" {
+			meta["namespace"] = namespace
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": batchv1alpha1.GroupVersion.String(), "kind": kind, "metadata": meta, "spec": spec,
+		}}
+	}
+
+	DescribeTable("refuses permits out of 1..64 with a message naming the field",
+		func(kind string, permits any) {
+			ns := ""
+			if kind == "Lock" {
+				ns = newNamespace()
+			}
+			err := k8sClient.Create(ctx, rawLock(kind, ns, map[string]any{"permits": permits}), client.DryRunAll)
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+			Expect(err.Error()).To(ContainSubstring("spec.permits"))
+		},
+		Entry("Lock, 0", "Lock", 0),
+		Entry("Lock, 65", "Lock", 65),
+		Entry("Lock, not a number", "Lock", "two"),
+		Entry("ClusterLock, 0", "ClusterLock", 0),
+		Entry("ClusterLock, 65", "ClusterLock", 65),
+	)
+
+	It("defaults permits to 1", func() {
+		u := rawLock("Lock", newNamespace(), map[string]any{})
+		Expect(k8sClient.Create(ctx, u, client.DryRunAll)).To(Succeed())
+		permits, found, err := unstructured.NestedInt64(u.Object, "spec", "permits")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(found).To(BeTrue())
+		Expect(permits).To(Equal(int64(1)))
 	})
 })
