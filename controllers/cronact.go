@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -55,20 +56,29 @@ func (r *LockedCronJobReconciler) actCron(ctx context.Context, p *cronPass, plan
 	return false, fmt.Errorf("unknown cron step %d", plan.step)
 }
 
-// lockHeld asks Redis whether anyone holds the lock the LockedCronJob's LockedJobs acquire, under the
-// key the LockedJob reconciler would acquire it with, and who (the holder's name, never its token).
+// lockHeld asks Redis whether the lock the LockedCronJob's LockedJobs acquire, under the key the
+// LockedJob reconciler would acquire it with, is busy: as many hold it as it has permits. holder is
+// one of them (its name, never its token).
 func (r *LockedCronJobReconciler) lockHeld(ctx context.Context, cj *batchv1alpha1.LockedCronJob) (held bool, holder string, err error) {
-	key := r.Identity.LockKey(&batchv1alpha1.LockedJob{
-		ObjectMeta: metav1.ObjectMeta{Namespace: cj.Namespace},
-		Spec:       cj.Spec.LockedJobTemplate.Spec,
-	})
+	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: cj.Namespace}, Spec: cj.Spec.LockedJobTemplate.Spec}
+	permits, err := r.permits.of(ctx, lj)
+	if err != nil {
+		return false, "", err
+	}
 	rctx, cancel := context.WithTimeout(ctx, r.RedisTimeout)
 	defer cancel()
-	st, err := r.Locks.Inspect(rctx, key)
+	slots, err := r.Locks.Slots(rctx, r.Identity.LockKey(lj))
 	if err != nil {
 		return false, "", fmt.Errorf("inspect lock %s: %w", cj.Spec.LockedJobTemplate.Spec.Lock.Name, err)
 	}
-	return st.Held, st.Metadata, nil
+	inUse := 0
+	for _, st := range slots {
+		if st.Held {
+			inUse++
+			holder = cmp.Or(holder, st.Metadata)
+		}
+	}
+	return inUse >= permits, holder, nil
 }
 
 // createRun creates the LockedJob of the run scheduled at run. Its name is derived from the run, so

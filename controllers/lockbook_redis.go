@@ -17,7 +17,7 @@ type claim struct {
 	key    string // the lock's name in the lock library (see lockName)
 	token  string // the LockedJob's derived token (Identity.Token)
 	holder string // its holder name, also its member in the lock's queue (Identity.Holder)
-	// permits is how many may hold the lock at once, as its Lock declares (see permitsOf); an
+	// permits is how many may hold the lock at once, as its Lock declares (see permitReader); an
 	// acquisition writes it to Redis when more than one. 0 or 1: the library obeys what Redis keeps.
 	permits int
 	// slot is the semaphore slot status records this LockedJob holds (nil: a plain lock, slot 0).
@@ -69,9 +69,15 @@ func (b *LockBook) Inspect(ctx context.Context, key string) (redislock.State, er
 	return b.redis.Inspect(ctx, key)
 }
 
-// InspectSlots reads the first n slots of the semaphore named key (not on Redlock).
-func (b *LockBook) InspectSlots(ctx context.Context, key string, n int) ([]redislock.State, error) {
-	return b.redis.InspectSlots(ctx, key, n)
+// Slots reads every slot of the lock named key, index = slot, holders or not (their last fences):
+// all of a semaphore's slots, also those above today's permits that holders keep after the number
+// was lowered. On Redlock, where a lock has one holder, only slot 0.
+func (b *LockBook) Slots(ctx context.Context, key string) ([]redislock.State, error) {
+	if !b.redis.HandsOff() {
+		st, err := b.redis.Inspect(ctx, key)
+		return []redislock.State{st}, err
+	}
+	return b.redis.InspectSlots(ctx, key, redislock.MaxPermits)
 }
 
 // SetPermits writes how many may hold the lock named key at once, for the releases and

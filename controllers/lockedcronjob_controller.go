@@ -49,6 +49,8 @@ type LockedCronJobReconciler struct {
 	// RedisTimeout bounds the Redis call of a pass (default 2s).
 	RedisTimeout time.Duration
 	Clock        clock.PassiveClock
+
+	permits permitReader
 }
 
 // cronPass is one run of Reconcile: the object as read, what it observed, and the status it records.
@@ -125,6 +127,7 @@ func (r *LockedCronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Clock = clock.RealClock{}
 	}
 	r.RedisTimeout = cmpOr(r.RedisTimeout, 2*time.Second)
+	r.permits = newPermitReader(mgr)
 	if kind := unservedKind(mgr, "LockedCronJob"); kind != "" {
 		skipUnserved("LockedCronJob schedules", kind)
 		return nil

@@ -261,6 +261,27 @@ var _ = Describe("LockedCronJob controller", func() {
 		Consistently(func() int { return len(runsOf(ns)) }).WithTimeout(time.Second).Should(Equal(1))
 	})
 
+	It("Skip: a lock with a free permit is not busy", func() {
+		Expect(k8sClient.Create(ctx, &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+			Spec: batchv1alpha1.LockViewSpec{Permits: 2}})).To(Succeed())
+		cj := createCron(newLockedCronJob(ns, "sharer", func(cj *batchv1alpha1.LockedCronJob) {
+			cj.Spec.OnBusy = batchv1alpha1.OnBusySkip
+		}))
+		rc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr()})
+		DeferCleanup(rc.Close)
+		locks, err := redislock.New(rc, redislock.WithKeyPrefix("lockedjob:"))
+		Expect(err).NotTo(HaveOccurred())
+		key := testIdentity.LockKey(&batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns}, Spec: cj.Spec.LockedJobTemplate.Spec})
+		held, err := locks.Acquire(ctx, key, time.Minute, redislock.WithPermits(2))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = held.Release(ctx) })
+
+		rig.at(cj, r1.Add(time.Second))
+		run := waitPhase(waitRun(cj, r1), batchv1alpha1.PhaseRunning)
+		Expect(run.Status.Slot).To(HaveValue(Equal(int32(1 - held.Slot()))))
+		Expect(fetchCron(cj).Status.SkippedRuns).To(BeZero())
+	})
+
 	It("Skip: while the lock is held by anyone, or its own run has not finished, records a skipped run and creates nothing", func() {
 		cj := createCron(newLockedCronJob(ns, "skipper", func(cj *batchv1alpha1.LockedCronJob) {
 			cj.Spec.OnBusy = batchv1alpha1.OnBusySkip

@@ -120,8 +120,7 @@ type LockedJobReconciler struct {
 	Clock     clock.PassiveClock
 
 	waiting waitBook
-	// lockKindsServed: the Lock and ClusterLock CRDs are installed, so locks may declare permits.
-	lockKindsServed bool
+	permits permitReader
 }
 
 // pass is one run of Reconcile: the object as read, what it observed, and the status it records.
@@ -129,7 +128,7 @@ type pass struct {
 	lj     *batchv1alpha1.LockedJob
 	before *batchv1alpha1.LockedJob // what the API server has: base of the status patch
 	key    string                   // the lock's name in the lock library
-	// permits is how many may hold the lock at once (see permitsOf), read by the passes that
+	// permits is how many may hold the lock at once (see permitReader), read by the passes that
 	// acquire; 0 in the others.
 	permits int
 	obs     observation
@@ -236,8 +235,8 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		WatchesRawSource(source.Channel(moved, enqueueAt(0)))
 	// Without the Lock kinds every lock admits one holder; with them, a changed spec.permits wakes
 	// the lock's waiters.
-	r.lockKindsServed = unservedKind(mgr, "Lock", "ClusterLock") == ""
-	if r.lockKindsServed {
+	r.permits = newPermitReader(mgr)
+	if r.permits.served {
 		specChanged := builder.WithPredicates(predicate.GenerationChangedPredicate{})
 		b = b.Watches(&batchv1alpha1.Lock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeNamespace)), specChanged).
 			Watches(&batchv1alpha1.ClusterLock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeCluster)), specChanged)

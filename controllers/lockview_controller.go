@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // The per-lock view (docs/design.md, "Semaphores and the per-lock view"): a declared Lock or
@@ -212,7 +211,7 @@ func (r *LockViewReconciler) refresh(ctx context.Context, obj client.Object, sta
 func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.LockViewStatus, key, namespace string, permits int) error {
 	rctx, cancel := context.WithTimeout(ctx, r.RedisTimeout)
 	defer cancel()
-	slots, err := r.inspect(rctx, key)
+	slots, err := r.Locks.Slots(rctx, key)
 	if err != nil {
 		r.setRedis(status, metav1.ConditionFalse, batchv1alpha1.ReasonRedisUnavailable, fmt.Sprintf("Redis unavailable: %v", err))
 		return fmt.Errorf("inspect %s: %w", key, err)
@@ -241,16 +240,6 @@ func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.Loc
 	}
 	r.setRedis(status, metav1.ConditionTrue, batchv1alpha1.ReasonRedisOK, "Redis answered")
 	return nil
-}
-
-// inspect reads every slot of the lock, also those above today's permits that holders keep after
-// the number was lowered; Redlock, where a lock has one holder, only slot 0.
-func (r *LockViewReconciler) inspect(ctx context.Context, key string) ([]redislock.State, error) {
-	if !r.Locks.HandsOff() {
-		st, err := r.Locks.Inspect(ctx, key)
-		return []redislock.State{st}, err
-	}
-	return r.Locks.InspectSlots(ctx, key, redislock.MaxPermits)
 }
 
 // setPermitsSupported says whether Redis can grant the permits the lock declares.

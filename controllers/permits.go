@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -27,14 +28,24 @@ func declaredLock(lj *batchv1alpha1.LockedJob) (client.Object, types.NamespacedN
 	return &batchv1alpha1.Lock{}, types.NamespacedName{Namespace: lj.Namespace, Name: lj.Spec.Lock.Name}
 }
 
-// permitsOf returns how many may hold lj's lock at once: the declaring object's spec.permits, from
-// the cache, or 1 when nothing declares it (or the Lock kinds are not installed).
-func (r *LockedJobReconciler) permitsOf(ctx context.Context, lj *batchv1alpha1.LockedJob) (int, error) {
-	if !r.lockKindsServed {
+// permitReader reads how many may hold a lock at once, for the reconcilers that acquire or look.
+type permitReader struct {
+	reader client.Reader // the manager's cache
+	served bool          // the Lock and ClusterLock CRDs are installed
+}
+
+func newPermitReader(mgr ctrl.Manager) permitReader {
+	return permitReader{reader: mgr.GetClient(), served: unservedKind(mgr, "Lock", "ClusterLock") == ""}
+}
+
+// of returns how many may hold lj's lock at once: the declaring object's spec.permits, or 1 when
+// nothing declares it (or the Lock kinds are not installed).
+func (p permitReader) of(ctx context.Context, lj *batchv1alpha1.LockedJob) (int, error) {
+	if !p.served {
 		return 1, nil
 	}
 	obj, name := declaredLock(lj)
-	err := r.Get(ctx, name, obj)
+	err := p.reader.Get(ctx, name, obj)
 	if apierrors.IsNotFound(err) {
 		return 1, nil
 	}

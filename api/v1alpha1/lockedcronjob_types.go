@@ -29,8 +29,8 @@ type OnBusyPolicy string
 const (
 	// OnBusyQueue creates the run's LockedJob anyway: it waits in the lock's queue like any other.
 	OnBusyQueue OnBusyPolicy = "Queue"
-	// OnBusySkip creates nothing while the lock is held (by anyone) or a LockedJob of this
-	// LockedCronJob has not finished, and records a skipped run.
+	// OnBusySkip creates nothing while every permit of the lock is held (by anyone; one for a lock
+	// without a Lock) or a LockedJob of this LockedCronJob has not finished, and records a skipped run.
 	OnBusySkip OnBusyPolicy = "Skip"
 	// OnBusyReplace deletes the unfinished LockedJobs of this LockedCronJob (only its own), then
 	// creates the new one, which acquires the lock once their pods are gone.
@@ -104,8 +104,8 @@ type LockedCronJobSpec struct {
 	FailedJobsHistoryLimit *int32 `json:"failedJobsHistoryLimit,omitempty"`
 
 	// onBusy is what a run does when the lock is busy: Queue (default: create the LockedJob, which
-	// waits in line), Skip (create nothing and count a skipped run while the lock is held by anyone
-	// or an earlier run of this LockedCronJob has not finished) or Replace (delete the unfinished
+	// waits in line), Skip (create nothing and count a skipped run while every permit of the lock is
+	// held, by anyone, or an earlier run of this LockedCronJob has not finished) or Replace (delete the unfinished
 	// LockedJobs of this LockedCronJob, only its own, and create the new one).
 	// +optional
 	// +kubebuilder:default=Queue
