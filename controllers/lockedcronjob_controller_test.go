@@ -103,6 +103,20 @@ func newLockedCronJob(ns, name string, mutate ...func(*batchv1alpha1.LockedCronJ
 	return cj
 }
 
+// holdFromOutside acquires the lock of cj's LockedJobs with a client of its own, under the key a
+// LockedJob of the template acquires it with, as another process would.
+func holdFromOutside(cj *batchv1alpha1.LockedCronJob, opts ...redislock.AcquireOption) *redislock.Lock {
+	GinkgoHelper()
+	rc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr()})
+	DeferCleanup(rc.Close)
+	locks, err := redislock.New(rc, redislock.WithKeyPrefix("lockedjob:"))
+	Expect(err).NotTo(HaveOccurred())
+	key := testIdentity.LockKey(&batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: cj.Namespace}, Spec: cj.Spec.LockedJobTemplate.Spec})
+	held, err := locks.Acquire(ctx, key, time.Minute, opts...)
+	Expect(err).NotTo(HaveOccurred())
+	return held
+}
+
 func fetchCron(cj *batchv1alpha1.LockedCronJob) *batchv1alpha1.LockedCronJob {
 	GinkgoHelper()
 	out := &batchv1alpha1.LockedCronJob{}
@@ -267,13 +281,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		cj := createCron(newLockedCronJob(ns, "sharer", func(cj *batchv1alpha1.LockedCronJob) {
 			cj.Spec.OnBusy = batchv1alpha1.OnBusySkip
 		}))
-		rc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr()})
-		DeferCleanup(rc.Close)
-		locks, err := redislock.New(rc, redislock.WithKeyPrefix("lockedjob:"))
-		Expect(err).NotTo(HaveOccurred())
-		key := testIdentity.LockKey(&batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns}, Spec: cj.Spec.LockedJobTemplate.Spec})
-		held, err := locks.Acquire(ctx, key, time.Minute, redislock.WithPermits(2))
-		Expect(err).NotTo(HaveOccurred())
+		held := holdFromOutside(cj, redislock.WithPermits(2))
 		DeferCleanup(func() { _ = held.Release(ctx) })
 
 		rig.at(cj, r1.Add(time.Second))
@@ -286,14 +294,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		cj := createCron(newLockedCronJob(ns, "skipper", func(cj *batchv1alpha1.LockedCronJob) {
 			cj.Spec.OnBusy = batchv1alpha1.OnBusySkip
 		}))
-		// Hold the lock from outside, under the key a LockedJob of this template acquires it with.
-		rc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr()})
-		DeferCleanup(rc.Close)
-		locks, err := redislock.New(rc, redislock.WithKeyPrefix("lockedjob:"))
-		Expect(err).NotTo(HaveOccurred())
-		key := testIdentity.LockKey(&batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns}, Spec: cj.Spec.LockedJobTemplate.Spec})
-		held, err := locks.Acquire(ctx, key, time.Minute)
-		Expect(err).NotTo(HaveOccurred())
+		held := holdFromOutside(cj)
 
 		skippedBefore := testutil.ToFloat64(cronRunsTotal.WithLabelValues("skipped"))
 		rig.at(cj, r1.Add(time.Second))

@@ -49,14 +49,7 @@ var _ = Describe("Five LockedJobs on one lock", Ordered, func() {
 		}
 
 		// Runs in the order the watch saw the Jobs created.
-		var runs []jobRec
-		Eventually(func(g Gomega) {
-			runs = s.rec.Jobs()
-			g.Expect(runs).To(HaveLen(len(names)), "one Job per LockedJob")
-			for _, r := range runs {
-				g.Expect(r.Complete).NotTo(BeZero(), "Job %s not seen complete yet", r.Name)
-			}
-		}).Should(Succeed())
+		runs := s.eventuallyAllComplete(ctx, len(names))
 		Expect(uniqueLockedJobs(runs)).To(ConsistOf(names))
 		var gaps []time.Duration
 		for i := range runs {

@@ -273,6 +273,24 @@ func (s *scenario) eventuallyRunningPod(name string, timeout time.Duration) *bat
 
 // seenFinished waits until the recorder saw the Job complete or fail (its watch
 // may trail the LockedJob's status by a few ms) and returns its record.
+// eventuallyAllComplete waits until the watch saw n Jobs, each complete with its one pod
+// succeeded, and returns them in the order they were created.
+func (s *scenario) eventuallyAllComplete(ctx context.Context, n int) []jobRec {
+	GinkgoHelper()
+	var runs []jobRec
+	Eventually(func(g Gomega) {
+		runs = s.rec.Jobs()
+		g.Expect(runs).To(HaveLen(n), "one Job per LockedJob")
+		for _, r := range runs {
+			g.Expect(r.Complete).NotTo(BeZero(), "Job %s not seen complete yet", r.Name)
+			pods := s.rec.PodsOf(r.Name)
+			g.Expect(pods).To(HaveLen(1), "Job %s ran one pod", r.Name)
+			g.Expect(pods[0].Succeeded).NotTo(BeZero(), "pod of Job %s not seen succeeded yet", r.Name)
+		}
+	}).WithContext(ctx).Should(Succeed())
+	return runs
+}
+
 func (s *scenario) seenFinished(job string) jobRec {
 	GinkgoHelper()
 	var j jobRec

@@ -46,16 +46,7 @@ var _ = Describe("A semaphore of two permits", Ordered, func() {
 			slots[lj.Status.JobName] = int(*lj.Status.Slot)
 		}
 
-		var runs []jobRec
-		Eventually(func(g Gomega) {
-			runs = s.rec.Jobs()
-			g.Expect(runs).To(HaveLen(len(names)), "one Job per LockedJob")
-			for _, r := range runs {
-				g.Expect(r.Complete).NotTo(BeZero(), "Job %s not seen complete yet", r.Name)
-				g.Expect(s.rec.PodsOf(r.Name)).To(HaveLen(1))
-				g.Expect(s.rec.PodsOf(r.Name)[0].Succeeded).NotTo(BeZero())
-			}
-		}).WithContext(ctx).Should(Succeed())
+		runs := s.eventuallyAllComplete(ctx, len(names))
 
 		By("never running more than two pods at once, and two at some point")
 		type edge struct {
