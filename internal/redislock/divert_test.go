@@ -210,7 +210,8 @@ func TestLockSemaphore(t *testing.T) {
 }
 
 // TestSetPermits: N = 1 on a plain lock writes nothing; N = 3 makes a plain lock a semaphore that
-// plain callers share; N = 1 on a semaphore is written; bad N and Redlock are refused, and N = 1 on
+// plain callers share; N = 1 on a semaphore is written while a slot above 0 is held and deletes
+// the permits once none is; bad N and Redlock are refused, and N = 1 on
 // Redlock does nothing.
 func TestSetPermits(t *testing.T) {
 	c, _, rc := single(t)
@@ -239,12 +240,26 @@ func TestSetPermits(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, err := rc.Get(ctx, permitsKey).Result(); err != nil || got != "1" {
-		t.Fatalf("SetPermits(1) on a semaphore: %q, %v", got, err)
+		t.Fatalf("SetPermits(1) on a semaphore with slot 1 held: %q, %v", got, err)
 	}
 	if _, err := c.Acquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("plain Acquire after N lowered to 1 under 2 holders: %v", err)
 	}
 	mustRelease(t, p)
+
+	// Slot 1 drained: N = 1 makes the lock plain again, and it acquires as one.
+	mustRelease(t, q)
+	if err := c.SetPermits(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rc.Exists(ctx, permitsKey).Result(); err != nil || n != 0 {
+		t.Fatalf("SetPermits(1) on a semaphore with no slot above 0 held left %s (exists %d, %v)", permitsKey, n, err)
+	}
+	plain := mustAcquire(t, c, key, time.Minute)
+	if plain.Semaphore() || plain.Slot() != 0 {
+		t.Fatalf("after the permits were deleted: semaphore %v, slot %d; want the plain lock", plain.Semaphore(), plain.Slot())
+	}
+	mustRelease(t, plain)
 
 	for _, n := range []int{0, -1, MaxPermits + 1} {
 		if err := c.SetPermits(ctx, key, n); !errors.Is(err, ErrInvalidArgument) {

@@ -27,9 +27,11 @@ func isSemaphoreReply(v any) bool {
 
 // SetPermits stores n as the permits of the lock named key without acquiring it, as an acquisition
 // WithPermits(n) would: releases obey it at once (after n was lowered, they hand no slot off until
-// fewer than n are held), and so does every Acquire without WithPermits. It writes nothing when n
-// is 1 and the lock is not a semaphore yet: it would become one, and every later acquisition would
-// pay for the semaphore's scripts to behave as the plain lock does. Raising n hands no free
+// fewer than n are held), and so does every Acquire without WithPermits. n = 1 on a lock that is no
+// semaphore writes nothing: it would become one, and every later acquisition would pay for the
+// semaphore's scripts to behave as the plain lock does; n = 1 on a semaphore whose slots above 0 are
+// free makes it a plain lock again (its permits are deleted), and while one of them is held it is
+// written, so the holder still counts. Raising n hands no free
 // slot to a waiter by itself: a waiter gets one at its next Acquire, so whoever raises n wakes the
 // waiters. n must be 1..MaxPermits; on Redlock, n > 1 is refused (ErrInvalidArgument, as
 // WithPermits) and n = 1 does nothing.
@@ -43,8 +45,7 @@ func (c *Client) SetPermits(ctx context.Context, key string, n int) error {
 	if err := c.validateSlots("set permits", n); err != nil {
 		return err
 	}
-	permits := c.keysForPermits(key)[permitsKeyCount-1 : permitsKeyCount]
-	if err := runScript(ctx, c.nodes[0], scriptSetPermits, permits, n).Err(); err != nil {
+	if err := runScript(ctx, c.nodes[0], scriptSetPermits, c.keysForPermits(key), n).Err(); err != nil {
 		return fmt.Errorf("set permits %s: %w", key, &NodeError{Node: 0, Addr: nodeAddr(c.nodes[0]), Err: err})
 	}
 	return nil

@@ -90,7 +90,7 @@ var (
 	scriptDequeueSlots = compose("dequeue slots", holderSrc, clockSrc, queueSrc, slotsSrc, slotReleaseSrc, dequeueSlotsSrc)
 	scriptInspectSlots = compose("inspect slots", slotsSrc, inspectSlotsSrc)
 	scriptUndoSlots    = compose("undo slots", slotsSrc, undoSlotsSrc)
-	scriptSetPermits   = compose("set permits", setPermitsSrc)
+	scriptSetPermits   = compose("set permits", slotsSrc, setPermitsSrc)
 )
 
 // composedSources holds the source of every composed script by name, for the test that checks each
