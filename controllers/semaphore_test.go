@@ -97,7 +97,7 @@ var _ = Describe("Semaphores", func() {
 		e = waitPhase(e, batchv1alpha1.PhaseRunning)
 		Expect(slotOf(e)).To(Equal(int32(0)))
 
-		By("setting the lock back to one permit when its Lock is deleted")
+		By("making the lock plain again when its Lock is deleted")
 		setPermits(l, 2)
 		permitsKey := e.Status.LockKey + ":permits"
 		Eventually(func() (string, error) { return rdb.Get(ctx, permitsKey).Result() }).Should(Equal("2"))
@@ -105,7 +105,10 @@ var _ = Describe("Semaphores", func() {
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &batchv1alpha1.Lock{}))
 		}).Should(BeTrue())
-		Expect(rdb.Get(ctx, permitsKey).Val()).To(Equal("1"))
+		Expect(rdb.Exists(ctx, permitsKey).Val()).To(BeZero(), "with slot 0 alone held, one permit is the plain lock: no permits are kept")
+		finishJob(e, true)
+		waitPhase(e, batchv1alpha1.PhaseSucceeded)
+		Expect(rdb.Exists(ctx, e.Status.LockKey).Val()).To(BeZero(), "the last holder released its slot")
 	})
 
 	It("serves waiters by priority, then age, and re-adopts every holder in its slot after a restart", func() {
