@@ -183,17 +183,30 @@ var _ = Describe("LockedJob validation", func() {
 	})
 
 	It("accepts every sample in config/samples", func() {
-		b, err := os.ReadFile(filepath.Join("..", "config", "samples", "batch_v1alpha1_lockedjob.yaml"))
+		files, err := filepath.Glob(filepath.Join("..", "config", "samples", "*.yaml"))
 		Expect(err).NotTo(HaveOccurred())
-		samples := 0
-		for doc := range strings.SplitSeq(string(b), "\n---\n") {
-			u := &unstructured.Unstructured{}
-			Expect(yaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed())
-			u.SetNamespace(ns)
-			Expect(k8sClient.Create(ctx, u, client.DryRunAll)).To(Succeed(), "sample %s", u.GetName())
-			samples++
+		more, err := filepath.Glob(filepath.Join("..", "config", "samples", "*", "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		kinds := map[string]int{}
+		for _, file := range append(files, more...) {
+			if filepath.Base(file) == "kustomization.yaml" {
+				continue
+			}
+			b, err := os.ReadFile(file)
+			Expect(err).NotTo(HaveOccurred())
+			for doc := range strings.SplitSeq(string(b), "\n---\n") {
+				u := &unstructured.Unstructured{}
+				Expect(yaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed())
+				if u.GetKind() != "ClusterLock" {
+					u.SetNamespace(ns)
+				}
+				Expect(k8sClient.Create(ctx, u, client.DryRunAll)).To(Succeed(), "sample %s in %s", u.GetName(), file)
+				kinds[u.GetKind()]++
+			}
 		}
-		Expect(samples).To(BeNumerically(">=", 3))
+		Expect(kinds).To(HaveKeyWithValue("LockedJob", BeNumerically(">=", 6)))
+		Expect(kinds).To(HaveKey("Lock"))
+		Expect(kinds).To(HaveKey("LockedCronJob"))
 	})
 
 	It("accepts a good LockedJob and fills in the defaults", func() {
