@@ -79,9 +79,9 @@ var _ = Describe("kubectl lockedjob on one contended lock", Ordered, func() {
 		res := runPlugin(now, "locks", "-n", ns)
 		Expect(res.code).To(Equal(ExitOK), res.stderr)
 		Expect(parseTable(res.stdout)).To(Equal([]map[string]string{
-			{"LOCK": "nightly", "SCOPE": "Namespace", "NAMESPACE": ns, "HOLDER": "a (fence 7)", "HELD FOR": "3m",
+			{"LOCK": "nightly", "SCOPE": "Namespace", "NAMESPACE": ns, "IN USE": "1/1", "HOLDERS": "a (fence 7)", "HELD FOR": "3m",
 				"WAITING": "3", "HEAD": "b", "LAST HANDOFF": "3m ago (old -> a)"},
-			{"LOCK": "reports", "SCOPE": "Namespace", "NAMESPACE": ns, "HOLDER": "<none>", "HELD FOR": "<none>",
+			{"LOCK": "reports", "SCOPE": "Namespace", "NAMESPACE": ns, "IN USE": "0/1", "HOLDERS": "<none>", "HELD FOR": "<none>",
 				"WAITING": "0", "HEAD": "<none>", "LAST HANDOFF": "<none>"},
 		}))
 	})
@@ -95,6 +95,8 @@ var _ = Describe("kubectl lockedjob on one contended lock", Ordered, func() {
 		nightly := got.Items[0]
 		Expect(nightly.Lock).To(Equal("nightly"))
 		Expect(nightly.Holder).To(Equal(&Holder{Namespace: ns, Name: "a", FencingToken: ptr.To[int64](7), AcquiredAt: at(now.Add(-3 * time.Minute))}))
+		Expect(nightly.Holders).To(Equal([]Holder{*nightly.Holder}), "a plain lock: holder is its one holder")
+		Expect([]int{nightly.InUse, nightly.Permits}).To(Equal([]int{1, 1}))
 		Expect(nightly.Waiting).To(Equal(3))
 		Expect(nightly.Head).To(Equal(&Ref{Namespace: ns, Name: "b"}))
 		Expect(nightly.LastHandoff).To(Equal(&Handoff{From: Ref{Namespace: ns, Name: "old"}, To: Ref{Namespace: ns, Name: "a"},
@@ -225,7 +227,7 @@ var _ = Describe("kubectl lockedjob on a Cluster-scoped lock", func() {
 		res := runPlugin(now, "locks", "-n", ns1)
 		Expect(res.code).To(Equal(ExitOK), res.stderr)
 		Expect(parseTable(res.stdout)).To(Equal([]map[string]string{{
-			"LOCK": "shared", "SCOPE": "Cluster", "NAMESPACE": "", "HOLDER": ns2 + "/holder (fence 11)",
+			"LOCK": "shared", "SCOPE": "Cluster", "NAMESPACE": "", "IN USE": "1/1", "HOLDERS": ns2 + "/holder (fence 11)",
 			"HELD FOR": "90s", "WAITING": "1", "HEAD": ns1 + "/waiter", "LAST HANDOFF": "<none>",
 		}}))
 
@@ -259,7 +261,7 @@ var _ = Describe("kubectl lockedjob on a declared Lock", func() {
 		res = runPlugin(now, "locks", "-n", ns)
 		Expect(res.code).To(Equal(ExitOK), res.stderr)
 		Expect(parseTable(res.stdout)).To(Equal([]map[string]string{{
-			"LOCK": "declared", "SCOPE": "Namespace", "NAMESPACE": ns, "HOLDER": remote, "HELD FOR": "<none>",
+			"LOCK": "declared", "SCOPE": "Namespace", "NAMESPACE": ns, "IN USE": "1/1", "HOLDERS": remote, "HELD FOR": "<none>",
 			"WAITING": "2", "HEAD": "other-cluster/" + ns + "/first/ffff0000", "LAST HANDOFF": "<none>",
 		}}))
 		res = runPlugin(now, "locks", "-n", ns, "-o", "json")
@@ -307,7 +309,7 @@ var _ = Describe("kubectl lockedjob for a user who may read one namespace only",
 		Expect(warnings[1]).To(HavePrefix("Warning: cannot read Locks, so locks show what their LockedJobs say: "))
 		Expect(warnings[2]).To(HavePrefix("Warning: cannot read ClusterLocks, so locks show what their LockedJobs say: "))
 		Expect(parseTable(res.stdout)).To(Equal([]map[string]string{{
-			"LOCK": "shared-ro", "SCOPE": "Cluster", "NAMESPACE": "", "HOLDER": holderName(holder),
+			"LOCK": "shared-ro", "SCOPE": "Cluster", "NAMESPACE": "", "IN USE": "1/1", "HOLDERS": holderName(holder),
 			"HELD FOR": "<none>", "WAITING": "1", "HEAD": ns1 + "/waiter", "LAST HANDOFF": "<none>",
 		}}))
 

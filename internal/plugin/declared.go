@@ -1,8 +1,10 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +25,15 @@ type Declared struct {
 	Scope     batchv1alpha1.LockScope
 	Namespace string
 	Name      string
-	Status    batchv1alpha1.LockViewStatus
+	// Permits is spec.permits: how many may hold the lock at once.
+	Permits int32
+	Status  batchv1alpha1.LockViewStatus
+}
+
+// permits is how many the declaration admits; an object stored without spec (the API default
+// applies only when spec is present) admits one, as the operator reads it (controllers.permitsIn).
+func (d *Declared) permits() int {
+	return max(int(d.Permits), 1)
 }
 
 // listDeclared reads the Locks of namespace ("" for all) and the ClusterLocks of the Cluster-scoped
@@ -50,7 +60,7 @@ func listDeclared(ctx context.Context, c client.Reader, namespace string, views 
 		return nil, nil, err
 	} else if !skipped {
 		for _, l := range locks.Items {
-			declared = append(declared, Declared{Scope: batchv1alpha1.LockScopeNamespace, Namespace: l.Namespace, Name: l.Name, Status: l.Status})
+			declared = append(declared, Declared{Scope: batchv1alpha1.LockScopeNamespace, Namespace: l.Namespace, Name: l.Name, Permits: l.Spec.Permits, Status: l.Status})
 		}
 	}
 	var clusterLocks []batchv1alpha1.ClusterLock
@@ -75,13 +85,44 @@ func listDeclared(ctx context.Context, c client.Reader, namespace string, views 
 		}
 	}
 	for _, cl := range clusterLocks {
-		declared = append(declared, Declared{Scope: batchv1alpha1.LockScopeCluster, Name: cl.Name, Status: cl.Status})
+		declared = append(declared, Declared{Scope: batchv1alpha1.LockScopeCluster, Name: cl.Name, Permits: cl.Spec.Permits, Status: cl.Status})
 	}
 	return declared, warnings, nil
 }
 
-// OverlayDeclared takes, for each declared lock whose status the operator wrote after the last
-// change a LockedJob of the lock recorded, the holder, its fencing token, the number waiting and the
+// declaredPermits is spec.permits of the Lock (ClusterLock for scope Cluster) named after lj's
+// lock: 1 when none declares it or the operator has no such kinds, 0 with a warning when the user
+// may not read it.
+func declaredPermits(ctx context.Context, c client.Reader, lj *batchv1alpha1.LockedJob) (int, []string, error) {
+	id := lockOf(lj)
+	kind, key := sourceLock, client.ObjectKey{Namespace: id.namespace, Name: id.name}
+	var obj client.Object = &batchv1alpha1.Lock{}
+	if id.scope == batchv1alpha1.LockScopeCluster {
+		kind, obj = sourceClusterLock, &batchv1alpha1.ClusterLock{}
+	}
+	err := c.Get(ctx, key, obj)
+	switch {
+	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+		return 1, nil, nil
+	case apierrors.IsForbidden(err):
+		return 0, []string{fmt.Sprintf("cannot read %s %s, so how many permits the lock has is not known: %v", kind, id.name, err)}, nil
+	case err != nil:
+		return 0, nil, fmt.Errorf("get %s %s: %w", kind, id.name, err)
+	}
+	d := Declared{}
+	switch l := obj.(type) {
+	case *batchv1alpha1.Lock:
+		d.Permits = l.Spec.Permits
+	case *batchv1alpha1.ClusterLock:
+		d.Permits = l.Spec.Permits
+	}
+	return d.permits(), nil, nil
+}
+
+// OverlayDeclared takes, for each declared lock, its permits (spec.permits, which is where the
+// operator reads them, whatever the age of the status), and, when the operator wrote its status
+// after the last change a LockedJob of the lock recorded, the holders with their slots and fencing
+// tokens, the number waiting and the
 // head from that status: it is read from Redis, so it also sees holders and waiters of other
 // clusters that share the Redis. An older one is stale (the operator writes a Lock at most every few
 // seconds), and the LockedJobs' view stays. The last handoff is always derived from the LockedJobs
@@ -95,6 +136,9 @@ func OverlayDeclared(views []LockView, ljs []batchv1alpha1.LockedJob, declared [
 	changed := lastChanges(ljs)
 	for _, d := range declared {
 		id := lockID{scope: d.Scope, namespace: d.Namespace, name: d.Name}
+		if i, ok := index[id]; ok {
+			views[i].Permits = d.permits()
+		}
 		// Not read from Redis yet, or older than what a LockedJob of the lock recorded since: the
 		// operator writes a Lock at most every few seconds, a LockedJob at every change of its own.
 		if d.Status.ObservedAt == nil || !d.Status.ObservedAt.After(changed[id]) {
@@ -102,7 +146,7 @@ func OverlayDeclared(views []LockView, ljs []batchv1alpha1.LockedJob, declared [
 		}
 		i, ok := index[id]
 		if !ok {
-			views = append(views, LockView{Lock: d.Name, Scope: d.Scope, Namespace: d.Namespace})
+			views = append(views, LockView{Lock: d.Name, Scope: d.Scope, Namespace: d.Namespace, Permits: d.permits()})
 			i = len(views) - 1
 			index[id] = i
 		}
@@ -139,21 +183,16 @@ func overlay(v *LockView, d *Declared, ljs []batchv1alpha1.LockedJob) {
 	if d.Scope == batchv1alpha1.LockScopeCluster {
 		v.Source = sourceClusterLock
 	}
-	derived := v.Holder
-	v.Holder = nil
-	if len(d.Status.Holders) > 0 {
-		h := d.Status.Holders[0]
-		holder := &Holder{FencingToken: ptr.To(h.FencingToken), AcquiredAt: h.AcquiredAt}
-		if ns, name, ok := lockedJobIn(h.LockedJob, d.Namespace); ok {
-			holder.Namespace, holder.Name = ns, name
-			if holder.AcquiredAt == nil && derived != nil && derived.Namespace == ns && derived.Name == name {
-				holder.AcquiredAt = derived.AcquiredAt
-			}
-		} else {
-			holder.Identity = h.Holder
-		}
-		v.Holder = holder
+	status := slices.Clone(d.Status.Holders)
+	slices.SortStableFunc(status, func(a, b batchv1alpha1.LockHolder) int { return cmp.Compare(a.Slot, b.Slot) })
+	// A lock of one permit is acquired as a plain lock, whose holder has no slot (LockedJob
+	// status.slot is nil); the Lock's status still says slot 0 for it.
+	withSlots := d.permits() > 1 || slices.ContainsFunc(status, func(h batchv1alpha1.LockHolder) bool { return h.Slot > 0 })
+	holders := make([]Holder, 0, len(status))
+	for _, h := range status {
+		holders = append(holders, declaredHolder(h, d.Namespace, withSlots, v.Holders))
 	}
+	v.setHolders(holders)
 	if d.Status.Waiting != nil {
 		v.Waiting = int(*d.Status.Waiting)
 		v.Head = nil
@@ -161,6 +200,30 @@ func overlay(v *LockView, d *Declared, ljs []batchv1alpha1.LockedJob) {
 			v.Head = refOfHolderName(d.Status.Head, ljs)
 		}
 	}
+}
+
+// declaredHolder is one of a declared lock's status.holders. A holder that is a LockedJob in view
+// (among derived) takes its acquiredAt from there when the Lock has none. withSlots keeps its slot.
+func declaredHolder(h batchv1alpha1.LockHolder, namespace string, withSlots bool, derived []Holder) Holder {
+	holder := Holder{FencingToken: ptr.To(h.FencingToken), AcquiredAt: h.AcquiredAt}
+	if withSlots {
+		holder.Slot = ptr.To(h.Slot)
+	}
+	ns, name, ok := lockedJobIn(h.LockedJob, namespace)
+	if !ok {
+		holder.Identity = h.Holder
+		return holder
+	}
+	holder.Namespace, holder.Name = ns, name
+	if holder.AcquiredAt != nil {
+		return holder
+	}
+	for _, d := range derived {
+		if d.Namespace == ns && d.Name == name {
+			holder.AcquiredAt = d.AcquiredAt
+		}
+	}
+	return holder
 }
 
 // lockedJobIn splits a LockHolder's lockedJob ("name" in a Lock's namespace, "namespace/name" for

@@ -22,7 +22,8 @@ func TestOverlayDeclared(t *testing.T) {
 		"declared, not yet read from Redis: the LockedJobs' view stays": {
 			ljs:      []batchv1alpha1.LockedJob{held},
 			declared: []Declared{{Scope: "Namespace", Namespace: "ns", Name: "l"}},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs",
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1,
+				InUse: 1, Holders: []Holder{{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))}},
 				Holder: &Holder{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))}}},
 		},
 		"Redis names another cluster's holder and more waiters; the head is a LockedJob in view": {
@@ -31,7 +32,8 @@ func TestOverlayDeclared(t *testing.T) {
 				ObservedAt: observed, Holders: []batchv1alpha1.LockHolder{{Holder: "far/ns/r/99", FencingToken: 40}},
 				Waiting: ptr.To[int32](3), Head: "near/ns/w/abcdef12",
 			}}},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Waiting: 3,
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Permits: 1, Waiting: 3,
+				InUse: 1, Holders: []Holder{{Identity: "far/ns/r/99", FencingToken: ptr.To[int64](40)}},
 				Holder: &Holder{Identity: "far/ns/r/99", FencingToken: ptr.To[int64](40)},
 				Head:   &Ref{Namespace: "ns", Name: "w"}}},
 		},
@@ -40,7 +42,8 @@ func TestOverlayDeclared(t *testing.T) {
 			declared: []Declared{{Scope: "Namespace", Namespace: "ns", Name: "l", Status: batchv1alpha1.LockViewStatus{
 				ObservedAt: observed, Holders: []batchv1alpha1.LockHolder{{Holder: "c/ns/h/x", LockedJob: "h", FencingToken: 4}},
 			}}},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Waiting: 1,
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Permits: 1, Waiting: 1,
+				InUse: 1, Holders: []Holder{{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](4), AcquiredAt: at(t0.Add(-time.Minute))}},
 				Holder: &Holder{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](4), AcquiredAt: at(t0.Add(-time.Minute))},
 				Head:   &Ref{Namespace: "ns", Name: "w"}}},
 		},
@@ -49,7 +52,7 @@ func TestOverlayDeclared(t *testing.T) {
 			declared: []Declared{{Scope: "Namespace", Namespace: "ns", Name: "l", Status: batchv1alpha1.LockViewStatus{
 				ObservedAt: observed, Waiting: ptr.To[int32](1), Head: "far/ns/q/12345678",
 			}}},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Waiting: 1,
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Permits: 1, Waiting: 1,
 				Head: &Ref{Identity: "far/ns/q/12345678"}}},
 		},
 		"a Lock written before a LockedJob of the lock last changed is stale: the LockedJobs' view stays": {
@@ -59,14 +62,15 @@ func TestOverlayDeclared(t *testing.T) {
 			declared: []Declared{{Scope: "Namespace", Namespace: "ns", Name: "l", Status: batchv1alpha1.LockViewStatus{
 				ObservedAt: at(t0.Add(time.Second)), Holders: []batchv1alpha1.LockHolder{{Holder: "c/ns/done/x", LockedJob: "done", FencingToken: 4}},
 			}}},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs"}},
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1}},
 		},
 		"a declared ClusterLock no LockedJob in view uses gets its own row": {
 			declared: []Declared{{Scope: "Cluster", Name: "shared", Status: batchv1alpha1.LockViewStatus{
 				ObservedAt: observed, Holders: []batchv1alpha1.LockHolder{{Holder: "c/other/x/1", LockedJob: "other/x", FencingToken: 7}},
 				Waiting: ptr.To[int32](0),
 			}}},
-			want: []LockView{{Lock: "shared", Scope: "Cluster", Source: "ClusterLock",
+			want: []LockView{{Lock: "shared", Scope: "Cluster", Source: "ClusterLock", Permits: 1,
+				InUse: 1, Holders: []Holder{{Namespace: "other", Name: "x", FencingToken: ptr.To[int64](7)}},
 				Holder: &Holder{Namespace: "other", Name: "x", FencingToken: ptr.To[int64](7)}}},
 		},
 	}

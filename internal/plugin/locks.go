@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -24,7 +25,17 @@ type LockView struct {
 	Scope batchv1alpha1.LockScope `json:"scope"`
 	// Namespace is the lock's namespace; empty for scope Cluster, whose LockedJobs may sit anywhere.
 	Namespace string `json:"namespace,omitempty"`
-	// Holder is who holds the lock now, or nil when nobody is known to.
+	// Permits is how many may hold the lock at once: spec.permits of the Lock (or ClusterLock)
+	// that declares it, else 1.
+	Permits int `json:"permits"`
+	// InUse is how many hold it now, as far as the source knows: the length of Holders.
+	InUse int `json:"inUse"`
+	// Holders are who hold the lock now, lowest slot first: one for a plain lock, up to Permits
+	// (more, for a while, after Permits was lowered) for a semaphore.
+	Holders []Holder `json:"holders,omitempty"`
+	// Holder is the first of Holders, or nil when nobody is known to hold the lock. It is what the
+	// view had before semaphores, and what it still means for a plain lock, so scripts that read
+	// holder keep working; read holders for a semaphore.
 	Holder *Holder `json:"holder,omitempty"`
 	// Waiting counts the LockedJobs of the lock in phase Waiting.
 	Waiting int `json:"waiting"`
@@ -63,6 +74,10 @@ type Holder struct {
 	// Identity is the holder's name in Redis (cluster/namespace/name/uid), set only when no
 	// LockedJob in view holds the lock.
 	Identity string `json:"identity,omitempty"`
+	// Slot is the semaphore slot it holds (status.slot, or the Lock's status.holders[].slot), when
+	// the operator acquired the lock as a semaphore: the fencing token orders it only against the
+	// earlier holders of this slot.
+	Slot *int32 `json:"slot,omitempty"`
 	// FencingToken is the holder's fencing token (status.fencingToken); not a secret.
 	FencingToken *int64 `json:"fencingToken,omitempty"`
 	// AcquiredAt is when it acquired the lock (status.acquiredAt).
@@ -171,10 +186,10 @@ func sortViews(views []LockView) {
 }
 
 func deriveLock(id lockID, members []*batchv1alpha1.LockedJob) LockView {
-	v := LockView{Lock: id.name, Scope: id.scope, Namespace: id.namespace, Source: sourceLockedJobs}
+	v := LockView{Lock: id.name, Scope: id.scope, Namespace: id.namespace, Source: sourceLockedJobs, Permits: 1}
 	waiters := waitersInQueueOrder(members)
 	v.Waiting = len(waiters)
-	v.Holder = holderOf(members, waiters)
+	v.setHolders(holdersOf(members, waiters))
 	for _, w := range waiters {
 		if p := w.Status.QueuePosition; p != nil && *p == 1 {
 			v.Head = &Ref{Namespace: w.Namespace, Name: w.Name}
@@ -185,28 +200,73 @@ func deriveLock(id lockID, members []*batchv1alpha1.LockedJob) LockView {
 	return v
 }
 
-// holderOf is the LockedJob that says it holds the lock (condition LockAcquired True); should two
-// say so for a moment (the old holder's status not yet written), the higher fencing token is the
-// later holder. With none, the holder the waiters saw in Redis, the head's view first.
-func holderOf(members, waitersInOrder []*batchv1alpha1.LockedJob) *Holder {
-	var holder *batchv1alpha1.LockedJob
+// setHolders sets Holders, InUse and Holder together, so they never disagree. No holders is nil,
+// whichever way it was built.
+func (v *LockView) setHolders(holders []Holder) {
+	v.Holders, v.InUse, v.Holder = nil, len(holders), firstOf(holders)
+	if len(holders) > 0 {
+		v.Holders = holders
+	}
+}
+
+// firstOf is a copy of the first holder, or nil.
+func firstOf(holders []Holder) *Holder {
+	if len(holders) == 0 {
+		return nil
+	}
+	first := holders[0]
+	return &first
+}
+
+// semaphore reports whether the lock admits more than one holder, or still has a holder in a slot
+// above 0 after its permits were lowered: then each holder's slot matters.
+func (v *LockView) semaphore() bool {
+	return v.Permits > 1 || slotsAbove0(v.Holders)
+}
+
+func slotsAbove0(holders []Holder) bool {
+	return slices.ContainsFunc(holders, func(h Holder) bool { return h.Slot != nil && *h.Slot > 0 })
+}
+
+// holdersOf are the LockedJobs that say they hold the lock (condition LockAcquired True), one per
+// slot, lowest slot first (a plain lock has only slot 0). Should two say so of one slot for a
+// moment (the old holder's status not yet written), the higher fencing token is the later holder:
+// tokens rise within a slot. With none, the holder the waiters saw in Redis, the head's view first.
+func holdersOf(members, waitersInOrder []*batchv1alpha1.LockedJob) []Holder {
+	bySlot := map[int32]*batchv1alpha1.LockedJob{}
 	for _, lj := range members {
 		if !meta.IsStatusConditionTrue(lj.Status.Conditions, batchv1alpha1.ConditionLockAcquired) {
 			continue
 		}
-		if holder == nil || fence(lj) > fence(holder) {
-			holder = lj
+		slot := slotOf(lj)
+		if held := bySlot[slot]; held == nil || fence(lj) > fence(held) {
+			bySlot[slot] = lj
 		}
 	}
-	if holder != nil {
-		return &Holder{Namespace: holder.Namespace, Name: holder.Name, FencingToken: holder.Status.FencingToken, AcquiredAt: holder.Status.AcquiredAt}
+	holders := make([]Holder, 0, len(bySlot))
+	for _, slot := range slices.Sorted(maps.Keys(bySlot)) {
+		lj := bySlot[slot]
+		holders = append(holders, Holder{Namespace: lj.Namespace, Name: lj.Name, Slot: lj.Status.Slot,
+			FencingToken: lj.Status.FencingToken, AcquiredAt: lj.Status.AcquiredAt})
+	}
+	if len(holders) > 0 {
+		return holders
 	}
 	for _, w := range waitersInOrder {
 		if w.Status.BlockedBy != "" {
-			return &Holder{Identity: w.Status.BlockedBy}
+			return []Holder{{Identity: w.Status.BlockedBy}}
 		}
 	}
 	return nil
+}
+
+// slotOf is the slot lj holds; a plain lock's holder (no status.slot) holds slot 0, whose keys a
+// plain lock shares with a semaphore's first slot.
+func slotOf(lj *batchv1alpha1.LockedJob) int32 {
+	if lj.Status.Slot == nil {
+		return 0
+	}
+	return *lj.Status.Slot
 }
 
 func fence(lj *batchv1alpha1.LockedJob) int64 {

@@ -3,7 +3,9 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,11 +21,13 @@ func newLocksCommand(s *session) *cobra.Command {
 	o := &locksOptions{}
 	cmd := &cobra.Command{
 		Use:   "locks [-A]",
-		Short: "List locks: holder, how long it has held, waiters, the head of the queue, the last handoff",
+		Short: "List locks: permits in use, holders, how long they have held, waiters, the head of the queue, the last handoff",
 		Long: `List the locks the LockedJobs of a namespace (or of all, with -A) run under, one row per lock:
-who holds it (name and fencing token), for how long, how many wait, who is next, and the last
-handoff. It is derived from the LockedJobs' status, which the operator writes on every change; a
-Cluster-scoped lock shows its LockedJobs in every namespace you may list.`,
+how many of its permits are in use (a semaphore, declared by a Lock's spec.permits, admits several
+holders), who holds it (name, slot of a semaphore and fencing token), for how long, how many wait,
+who is next, and the last handoff. It is derived from the LockedJobs' status, which the operator
+writes on every change, or from a declared Lock's status when that is fresher; a Cluster-scoped
+lock shows its LockedJobs in every namespace you may list.`,
 		Example: `  kubectl lockedjob locks
   kubectl lockedjob locks -A -o yaml`,
 		Args: cobra.NoArgs,
@@ -76,13 +80,10 @@ func (o *locksOptions) run(ctx context.Context, s *session) error {
 func printLocksTable(s *session, views []LockView) error {
 	now := s.now()
 	var rows strings.Builder
-	rows.WriteString("LOCK\tSCOPE\tNAMESPACE\tHOLDER\tHELD FOR\tWAITING\tHEAD\tLAST HANDOFF\n")
+	rows.WriteString("LOCK\tSCOPE\tNAMESPACE\tIN USE\tHOLDERS\tHELD FOR\tWAITING\tHEAD\tLAST HANDOFF\n")
 	for _, v := range views {
 		cluster := v.Scope == batchv1alpha1.LockScopeCluster
-		holder, heldFor := none, none
-		if h := v.Holder; h != nil {
-			holder, heldFor = holderCell(h, cluster), since(now, h.AcquiredAt)
-		}
+		holders, heldFor := holdersCells(&v, cluster, now)
 		head := none
 		switch {
 		case v.Head == nil:
@@ -96,19 +97,49 @@ func printLocksTable(s *session, views []LockView) error {
 			handoff = fmt.Sprintf("%s ago (%s -> %s)", since(now, &h.AcquiredAt),
 				ref(h.From.Namespace, h.From.Name, cluster), ref(h.To.Namespace, h.To.Name, cluster))
 		}
-		fmt.Fprintf(&rows, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.Lock, v.Scope, v.Namespace, holder, heldFor, v.Waiting, head, handoff)
+		fmt.Fprintf(&rows, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%s\t%s\n",
+			v.Lock, v.Scope, v.Namespace, v.InUse, v.Permits, holders, heldFor, v.Waiting, head, handoff)
 	}
 	return writeTable(s.streams.Out, rows.String())
 }
 
-// holderCell is "name (fence N)"; a holder known only by its name in Redis shows that name.
-func holderCell(h *Holder, withNamespace bool) string {
-	if h.Name == "" {
-		return h.Identity
+// holdersCells are the HOLDERS and HELD FOR cells: the holders in slot order, and how long each has
+// held the lock in the same order, comma-separated as kubectl prints a column of several values
+// (kubectl get endpoints, ingress hosts).
+func holdersCells(v *LockView, withNamespace bool, now time.Time) (holders, heldFor string) {
+	if len(v.Holders) == 0 {
+		return none, none
 	}
-	cell := ref(h.Namespace, h.Name, withNamespace)
-	if h.FencingToken != nil {
-		cell += fmt.Sprintf(" (fence %d)", *h.FencingToken)
+	semaphore := v.semaphore()
+	names := make([]string, len(v.Holders))
+	ages := make([]string, len(v.Holders))
+	for i := range v.Holders {
+		names[i] = holderCell(&v.Holders[i], withNamespace, semaphore)
+		ages[i] = since(now, v.Holders[i].AcquiredAt)
 	}
-	return cell
+	if !slices.ContainsFunc(ages, func(age string) bool { return age != none }) {
+		return strings.Join(names, ", "), none
+	}
+	return strings.Join(names, ", "), strings.Join(ages, ", ")
+}
+
+// holderCell is "name (fence N)", or for a semaphore "name (slot S, fence N)". A holder known only
+// by its name in Redis shows that name, with its slot and fence for a semaphore, where they tell
+// its holders apart.
+func holderCell(h *Holder, withNamespace, semaphore bool) string {
+	var about []string
+	if semaphore && h.Slot != nil {
+		about = append(about, fmt.Sprintf("slot %d", *h.Slot))
+	}
+	if h.FencingToken != nil && (h.Name != "" || semaphore) {
+		about = append(about, fmt.Sprintf("fence %d", *h.FencingToken))
+	}
+	cell := h.Identity
+	if h.Name != "" {
+		cell = ref(h.Namespace, h.Name, withNamespace)
+	}
+	if len(about) == 0 {
+		return cell
+	}
+	return cell + " (" + strings.Join(about, ", ") + ")"
 }

@@ -117,13 +117,15 @@ func TestDeriveLocks(t *testing.T) {
 				lj("w1", waitingAt(2, "c/ns/h/x"), priority(9)),
 				lj("w2", waitingAt(1, "c/ns/h/x")),
 			},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Waiting: 2,
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1, Waiting: 2,
+				InUse: 1, Holders: []Holder{{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))}},
 				Holder: &Holder{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))},
 				Head:   &Ref{Namespace: "ns", Name: "w2"}}},
 		},
 		"two say they hold it for a moment: the higher fence is the later holder": {
 			ljs: []batchv1alpha1.LockedJob{lj("before", holding(4, -time.Hour)), lj("after", holding(5, -time.Second))},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs",
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1,
+				InUse: 1, Holders: []Holder{{Namespace: "ns", Name: "after", FencingToken: ptr.To[int64](5), AcquiredAt: at(t0.Add(-time.Second))}},
 				Holder: &Holder{Namespace: "ns", Name: "after", FencingToken: ptr.To[int64](5), AcquiredAt: at(t0.Add(-time.Second))}}},
 		},
 		"no LockedJob in view holds it: the holder the waiters read from Redis, the first in line's view": {
@@ -131,7 +133,8 @@ func TestDeriveLocks(t *testing.T) {
 				lj("late", waitingAt(2, "other/ns/x/stale"), created(time.Minute)),
 				lj("early", waitingAt(1, "other/ns/x/1234")),
 			},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Waiting: 2,
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1, Waiting: 2,
+				InUse: 1, Holders: []Holder{{Identity: "other/ns/x/1234"}},
 				Holder: &Holder{Identity: "other/ns/x/1234"}, Head: &Ref{Namespace: "ns", Name: "early"}}},
 		},
 		"same lock name in two namespaces, and Cluster scope: three locks": {
@@ -142,9 +145,9 @@ func TestDeriveLocks(t *testing.T) {
 				lj("d", withClusterScope, func(o *batchv1alpha1.LockedJob) { o.Namespace = "other" }),
 			},
 			want: []LockView{
-				{Lock: "l", Scope: "Cluster", Source: "LockedJobs"},
-				{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs"},
-				{Lock: "l", Scope: "Namespace", Namespace: "other", Source: "LockedJobs"},
+				{Lock: "l", Scope: "Cluster", Source: "LockedJobs", Permits: 1},
+				{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1},
+				{Lock: "l", Scope: "Namespace", Namespace: "other", Source: "LockedJobs", Permits: 1},
 			},
 		},
 		"the last handoff: the latest acquisition by one that waited through the previous release": {
@@ -153,7 +156,7 @@ func TestDeriveLocks(t *testing.T) {
 				lj("second", ran(-9*time.Minute, -6*time.Minute, -2*time.Minute)),
 				lj("third", ran(-5*time.Minute, -2*time.Minute, 0)),
 			},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", LastHandoff: &Handoff{
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1, LastHandoff: &Handoff{
 				From: Ref{Namespace: "ns", Name: "second"}, To: Ref{Namespace: "ns", Name: "third"},
 				ReleasedAt: metav1.NewTime(t0.Add(-2 * time.Minute)), AcquiredAt: metav1.NewTime(t0.Add(-2 * time.Minute)),
 			}}},
@@ -165,7 +168,7 @@ func TestDeriveLocks(t *testing.T) {
 				lj("lost", ran(-4*time.Minute, -4*time.Minute, 0)),
 				lj("after-loss", ran(-3*time.Minute, -time.Minute, 0)),
 			},
-			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs"}},
+			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1}},
 		},
 	}
 	for name, tc := range cases {

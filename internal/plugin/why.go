@@ -167,7 +167,7 @@ func explain(ctx context.Context, c client.Reader, key client.ObjectKey, events 
 	case batchv1alpha1.PhaseWaiting:
 		e.explainWaiting(&lj, peers)
 	case batchv1alpha1.PhaseRunning:
-		e.Holder = holderOf([]*batchv1alpha1.LockedJob{&lj}, nil)
+		e.Holder = firstOf(holdersOf([]*batchv1alpha1.LockedJob{&lj}, nil))
 		e.Behind = len(waitersInQueueOrder(peers))
 	}
 	e.Ending = endingOf(&lj)
@@ -197,7 +197,7 @@ func peersOf(all []batchv1alpha1.LockedJob, lj *batchv1alpha1.LockedJob) []*batc
 
 func (e *Explanation) explainWaiting(lj *batchv1alpha1.LockedJob, peers []*batchv1alpha1.LockedJob) {
 	waiters := waitersInQueueOrder(peers)
-	e.Holder = holderOf(peers, nil)
+	e.Holder = firstOf(holdersOf(peers, nil))
 	if e.Holder == nil && lj.Status.BlockedBy != "" {
 		e.Holder = &Holder{Identity: lj.Status.BlockedBy}
 	}
@@ -327,7 +327,7 @@ func (e *Explanation) writeWaiting(b *strings.Builder, now time.Time) {
 	case h.Name == "":
 		fmt.Fprintf(b, " The lock is held by %s (no LockedJob you can read).", h.Identity)
 	default:
-		fmt.Fprintf(b, " The lock is held by %s", holderCell(h, cluster || h.Namespace != e.Namespace))
+		fmt.Fprintf(b, " The lock is held by %s", holderCell(h, cluster || h.Namespace != e.Namespace, false))
 		if h.AcquiredAt != nil {
 			fmt.Fprintf(b, ", which has held it for %s (since %s)", since(now, h.AcquiredAt), h.AcquiredAt.UTC().Format(time.RFC3339))
 		}
