@@ -269,6 +269,126 @@ var _ = Describe("kubectl lockedjob on a declared Lock", func() {
 	})
 })
 
+var _ = Describe("kubectl lockedjob on a semaphore", Ordered, func() {
+	// Lock "pool" declares 2 permits: a holds slot 0 (fence 12) since 5m, b slot 1 (fence 9) since
+	// 60s, w waits first in line. Lock "redlocked" declares 3 permits on an operator whose Redis is
+	// Redlock: x waits with reason PermitsUnsupported, in no queue.
+	var (
+		ns      string
+		now     time.Time
+		a, b, w *batchv1alpha1.LockedJob
+		pool    *batchv1alpha1.Lock
+		inSlot  = func(st batchv1alpha1.LockedJobStatus, slot int32) batchv1alpha1.LockedJobStatus {
+			st.Slot = ptr.To(slot)
+			return st
+		}
+		redlockMsg = "Lock redlocked declares 3 permits, and the operator's Redis is Redlock, which admits one holder per lock: waiting until the Lock declares 1"
+	)
+
+	BeforeAll(func() {
+		now = time.Now().Truncate(time.Second)
+		ns = newNamespace()
+		pool = &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool"}, Spec: batchv1alpha1.LockViewSpec{Permits: 2}}
+		Expect(k8sClient.Create(ctx, pool)).To(Succeed())
+		a = createLockedJob(ns, "a", "pool")
+		b = createLockedJob(ns, "b", "pool")
+		w = createLockedJob(ns, "w", "pool")
+		setStatus(a, inSlot(runningStatus(12, now.Add(-6*time.Minute), now.Add(-5*time.Minute), "a-12"), 0))
+		setStatus(b, inSlot(runningStatus(9, now.Add(-2*time.Minute), now.Add(-time.Minute), "b-9"), 1))
+		setStatus(w, waitingStatus("pool", 1, holderName(a), now.Add(-30*time.Second)))
+
+		Expect(k8sClient.Create(ctx, &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redlocked"},
+			Spec: batchv1alpha1.LockViewSpec{Permits: 3}})).To(Succeed())
+		x := createLockedJob(ns, "x", "redlocked")
+		setStatus(x, batchv1alpha1.LockedJobStatus{
+			Phase: batchv1alpha1.PhaseWaiting, WaitingSince: at(now.Add(-time.Minute)), Message: redlockMsg,
+			Conditions: []metav1.Condition{
+				cond(batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonPermitsUnsupported, redlockMsg, now.Add(-time.Minute)),
+				cond(batchv1alpha1.ConditionFinished, metav1.ConditionFalse, batchv1alpha1.ReasonInProgress, "The LockedJob has not reached its end", now.Add(-time.Minute)),
+			},
+		})
+	})
+
+	It("lists permits in use of the Lock's spec.permits and every holder with its slot and fence", func() {
+		res := runPlugin(now, "locks", "-n", ns)
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		Expect(parseTable(res.stdout)).To(Equal([]map[string]string{
+			{"LOCK": "pool", "SCOPE": "Namespace", "NAMESPACE": ns, "IN USE": "2/2", "HOLDERS": "a (slot 0, fence 12), b (slot 1, fence 9)",
+				"HELD FOR": "5m, 60s", "WAITING": "1", "HEAD": "w", "LAST HANDOFF": "<none>"},
+			{"LOCK": "redlocked", "SCOPE": "Namespace", "NAMESPACE": ns, "IN USE": "0/3", "HOLDERS": "<none>",
+				"HELD FOR": "<none>", "WAITING": "1", "HEAD": "<none>", "LAST HANDOFF": "<none>"},
+		}))
+	})
+
+	It("explains a waiter: how many of how many permits are in use, and who holds them", func() {
+		res := runPlugin(now, "why", "w", "-n", ns, "--events", "0")
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		Expect(res.stdout).To(Equal(fmt.Sprintf(`LockedJob %[1]s/w runs under lock pool (scope Namespace, priority 0).
+It is Waiting. 2 of the lock's 2 permits are in use, by:
+  slot 0: a (fence 12), holding for 5m (since %[2]s)
+  slot 1: b (fence 9), holding for 60s (since %[3]s)
+It is number 1 in line (next).
+No waiter of this lock is ahead of it.
+No Events (the API server keeps them for an hour by default).
+`, ns, rfc3339(now.Add(-5*time.Minute)), rfc3339(now.Add(-time.Minute)))))
+
+		var e Explanation
+		res = runPlugin(now, "why", "w", "-n", ns, "-o", "json")
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		Expect(json.Unmarshal([]byte(res.stdout), &e)).To(Succeed())
+		Expect([]int{e.InUse, e.Permits}).To(Equal([]int{2, 2}))
+		Expect(e.Holders).To(HaveLen(2))
+		Expect(e.Holders[1]).To(Equal(Holder{Namespace: ns, Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(now.Add(-time.Minute))}))
+	})
+
+	It("explains a holder: its slot and fence, and how many permits are in use", func() {
+		res := runPlugin(now, "why", "b", "-n", ns, "--events", "0")
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		Expect(res.stdout).To(Equal(fmt.Sprintf(`LockedJob %[1]s/b runs under lock pool (scope Namespace, priority 0).
+It is Running: it holds the lock in slot 1 with fencing token 9 and has held it for 60s (since %[2]s).
+2 of the lock's 2 permits are in use.
+Its Job b-9 is gone.
+1 waiting for the lock after it.
+No Events (the API server keeps them for an hour by default).
+`, ns, rfc3339(now.Add(-time.Minute)))))
+	})
+
+	It("says in plain words why a LockedJob waits on Redlock for a Lock of 3 permits", func() {
+		res := runPlugin(now, "why", "x", "-n", ns, "--events", "0")
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		Expect(res.stdout).To(Equal(fmt.Sprintf(`LockedJob %s/x runs under lock redlocked (scope Namespace, priority 0).
+It is Waiting, and cannot acquire the lock as things stand: the Lock redlocked declares 3 permits (a semaphore), and the operator's Redis is Redlock, which admits one holder per lock.
+It is not in the lock's queue. It waits until the Lock declares 1 permit (spec.permits), or the operator uses a Redis that is not Redlock (a single server, Sentinel or Redis Cluster).
+No Events (the API server keeps them for an hour by default).
+`, ns)))
+	})
+
+	It("takes the holders from the Lock's status once the operator read it from Redis after the last change", func() {
+		pool.Status = batchv1alpha1.LockViewStatus{
+			Holders: []batchv1alpha1.LockHolder{
+				{Holder: holderName(b), LockedJob: "b", Slot: 1, FencingToken: 9},
+				{Holder: holderName(a), LockedJob: "a", Slot: 0, FencingToken: 12},
+			},
+			InUse: 2, Permits: 2, Waiting: ptr.To[int32](3), Head: holderName(w), LastFencingToken: 12, ObservedAt: at(now),
+		}
+		Expect(k8sClient.Status().Update(ctx, pool)).To(Succeed())
+
+		res := runPlugin(now, "locks", "-n", ns, "-o", "json")
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		var got struct{ Items []LockView }
+		Expect(json.Unmarshal([]byte(res.stdout), &got)).To(Succeed())
+		Expect(got.Items).To(HaveLen(2))
+		view := got.Items[0]
+		Expect(view.Source).To(Equal("Lock"))
+		Expect(view.Waiting).To(Equal(3), "two more waiters in another cluster, as Redis counts them")
+		Expect(view.Holders).To(Equal([]Holder{
+			{Namespace: ns, Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(now.Add(-5 * time.Minute))},
+			{Namespace: ns, Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(now.Add(-time.Minute))},
+		}))
+		Expect(view.Holder).To(Equal(&view.Holders[0]))
+	})
+})
+
 var _ = Describe("kubectl lockedjob for a user who may read one namespace only", func() {
 	It("warns that a Cluster-scoped lock shows only that namespace, and names the holder as Redis does", func() {
 		now := time.Now().Truncate(time.Second)

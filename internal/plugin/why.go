@@ -32,10 +32,26 @@ type Explanation struct {
 	Priority  int32                        `json:"priority"`
 	Phase     batchv1alpha1.LockedJobPhase `json:"phase,omitempty"`
 	Message   string                       `json:"message,omitempty"`
-	// Holder is who holds the lock: the LockedJob itself while it runs, another while it waits.
+	// Holder is who holds the lock: the LockedJob itself while it runs, another (the first of
+	// Holders) while it waits.
 	Holder *Holder `json:"holder,omitempty"`
+	// Permits is how many may hold the lock at once: spec.permits of the Lock (ClusterLock) that
+	// declares it, else 1; 0 when that Lock could not be read.
+	Permits int `json:"permits,omitempty"`
+	// InUse is how many hold the lock, while it waits or runs: the length of Holders.
+	InUse int `json:"inUse,omitempty"`
+	// Holders are all who hold the lock, lowest slot first, while it waits or runs (itself among
+	// them): several for a semaphore.
+	Holders []Holder `json:"holders,omitempty"`
 	// FencingToken is the LockedJob's own fencing token once it acquired the lock.
 	FencingToken *int64 `json:"fencingToken,omitempty"`
+	// Slot is its own slot of a semaphore once it acquired it (status.slot); the fencing token
+	// orders it against the earlier holders of this slot.
+	Slot *int32 `json:"slot,omitempty"`
+	// PermitsUnsupported says it waits because its lock declares more than one permit and the
+	// operator's Redis is Redlock, which admits one holder per lock (condition LockAcquired, reason
+	// PermitsUnsupported).
+	PermitsUnsupported bool `json:"permitsUnsupported,omitempty"`
 	// Place is its place in line while it waits.
 	Place *Place `json:"place,omitempty"`
 	// Ahead are the waiters served before it, in queue order; Behind counts those after it.
@@ -156,7 +172,7 @@ func explain(ctx context.Context, c client.Reader, key client.ObjectKey, events 
 	e := &Explanation{
 		Namespace: lj.Namespace, Name: lj.Name, Lock: lj.Spec.Lock.Name, Scope: lockOf(&lj).scope,
 		Priority: lj.Spec.Lock.Priority, Phase: lj.Status.Phase, Message: lj.Status.Message,
-		FencingToken: lj.Status.FencingToken,
+		FencingToken: lj.Status.FencingToken, Slot: lj.Status.Slot,
 	}
 	all, warnings, err := listLockedJobs(ctx, c, lj.Namespace)
 	if err != nil {
@@ -168,7 +184,15 @@ func explain(ctx context.Context, c client.Reader, key client.ObjectKey, events 
 		e.explainWaiting(&lj, peers)
 	case batchv1alpha1.PhaseRunning:
 		e.Holder = firstOf(holdersOf([]*batchv1alpha1.LockedJob{&lj}, nil))
+		e.setHolders(holdersOf(append(peers, &lj), nil))
 		e.Behind = len(waitersInQueueOrder(peers))
+	}
+	if lj.Status.Phase == batchv1alpha1.PhaseWaiting || lj.Status.Phase == batchv1alpha1.PhaseRunning {
+		var more []string
+		if e.Permits, more, err = declaredPermits(ctx, c, &lj); err != nil {
+			return nil, nil, err
+		}
+		warnings = append(warnings, more...)
 	}
 	e.Ending = endingOf(&lj)
 	if lj.Status.JobName != "" {
@@ -197,10 +221,14 @@ func peersOf(all []batchv1alpha1.LockedJob, lj *batchv1alpha1.LockedJob) []*batc
 
 func (e *Explanation) explainWaiting(lj *batchv1alpha1.LockedJob, peers []*batchv1alpha1.LockedJob) {
 	waiters := waitersInQueueOrder(peers)
-	e.Holder = firstOf(holdersOf(peers, nil))
-	if e.Holder == nil && lj.Status.BlockedBy != "" {
-		e.Holder = &Holder{Identity: lj.Status.BlockedBy}
+	holders := holdersOf(peers, nil)
+	if len(holders) == 0 && lj.Status.BlockedBy != "" {
+		holders = []Holder{{Identity: lj.Status.BlockedBy}}
 	}
+	e.setHolders(holders)
+	e.Holder = firstOf(holders)
+	acquired := meta.FindStatusCondition(lj.Status.Conditions, batchv1alpha1.ConditionLockAcquired)
+	e.PermitsUnsupported = acquired != nil && acquired.Status == metav1.ConditionFalse && acquired.Reason == batchv1alpha1.ReasonPermitsUnsupported
 	e.Place = placeOf(lj)
 	for _, w := range waiters {
 		if queueCompare(w, lj) >= 0 {
@@ -212,6 +240,19 @@ func (e *Explanation) explainWaiting(lj *batchv1alpha1.LockedJob, peers []*batch
 			WaitingSince: w.Status.WaitingSince, QueuePosition: w.Status.QueuePosition,
 		})
 	}
+}
+
+func (e *Explanation) setHolders(holders []Holder) {
+	e.Holders, e.InUse = nil, len(holders)
+	if len(holders) > 0 {
+		e.Holders = holders
+	}
+}
+
+// semaphore reports whether the lock admits several holders, or still has one above slot 0 after
+// its permits were lowered: then the sentences name slots.
+func (e *Explanation) semaphore() bool {
+	return e.Permits > 1 || slotsAbove0(e.Holders) || (e.Slot != nil && *e.Slot > 0)
 }
 
 // bucketPattern finds the bucket of a waiter far back in line in its status message, the one place
@@ -319,21 +360,29 @@ func (e *Explanation) write(out io.Writer, now time.Time) error {
 }
 
 func (e *Explanation) writeWaiting(b *strings.Builder, now time.Time) {
+	if e.PermitsUnsupported {
+		e.writePermitsUnsupported(b)
+		return
+	}
 	b.WriteString("It is Waiting.")
 	cluster := e.Scope == batchv1alpha1.LockScopeCluster
-	switch h := e.Holder; {
-	case h == nil:
-		b.WriteString(" The holder is not named in its status: waiters far back in line are not told it.")
-	case h.Name == "":
-		fmt.Fprintf(b, " The lock is held by %s (no LockedJob you can read).", h.Identity)
-	default:
-		fmt.Fprintf(b, " The lock is held by %s", holderCell(h, cluster || h.Namespace != e.Namespace, false))
-		if h.AcquiredAt != nil {
-			fmt.Fprintf(b, ", which has held it for %s (since %s)", since(now, h.AcquiredAt), h.AcquiredAt.UTC().Format(time.RFC3339))
+	if e.semaphore() {
+		e.writeSemaphoreHolders(b, now)
+	} else {
+		switch h := e.Holder; {
+		case h == nil:
+			b.WriteString(" The holder is not named in its status: waiters far back in line are not told it.")
+		case h.Name == "":
+			fmt.Fprintf(b, " The lock is held by %s (no LockedJob you can read).", h.Identity)
+		default:
+			fmt.Fprintf(b, " The lock is held by %s", holderCell(h, cluster || h.Namespace != e.Namespace, false))
+			if h.AcquiredAt != nil {
+				fmt.Fprintf(b, ", which has held it for %s (since %s)", since(now, h.AcquiredAt), h.AcquiredAt.UTC().Format(time.RFC3339))
+			}
+			b.WriteString(".")
 		}
-		b.WriteString(".")
+		b.WriteString("\n")
 	}
-	b.WriteString("\n")
 	switch p := e.Place; {
 	case p == nil:
 		b.WriteString("Its place in line is not known yet.\n")
@@ -360,8 +409,78 @@ func (e *Explanation) writeWaiting(b *strings.Builder, now time.Time) {
 	}
 }
 
+// writeSemaphoreHolders says how many of the lock's permits are in use and lists the holders by
+// slot, one a line, as its status tells. A holder only Redis names (at this waiter's last attempt)
+// is one of them, not a count.
+func (e *Explanation) writeSemaphoreHolders(b *strings.Builder, now time.Time) {
+	switch {
+	case len(e.Holders) == 1 && e.Holders[0].Name == "":
+		fmt.Fprintf(b, " %s; at its last attempt Redis named %s (no LockedJob you can read) as a holder.\n", e.permitsPhrase(), e.Holders[0].Identity)
+		return
+	case len(e.Holders) == 0:
+		fmt.Fprintf(b, " %s; no LockedJob you can read holds it.\n", e.permitsPhrase())
+		return
+	}
+	fmt.Fprintf(b, " %s, by:\n", e.inUsePhrase())
+	cluster := e.Scope == batchv1alpha1.LockScopeCluster
+	for i := range e.Holders {
+		h := &e.Holders[i]
+		b.WriteString("  ")
+		if h.Slot != nil {
+			fmt.Fprintf(b, "slot %d: ", *h.Slot)
+		}
+		b.WriteString(holderCell(h, cluster || h.Namespace != e.Namespace, false))
+		if h.AcquiredAt != nil {
+			fmt.Fprintf(b, ", holding for %s (since %s)", since(now, h.AcquiredAt), h.AcquiredAt.UTC().Format(time.RFC3339))
+		}
+		b.WriteString("\n")
+	}
+}
+
+// permitsPhrase is "The lock has 3 permits", or, when its Lock could not be read, that the number
+// is unknown.
+func (e *Explanation) permitsPhrase() string {
+	if e.Permits == 0 {
+		return "The lock is a semaphore whose number of permits is not known (its Lock could not be read)"
+	}
+	return fmt.Sprintf("The lock has %d permits", e.Permits)
+}
+
+// inUsePhrase is "2 of the lock's 3 permits are in use", or without the 3 when the number is
+// unknown.
+func (e *Explanation) inUsePhrase() string {
+	verb := "are"
+	if e.InUse == 1 {
+		verb = "is"
+	}
+	if e.Permits == 0 {
+		return fmt.Sprintf("%d of the lock's permits (how many it has is not known: its Lock could not be read) %s in use", e.InUse, verb)
+	}
+	return fmt.Sprintf("%d of the lock's %d permits %s in use", e.InUse, e.Permits, verb)
+}
+
+// writePermitsUnsupported explains a waiter the operator does not queue at all: its lock declares
+// more permits than Redlock can grant (controllers.waitForPermits).
+func (e *Explanation) writePermitsUnsupported(b *strings.Builder) {
+	kind := sourceLock
+	if e.Scope == batchv1alpha1.LockScopeCluster {
+		kind = sourceClusterLock
+	}
+	declares := "more than one permit"
+	if e.Permits > 1 {
+		declares = fmt.Sprintf("%d permits", e.Permits)
+	}
+	fmt.Fprintf(b, "It is Waiting, and cannot acquire the lock as things stand: the %s %s declares %s (a semaphore), "+
+		"and the operator's Redis is Redlock, which admits one holder per lock.\n", kind, e.Lock, declares)
+	fmt.Fprintf(b, "It is not in the lock's queue. It waits until the %s declares 1 permit (spec.permits), or the operator "+
+		"uses a Redis that is not Redlock (a single server, Sentinel or Redis Cluster).\n", kind)
+}
+
 func (e *Explanation) writeRunning(b *strings.Builder, now time.Time) {
 	b.WriteString("It is Running: it holds the lock")
+	if e.Slot != nil && e.semaphore() {
+		fmt.Fprintf(b, " in slot %d", *e.Slot)
+	}
 	if e.FencingToken != nil {
 		fmt.Fprintf(b, " with fencing token %d", *e.FencingToken)
 	}
@@ -369,6 +488,9 @@ func (e *Explanation) writeRunning(b *strings.Builder, now time.Time) {
 		fmt.Fprintf(b, " and has held it for %s (since %s)", since(now, h.AcquiredAt), h.AcquiredAt.UTC().Format(time.RFC3339))
 	}
 	b.WriteString(".\n")
+	if e.semaphore() {
+		fmt.Fprintf(b, "%s.\n", e.inUsePhrase())
+	}
 	if j := e.Job; j != nil {
 		e.writeJob(b, j)
 	}
