@@ -191,3 +191,51 @@ func TestLocksTable(t *testing.T) {
 		t.Errorf("table (-want,+got):\n%s", diff)
 	}
 }
+
+func TestWhyOfASemaphoreWaiter(t *testing.T) {
+	base := Explanation{Namespace: "ns", Name: "w", Lock: "pool", Scope: "Namespace", Phase: batchv1alpha1.PhaseWaiting, Place: &Place{Exact: 2}}
+	cases := map[string]struct {
+		permits int
+		holders []Holder
+		want    string
+	}{
+		"one permit of three in use, by a holder in a slot above 0": {
+			permits: 3,
+			holders: []Holder{{Namespace: "ns", Name: "a", Slot: ptr.To[int32](2), FencingToken: ptr.To[int64](8), AcquiredAt: at(t0.Add(-time.Minute))}},
+			want: "It is Waiting. 1 of the lock's 3 permits is in use, by:\n" +
+				"  slot 2: a (fence 8), holding for 60s (since 2026-12-01T11:59:00Z)\n",
+		},
+		"only Redis names a holder: one of them, not a count": {
+			permits: 3,
+			holders: []Holder{{Identity: "far/ns/r/99"}},
+			want:    "It is Waiting. The lock has 3 permits; at its last attempt Redis named far/ns/r/99 (no LockedJob you can read) as a holder.\n",
+		},
+		"its Lock could not be read, the slots show a semaphore": {
+			holders: []Holder{
+				{Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](8)},
+				{Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](3)},
+			},
+			want: "It is Waiting. 2 of the lock's permits (how many it has is not known: its Lock could not be read) are in use, by:\n" +
+				"  slot 0: a (fence 8)\n  slot 1: b (fence 3)\n",
+		},
+		"a plain lock reads as before semaphores": {
+			permits: 1,
+			holders: []Holder{{Namespace: "ns", Name: "a", FencingToken: ptr.To[int64](8)}},
+			want:    "It is Waiting. The lock is held by a (fence 8).\n",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := base
+			e.Permits = tc.permits
+			e.setHolders(tc.holders)
+			e.Holder = firstOf(tc.holders)
+			var b strings.Builder
+			e.writeWaiting(&b, t0)
+			want := tc.want + "It is number 2 in line.\nNo waiter of this lock is ahead of it.\n"
+			if diff := cmp.Diff(want, b.String()); diff != "" {
+				t.Errorf("why (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}

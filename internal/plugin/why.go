@@ -119,9 +119,11 @@ func newWhyCommand(s *session) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "why NAME",
 		Short: "Say why a LockedJob waits, or how it ended, in plain sentences",
-		Long: `Explain one LockedJob: its phase; while it waits, who holds the lock and for how long, its
-place in line and the waiters ahead of it with their priorities (in the order the operator's queue
-serves them: priority, then age); while it runs, its Job; once finished, how it ended. Then its
+		Long: `Explain one LockedJob: its phase; while it waits, who holds the lock and for how long (for a
+semaphore, how many of its permits are in use and each holder's slot), its place in line and the
+waiters ahead of it with their priorities (in the order the operator's queue serves them: priority,
+then age), or that its Lock declares more permits than the operator's Redlock can grant; while it
+runs, its slot of a semaphore, its fencing token and its Job; once finished, how it ended. Then its
 last Events.`,
 		Example: `  kubectl lockedjob why migrate-orders
   kubectl lockedjob why migrate-orders -n batch -o json`,
@@ -160,7 +162,8 @@ func (o *whyOptions) run(ctx context.Context, s *session, name string) error {
 	return e.write(s.streams.Out, s.now())
 }
 
-// explain reads the LockedJob, the other LockedJobs of its lock, its Job and its Events.
+// explain reads the LockedJob, the other LockedJobs of its lock, the permits its Lock declares, its
+// Job and its Events.
 func explain(ctx context.Context, c client.Reader, key client.ObjectKey, events int) (*Explanation, []string, error) {
 	var lj batchv1alpha1.LockedJob
 	if err := c.Get(ctx, key, &lj); err != nil {
@@ -184,7 +187,7 @@ func explain(ctx context.Context, c client.Reader, key client.ObjectKey, events 
 		e.explainWaiting(&lj, peers)
 	case batchv1alpha1.PhaseRunning:
 		e.Holder = firstOf(holdersOf([]*batchv1alpha1.LockedJob{&lj}, nil))
-		e.setHolders(holdersOf(append(peers, &lj), nil))
+		e.setHolders(holdersOf(slices.Concat(peers, []*batchv1alpha1.LockedJob{&lj}), nil))
 		e.Behind = len(waitersInQueueOrder(peers))
 	}
 	if lj.Status.Phase == batchv1alpha1.PhaseWaiting || lj.Status.Phase == batchv1alpha1.PhaseRunning {
@@ -369,19 +372,7 @@ func (e *Explanation) writeWaiting(b *strings.Builder, now time.Time) {
 	if e.semaphore() {
 		e.writeSemaphoreHolders(b, now)
 	} else {
-		switch h := e.Holder; {
-		case h == nil:
-			b.WriteString(" The holder is not named in its status: waiters far back in line are not told it.")
-		case h.Name == "":
-			fmt.Fprintf(b, " The lock is held by %s (no LockedJob you can read).", h.Identity)
-		default:
-			fmt.Fprintf(b, " The lock is held by %s", holderCell(h, cluster || h.Namespace != e.Namespace, false))
-			if h.AcquiredAt != nil {
-				fmt.Fprintf(b, ", which has held it for %s (since %s)", since(now, h.AcquiredAt), h.AcquiredAt.UTC().Format(time.RFC3339))
-			}
-			b.WriteString(".")
-		}
-		b.WriteString("\n")
+		e.writeHolder(b, now)
 	}
 	switch p := e.Place; {
 	case p == nil:
@@ -407,6 +398,23 @@ func (e *Explanation) writeWaiting(b *strings.Builder, now time.Time) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// writeHolder names the one holder of a plain lock.
+func (e *Explanation) writeHolder(b *strings.Builder, now time.Time) {
+	switch h := e.Holder; {
+	case h == nil:
+		b.WriteString(" The holder is not named in its status: waiters far back in line are not told it.")
+	case h.Name == "":
+		fmt.Fprintf(b, " The lock is held by %s (no LockedJob you can read).", h.Identity)
+	default:
+		fmt.Fprintf(b, " The lock is held by %s", holderCell(h, e.Scope == batchv1alpha1.LockScopeCluster || h.Namespace != e.Namespace, false))
+		if h.AcquiredAt != nil {
+			fmt.Fprintf(b, ", which has held it for %s (since %s)", since(now, h.AcquiredAt), h.AcquiredAt.UTC().Format(time.RFC3339))
+		}
+		b.WriteString(".")
+	}
+	b.WriteString("\n")
 }
 
 // writeSemaphoreHolders says how many of the lock's permits are in use and lists the holders by
