@@ -34,8 +34,11 @@ type podSpan struct {
 	JobUID    string // the writer identity in the fenced store: one acquisition, one Job
 	LockedJob string
 	Fence     int64
-	Start     time.Time
-	End       time.Time
+	// Slot is the semaphore slot of the pod's Job (annotation batch.lockedjob.dev/slot; 0 for a
+	// lock of one permit): its fence is ordered against the same slot's writers only.
+	Slot  int
+	Start time.Time
+	End   time.Time
 	// Terminating is when the pod was first seen being deleted (zero if
 	// never): reported, not judged, since its containers may still run.
 	Terminating time.Time
@@ -56,6 +59,7 @@ type jobEntry struct {
 	UID       string
 	LockedJob string
 	Fence     int64
+	Slot      int       // the semaphore slot (0 for a lock of one permit)
 	Added     time.Time // first seen: the acquisition order across clusters
 	Finished  time.Time // first seen Complete or Failed, or suspended (zero if never)
 }
@@ -82,6 +86,7 @@ func (l lockedJobEntry) holder() string { return holder(l.Cluster, l.Namespace, 
 // lease still runs when the recording ends.
 type lease struct {
 	Holder     string
+	Slot       int // the semaphore slot whose key held it (0 for a lock of one permit)
 	Start, End time.Time
 	// LongestGap is the longest time between two renewals seen (a renewal pushes the expiry
 	// later), from the lease's start; LeastLeft is the least time to expiry any observation saw.
@@ -91,6 +96,9 @@ type lease struct {
 
 // history is what one scenario recorded.
 type history struct {
+	// Permits is how many holders the lock admits at once (0 means 1). With more than one, the
+	// exclusion rules apply per slot, and a separate rule bounds the holders running at once.
+	Permits    int
 	Pods       []podSpan
 	Jobs       []jobEntry
 	LockedJobs []lockedJobEntry
@@ -106,16 +114,26 @@ type history struct {
 
 // verdict is the checker's finding for one scenario: one row of the table.
 type verdict struct {
-	Scenario       string
-	Overlaps       int           // pairs of pods of different holders Running at once
-	LongestOverlap time.Duration // the longest such pair
+	Scenario string
+	Permits  int // how many holders the lock admits at once (1: a mutex)
+	// MostHolders is the most different holders seen with a Running pod at one instant; Crowded
+	// counts the intervals in which more than Permits of them ran, LongestCrowded the longest.
+	MostHolders    int
+	Crowded        int
+	LongestCrowded time.Duration
+	// Overlaps counts pairs of pods of different holders of one slot Running at once (a mutex is
+	// one slot, so: of different holders); LongestOverlap is the longest such pair.
+	Overlaps       int
+	LongestOverlap time.Duration
 	// RanPast counts pods that still ran after their holder's lease had ended
 	// (see leaseEnd); LongestPast is the longest run past it.
-	RanPast        int
-	LongestPast    time.Duration
-	StaleAccepted  int  // writes the fenced store accepted from a holder that was not the newest
-	StaleRejected  int  // writes the fenced store refused (a fenced resource protected itself)
-	Monotonic      bool // fences strictly increase in the order the Jobs appeared
+	RanPast     int
+	LongestPast time.Duration
+	// StaleAccepted counts writes the fenced store accepted from a holder that was not its
+	// slot's newest; StaleRejected the writes it refused (a fenced resource protected itself).
+	StaleAccepted  int
+	StaleRejected  int
+	Monotonic      bool // within each slot, fences strictly increase in the order the Jobs appeared
 	MonotonicNote  string
 	AllTerminal    bool
 	TerminalWithin time.Duration // latest terminal time after HealedAt (0 if all were terminal before)
@@ -133,13 +151,16 @@ type verdict struct {
 // Failed reports whether the scenario broke a rule the suite enforces.
 func (v verdict) Failed() bool { return len(v.Failures) > 0 }
 
-// check judges one history.
+// check judges one history. A lock of N permits is N locks that share one line of waiters: each
+// exclusion rule holds per slot, and no more than N holders may run at once.
 func check(name string, h history, overlapAllowed bool) verdict {
-	v := verdict{Scenario: name, OverlapAllowed: overlapAllowed, Crashes: h.Crashes}
+	h = h.bySlot()
+	v := verdict{Scenario: name, Permits: h.permits(), OverlapAllowed: overlapAllowed, Crashes: h.Crashes}
+	v.MostHolders, v.Crowded, v.LongestCrowded = crowding(h.Pods, v.Permits)
 	v.Overlaps, v.LongestOverlap = overlaps(h.Pods)
 	v.RanPast, v.LongestPast = ranPastLease(h)
 	v.StaleAccepted, v.StaleRejected = fencedStore(h.Pods)
-	v.Monotonic, v.MonotonicNote = fencesMonotonic(h.Jobs)
+	v.Monotonic, v.MonotonicNote = fencesMonotonic(h.Jobs, v.Permits > 1)
 	v.DuplicateJobs = duplicateJobs(h.Jobs)
 	v.SucceededTaken = succeededThoughTaken(h)
 	v.AllTerminal, v.TerminalWithin, v.NotTerminal = terminal(h)
@@ -160,9 +181,13 @@ func check(name string, h history, overlapAllowed bool) verdict {
 	if len(v.SucceededTaken) > 0 {
 		fail("Succeeded although the lock was acquired during the run: %s", strings.Join(v.SucceededTaken, ", "))
 	}
+	if v.Crowded > 0 && !overlapAllowed {
+		fail("%d interval(s) with more than %d holders running (most %d, longest %s) although the operator stayed alive and Redis kept its data",
+			v.Crowded, v.Permits, v.MostHolders, v.LongestCrowded.Round(time.Millisecond))
+	}
 	if v.Overlaps > 0 && !overlapAllowed {
-		fail("%d overlap(s) of different holders (longest %s) although the operator stayed alive and Redis kept its data",
-			v.Overlaps, v.LongestOverlap.Round(time.Millisecond))
+		fail("%d overlap(s) of different holders%s (longest %s) although the operator stayed alive and Redis kept its data",
+			v.Overlaps, inOneSlot(v.Permits), v.LongestOverlap.Round(time.Millisecond))
 	}
 	if v.RanPast > 0 && !overlapAllowed {
 		fail("%d pod(s) still ran after their lease had ended (longest %s) although the operator stayed alive and Redis kept its data",
@@ -174,14 +199,81 @@ func check(name string, h history, overlapAllowed bool) verdict {
 	return v
 }
 
-// overlaps counts the pairs of pods of different holders whose Running
-// intervals intersect, and the longest intersection.
+// permits is how many holders the recorded lock admits at once.
+func (h history) permits() int { return max(h.Permits, 1) }
+
+// bySlot returns h with every slot 0 when its lock admits one holder: a mutex is one slot, so its
+// verdicts cannot depend on what the slot annotations say.
+func (h history) bySlot() history {
+	if h.permits() > 1 {
+		return h
+	}
+	h.Pods, h.Jobs, h.Leases = slices.Clone(h.Pods), slices.Clone(h.Jobs), slices.Clone(h.Leases)
+	for i := range h.Pods {
+		h.Pods[i].Slot = 0
+	}
+	for i := range h.Jobs {
+		h.Jobs[i].Slot = 0
+	}
+	for i := range h.Leases {
+		h.Leases[i].Slot = 0
+	}
+	return h
+}
+
+// inOneSlot qualifies an overlap for a semaphore, where holders of different slots may overlap.
+func inOneSlot(permits int) string {
+	if permits > 1 {
+		return " in one slot"
+	}
+	return ""
+}
+
+// crowding sweeps the pods' Running intervals and returns the most different holders running at
+// one instant, how many maximal intervals had more than permits of them, and the longest. A pod
+// that stops at the instant another starts does not run beside it (as in overlaps).
+func crowding(pods []podSpan, permits int) (most, crowded int, longest time.Duration) {
+	type edge struct {
+		at     time.Time
+		holder string
+		delta  int
+	}
+	edges := make([]edge, 0, 2*len(pods))
+	for _, p := range pods {
+		if p.End.After(p.Start) {
+			edges = append(edges, edge{p.Start, p.holder(), +1}, edge{p.End, p.holder(), -1})
+		}
+	}
+	slices.SortStableFunc(edges, func(a, b edge) int { return cmp.Or(a.at.Compare(b.at), a.delta-b.delta) })
+	running := map[string]int{} // holder -> its pods running now
+	var since time.Time
+	inCrowd := false
+	for _, e := range edges {
+		running[e.holder] += e.delta
+		if running[e.holder] == 0 {
+			delete(running, e.holder)
+		}
+		most = max(most, len(running))
+		switch {
+		case len(running) > permits && !inCrowd:
+			inCrowd, since = true, e.at
+		case len(running) <= permits && inCrowd:
+			inCrowd = false
+			crowded++
+			longest = max(longest, e.at.Sub(since))
+		}
+	}
+	return most, crowded, longest
+}
+
+// overlaps counts the pairs of pods of different holders of one slot whose
+// Running intervals intersect, and the longest intersection.
 func overlaps(pods []podSpan) (int, time.Duration) {
 	n, longest := 0, time.Duration(0)
 	for i := range pods {
 		for j := i + 1; j < len(pods); j++ {
 			a, b := pods[i], pods[j]
-			if a.holder() == b.holder() {
+			if a.holder() == b.holder() || a.Slot != b.Slot {
 				continue
 			}
 			d := minTime(a.End, b.End).Sub(maxTime(a.Start, b.Start))
@@ -214,8 +306,9 @@ func ranPastLease(h history) (int, time.Duration) {
 
 // leaseEnd is the earliest known end of the lease under which pod p started:
 // the end of its holder's lease as seen in Redis (the first one that ends
-// after the pod started), or, if earlier, the moment another holder's Job
-// appeared (that holder had acquired, so p's lease was over). ok is false when
+// after the pod started), or, if earlier, the moment another holder's Job of
+// the same slot appeared (that holder had acquired the slot, so p's lease was
+// over). ok is false when
 // neither is known (the lease outlived the recording).
 func leaseEnd(h history, p podSpan) (time.Time, bool) {
 	var end time.Time
@@ -225,7 +318,7 @@ func leaseEnd(h history, p podSpan) (time.Time, bool) {
 		}
 	}
 	for _, j := range h.Jobs {
-		if j.holder() != p.holder() && j.Added.After(p.Start) && (end.IsZero() || j.Added.Before(end)) {
+		if j.holder() != p.holder() && j.Slot == p.Slot && j.Added.After(p.Start) && (end.IsZero() || j.Added.Before(end)) {
 			end = j.Added
 		}
 	}
@@ -237,47 +330,71 @@ type write struct {
 	at     time.Time
 	fence  int64
 	writer string // Job UID
+	slot   int    // the partition it writes to
+}
+
+// partition is one slot's part of the fenced store: the highest token it has
+// seen and the writer that brought it.
+type partition struct {
+	highest int64
+	owner   string
 }
 
 // fencedStore replays every pod's writes (one at the start of its Running
 // interval, then one every writeEvery until it stops) in time order against a
-// store that accepts a write only if its token is >= the highest it has seen.
-// A rejected write is a stale holder the fence stopped. An accepted write is
-// stale when another writer (another Job) already wrote with the same token:
-// the store cannot tell them apart, so two runs share one token.
+// store that accepts a write only if its token is >= the highest its slot's
+// partition has seen (a semaphore's fences rise within a slot only, so each
+// slot is fenced on its own; a mutex has one). A rejected write is a stale
+// holder the fence stopped. An accepted write is stale when another writer
+// (another Job) already wrote to the partition with the same token: the store
+// cannot tell them apart, so two runs share one token.
 func fencedStore(pods []podSpan) (accepted, rejected int) {
 	var writes []write
 	for _, p := range pods {
 		for t := p.Start; !t.After(p.End); t = t.Add(writeEvery) {
-			writes = append(writes, write{at: t, fence: p.Fence, writer: p.JobUID})
+			writes = append(writes, write{at: t, fence: p.Fence, writer: p.JobUID, slot: p.Slot})
 		}
 	}
 	slices.SortStableFunc(writes, func(a, b write) int { return a.at.Compare(b.at) })
-	highest, owner := int64(-1), ""
+	store := map[int]*partition{}
 	for _, w := range writes {
+		part := store[w.slot]
+		if part == nil {
+			part = &partition{highest: -1}
+			store[w.slot] = part
+		}
 		switch {
-		case w.fence < highest:
+		case w.fence < part.highest:
 			rejected++
-		case w.fence > highest:
-			highest, owner = w.fence, w.writer
-		case w.writer != owner:
+		case w.fence > part.highest:
+			part.highest, part.owner = w.fence, w.writer
+		case w.writer != part.owner:
 			accepted++
 		}
 	}
 	return accepted, rejected
 }
 
-// fencesMonotonic checks that fences strictly increase in the order the Jobs
-// appeared, across both clusters: the order in which holders acquired.
-func fencesMonotonic(jobs []jobEntry) (bool, string) {
+// fencesMonotonic checks that, within each slot, fences strictly increase in
+// the order the Jobs appeared, across both clusters: the order in which
+// holders acquired the slot. A semaphore promises nothing across slots;
+// slotted names the slot in the note.
+func fencesMonotonic(jobs []jobEntry, slotted bool) (bool, string) {
 	sorted := slices.Clone(jobs)
 	slices.SortStableFunc(sorted, func(a, b jobEntry) int { return a.Added.Compare(b.Added) })
-	for i := 1; i < len(sorted); i++ {
-		prev, cur := sorted[i-1], sorted[i]
-		if cur.Fence <= prev.Fence {
-			return false, fmt.Sprintf("%s/%s fence %d appeared %s after %s/%s fence %d",
-				cur.Cluster, cur.Name, cur.Fence, cur.Added.Sub(prev.Added).Round(time.Millisecond), prev.Cluster, prev.Name, prev.Fence)
+	last := map[int]jobEntry{} // slot -> its latest Job so far
+	for _, cur := range sorted {
+		prev, ok := last[cur.Slot]
+		last[cur.Slot] = cur
+		if !ok || cur.Fence > prev.Fence {
+			continue
 		}
+		note := fmt.Sprintf("%s/%s fence %d appeared %s after %s/%s fence %d",
+			cur.Cluster, cur.Name, cur.Fence, cur.Added.Sub(prev.Added).Round(time.Millisecond), prev.Cluster, prev.Name, prev.Fence)
+		if slotted {
+			note += fmt.Sprintf(" in slot %d", cur.Slot)
+		}
+		return false, note
 	}
 	return true, ""
 }
@@ -302,7 +419,8 @@ func duplicateJobs(jobs []jobEntry) int {
 }
 
 // succeededThoughTaken lists the LockedJobs that report Succeeded although
-// another holder's Job appeared while their own Job ran: from its creation to
+// another holder's Job of the same slot appeared while their own Job ran (that
+// holder had acquired their slot): from its creation to
 // the end of its last pod (the Job's own Complete condition when it had no
 // pod; the condition can trail the pods by many seconds after an API server
 // outage, and the workload is what must not share the lock).
@@ -325,7 +443,7 @@ func succeededThoughTaken(h history) []string {
 				until = own.Finished
 			}
 			for _, other := range h.Jobs {
-				if other.holder() != lj.holder() && other.Added.After(own.Added) && other.Added.Before(until) {
+				if other.holder() != lj.holder() && other.Slot == own.Slot && other.Added.After(own.Added) && other.Added.Before(until) {
 					out = append(out, fmt.Sprintf("%s (%s acquired %s into its run)", lj.holder(), other.holder(),
 						other.Added.Sub(own.Added).Round(time.Millisecond)))
 					break
@@ -372,8 +490,8 @@ func maxTime(a, b time.Time) time.Time {
 // keeps.
 func table(vs []verdict) string {
 	var b strings.Builder
-	b.WriteString("| scenario | overlaps | longest overlap | ran past lease | stale writes accepted | stale writes rejected | fences monotonic | all terminal within | duplicate Jobs | result |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |\n")
+	b.WriteString("| scenario | most holders at once / permits | overlaps | longest overlap | ran past lease | stale writes accepted | stale writes rejected | fences monotonic | all terminal within | duplicate Jobs | result |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |\n")
 	for _, v := range vs {
 		mono := "yes"
 		if !v.Monotonic {
@@ -395,8 +513,18 @@ func table(vs []verdict) string {
 		if v.RanPast > 0 {
 			past = fmt.Sprintf("%d (%s)", v.RanPast, v.LongestPast.Round(time.Millisecond))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %d | %s | %s | %d | %s |\n", v.Scenario, overl,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d | %s | %s | %d | %s |\n", v.Scenario, holdersCell(v), overl,
 			v.LongestOverlap.Round(time.Millisecond), past, v.StaleAccepted, v.StaleRejected, mono, term, v.DuplicateJobs, result)
 	}
 	return b.String()
+}
+
+// holdersCell shows the most holders seen running at once against the permits, and, when there
+// were more, how often and for how long at most.
+func holdersCell(v verdict) string {
+	cell := fmt.Sprintf("%d / %d", v.MostHolders, v.Permits)
+	if v.Crowded > 0 {
+		cell += fmt.Sprintf(" (over %d times, longest %s)", v.Crowded, v.LongestCrowded.Round(time.Millisecond))
+	}
+	return cell
 }
