@@ -94,7 +94,7 @@ func TestCheckerSemaphoreTwoHoldersOfOneSlot(t *testing.T) {
 	h.Pods[1].End, h.Jobs[1].Finished = at(1000), at(1000)
 	h.Jobs[2].Added = at(1500)
 	h.Pods[2].Start = at(1600)
-	h.LockedJobs[0].Phase = "LockLost"
+	h.LockedJobs[0] = lockedJob("a", "x", "LockLost", 2100)
 	v := check("semaphore", h, false)
 	if v.Crowded != 0 || v.MostHolders != 2 {
 		t.Fatalf("crowded %d, most %d; want 0 and 2", v.Crowded, v.MostHolders)
@@ -176,4 +176,22 @@ func inOnePartition(pods []podSpan) []podSpan {
 		pods[i].Slot = 0
 	}
 	return pods
+}
+
+func TestCheckerSemaphoreCountsHoldersNotPods(t *testing.T) {
+	h := twoSlots()
+	// x runs a second pod beside its first (one holder, two pods), and v starts in slot 2 at the
+	// very instant y stops: neither puts three holders at once.
+	h.Pods = append(h.Pods, inSlot(0, pod("a", "x", "u1", 10, 300, 1900)), inSlot(2, pod("a", "v", "u5", 1, 2500, 2600)))
+	h.Jobs = append(h.Jobs, inSlot(2, job("a", "v", "u5", 1, 2400, 2600)))
+	h.LockedJobs = append(h.LockedJobs, lockedJob("a", "v", "Succeeded", 2700))
+	v := check("semaphore", h, false)
+	if v.MostHolders != 2 || v.Crowded != 0 {
+		t.Fatalf("most %d, crowded %d (longest %s); want 2 and 0", v.MostHolders, v.Crowded, v.LongestCrowded)
+	}
+	// One pod more of v, 100 ms before y stops, makes three.
+	h.Pods[len(h.Pods)-1].Start = at(2400)
+	if v := check("semaphore", h, false); v.MostHolders != 3 || v.Crowded != 1 || v.LongestCrowded != 100*time.Millisecond {
+		t.Fatalf("most %d, crowded %d (longest %s); want 3, 1 and 100ms", v.MostHolders, v.Crowded, v.LongestCrowded)
+	}
 }

@@ -526,5 +526,8 @@ func holdersCell(v verdict) string {
 	if v.Crowded > 0 {
 		cell += fmt.Sprintf(" (over %d times, longest %s)", v.Crowded, v.LongestCrowded.Round(time.Millisecond))
 	}
+	if v.Crowded > 0 && v.OverlapAllowed {
+		cell += " (allowed)"
+	}
 	return cell
 }
