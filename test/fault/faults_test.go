@@ -25,6 +25,7 @@ import (
 func scenarios() []scenario {
 	return []scenario{
 		{name: "baseline", run: baseline},
+		{name: "semaphore-baseline", permits: semaphorePermits, run: semaphoreBaseline, verify: semaphoreFull},
 		{name: "blackhole-a", run: proxyFault("a", func() { env.proxies["a"].Blackhole() })},
 		{name: "reset-a", run: proxyFault("a", func() { env.proxies["a"].Reset() })},
 		{name: "latency-both", run: latency},
@@ -36,6 +37,8 @@ func scenarios() []scenario {
 		{name: "apiserver-a-slow", leaseA: fastLease, slowableA: true, run: apiserverSlow(false), verify: leadershipSurvived},
 		{name: "apiserver-a-slow-job-ends", leaseA: fastLease, slowableA: true, run: apiserverSlow(true), verify: leadershipSurvived},
 		{name: "operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, run: operatorKill},
+		{name: "semaphore-operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, permits: semaphorePermits,
+			run: semaphoreOperatorKill, verify: keptSlotOrLost},
 		{name: "operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion},
 		{name: "sentinel-failover", overlapAllowed: true, run: sentinelFailover},
 	}

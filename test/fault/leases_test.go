@@ -5,6 +5,7 @@ package fault
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ const leaseEvery = 10 * time.Millisecond
 type leaseWatcher struct {
 	rdb       *redis.Client
 	key, meta string
+	slot      int
 
 	mu      sync.Mutex
 	leases  []lease
@@ -35,10 +37,42 @@ type leaseWatcher struct {
 // of two PTTL readings.
 const renewalSlack = 20 * time.Millisecond
 
-// watchLease starts watching the lock of scope Cluster named lock until ctx ends.
-func watchLease(ctx context.Context, addr, lock string) *leaseWatcher {
+// watchLeases starts watching the first permits slots of the lock of scope Cluster named lock until
+// ctx ends: a lock of one permit is its slot 0.
+func watchLeases(ctx context.Context, addr, lock string, permits int) leaseWatchers {
+	ws := make(leaseWatchers, 0, permits)
+	for slot := range max(permits, 1) {
+		ws = append(ws, watchLease(ctx, addr, lock, slot))
+	}
+	return ws
+}
+
+// leaseWatchers watch the slots of one lock.
+type leaseWatchers []*leaseWatcher
+
+// all returns the leases seen in every slot.
+func (ws leaseWatchers) all() []lease {
+	var out []lease
+	for _, w := range ws {
+		out = append(out, w.all()...)
+	}
+	return out
+}
+
+// slotKey is the Redis key of one slot of the lock of scope Cluster named lock: slot 0 is the
+// lock's own key, slot i the key with ":s<i>" after it (internal/redislock/slots.lua).
+func slotKey(lock string, slot int) string {
 	key := keyPrefix + "{cluster/" + lock + "}"
-	w := &leaseWatcher{key: key, meta: key + ":meta",
+	if slot > 0 {
+		key += ":s" + strconv.Itoa(slot)
+	}
+	return key
+}
+
+// watchLease starts watching one slot of the lock of scope Cluster named lock until ctx ends.
+func watchLease(ctx context.Context, addr, lock string, slot int) *leaseWatcher {
+	key := slotKey(lock, slot)
+	w := &leaseWatcher{key: key, meta: key + ":meta", slot: slot,
 		rdb: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 500 * time.Millisecond,
 			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})}
 	go func() {
@@ -86,7 +120,7 @@ func (w *leaseWatcher) observe(ctx context.Context) {
 	expiry := now.Add(ttl)
 	switch {
 	case w.cur == nil:
-		w.cur = &lease{Holder: holderName, Start: now, LeastLeft: ttl}
+		w.cur = &lease{Holder: holderName, Slot: w.slot, Start: now, LeastLeft: ttl}
 		w.renewed = now
 	case expiry.After(w.expiry.Add(renewalSlack)):
 		w.cur.LongestGap = max(w.cur.LongestGap, now.Sub(w.renewed))

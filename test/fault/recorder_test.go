@@ -37,12 +37,15 @@ type recorder struct {
 type jobRec struct {
 	Namespace, Name, UID, LockedJob string
 	Fence                           int64
+	Slot                            int
 	Added, Finished                 time.Time
 }
 
 type podRec struct {
 	Namespace, Name, JobUID          string
 	Fence                            int64
+	Slot                             int
+	HasSlot                          bool // the pod carries the slot annotation
 	Added, Running, Stopped, Deleted time.Time
 	Terminating                      time.Time // deletionTimestamp first seen
 }
@@ -103,6 +106,16 @@ func fenceOf(annotations map[string]string) int64 {
 	return f
 }
 
+// slotOf reads the semaphore slot a Job or pod runs in; ok is false without the annotation.
+func slotOf(annotations map[string]string) (slot int, ok bool) {
+	v, ok := annotations[batchv1alpha1.AnnotationSlot]
+	if !ok {
+		return 0, false
+	}
+	slot, err := strconv.Atoi(v)
+	return slot, err == nil
+}
+
 func (r *recorder) onJob(t watch.EventType, job *batchv1.Job, now time.Time) {
 	if !ours(job.Namespace) {
 		return
@@ -113,6 +126,7 @@ func (r *recorder) onJob(t watch.EventType, job *batchv1.Job, now time.Time) {
 	if !ok {
 		rec = &jobRec{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID),
 			LockedJob: job.Annotations[batchv1alpha1.AnnotationLockedJob], Fence: fenceOf(job.Annotations), Added: now}
+		rec.Slot, _ = slotOf(job.Annotations)
 		r.jobs[rec.UID] = rec
 	}
 	finished := t == watch.Deleted || (job.Spec.Suspend != nil && *job.Spec.Suspend)
@@ -135,6 +149,7 @@ func (r *recorder) onPod(t watch.EventType, pod *corev1.Pod, now time.Time) {
 	rec, ok := r.pods[string(pod.UID)]
 	if !ok {
 		rec = &podRec{Namespace: pod.Namespace, Name: pod.Name, Fence: fenceOf(pod.Annotations), Added: now}
+		rec.Slot, rec.HasSlot = slotOf(pod.Annotations)
 		if ref := metav1.GetControllerOf(pod); ref != nil {
 			rec.JobUID = string(ref.UID)
 		}
@@ -172,7 +187,7 @@ func (r *recorder) history(namespace string, now time.Time) ([]jobEntry, []podSp
 			continue
 		}
 		jobs = append(jobs, jobEntry{Cluster: r.cluster, Namespace: j.Namespace, Name: j.Name, UID: j.UID,
-			LockedJob: j.LockedJob, Fence: j.Fence, Added: j.Added, Finished: j.Finished})
+			LockedJob: j.LockedJob, Fence: j.Fence, Slot: j.Slot, Added: j.Added, Finished: j.Finished})
 	}
 	var pods []podSpan
 	for _, p := range r.pods {
@@ -186,11 +201,14 @@ func (r *recorder) history(namespace string, now time.Time) ([]jobEntry, []podSp
 			}
 		}
 		span := podSpan{Cluster: r.cluster, Namespace: p.Namespace, Name: p.Name, JobUID: p.JobUID, Fence: p.Fence,
-			Start: p.Running, End: end, Terminating: p.Terminating}
+			Slot: p.Slot, Start: p.Running, End: end, Terminating: p.Terminating}
 		if j, ok := r.jobs[p.JobUID]; ok {
 			span.Job, span.LockedJob = j.Name, j.LockedJob
 			if span.Fence == 0 {
 				span.Fence = j.Fence
+			}
+			if !p.HasSlot {
+				span.Slot = j.Slot
 			}
 		}
 		pods = append(pods, span)

@@ -45,6 +45,9 @@ type scenario struct {
 	leaseA leaseMode
 	// slowableA puts operator a's path to its API server through the cluster's API proxy.
 	slowableA bool
+	// permits, when more than 1, makes the scenario's lock a semaphore: a ClusterLock named after
+	// the lock declares them in both clusters before the first LockedJob, and goes at the end.
+	permits int
 	// run injects the fault and returns when it healed.
 	run func(r *run) (healedAt time.Time, err error)
 	// verify, if set, judges what only this scenario promises, from the recorded history and the
@@ -61,7 +64,7 @@ type run struct {
 	ctx   context.Context
 	start time.Time
 
-	leases *leaseWatcher
+	leases leaseWatchers
 	// marks are where each operator's logs stood when the scenario started.
 	marks map[string]logMark
 	// faultAt is when a scenario that records it injected its fault.
@@ -101,10 +104,15 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 				t.Fatalf("create namespace %s in %s: %v", r.ns, c.name, err)
 			}
 		}
+		if sc.permits > 1 {
+			if err := r.declarePermits(sc.permits); err != nil {
+				t.Fatalf("scenario %s: %v", sc.name, err) // a harness failure: no verdict
+			}
+		}
 		go r.watchLockedJobs()
 		// The Sentinel scenario's lock lives on another Redis: no leases seen
 		// there, and the checker falls back to the next holder's Job.
-		r.leases = watchLease(ctx, env.redis.Addr(), r.lock)
+		r.leases = watchLeases(ctx, env.redis.Addr(), r.lock, sc.permits)
 
 		healedAt, err := sc.run(r)
 		if err != nil {
@@ -128,6 +136,12 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 		v = check(sc.name, h, sc.overlapAllowed || r.allowOverlap)
 		if sc.verify != nil {
 			v.Failures = append(v.Failures, sc.verify(r, h)...)
+		}
+		if sc.permits > 1 {
+			// The operators must let the ClusterLock go: a finalizer left behind is theirs.
+			if err := r.dropPermits(); err != nil {
+				v.Failures = append(v.Failures, err.Error())
+			}
 		}
 		ok = true
 		r.logHistory(h, v)
@@ -323,7 +337,7 @@ func (r *run) settled() bool {
 // history collects the scenario's record from both clusters.
 func (r *run) history(healedAt time.Time) history {
 	now := time.Now()
-	h := history{HealedAt: healedAt, TerminalBound: terminalBound, Leases: r.leases.all()}
+	h := history{Permits: max(r.sc.permits, 1), HealedAt: healedAt, TerminalBound: terminalBound, Leases: r.leases.all()}
 	for _, c := range env.clusters {
 		jobs, pods := c.rec.history(r.ns, now)
 		h.Jobs = append(h.Jobs, jobs...)
@@ -380,22 +394,23 @@ func (r *run) logHistory(h history, v verdict) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "----- %s (start %s, healed %s) -----\n", r.sc.name, r.start.Format("15:04:05.000"), rel(h.HealedAt, r.start))
 	for _, l := range h.Leases {
-		fmt.Fprintf(&b, "lease %s from %s until %s (longest gap between renewals %s, least left %s)\n", l.Holder,
-			rel(l.Start, r.start), rel(l.End, r.start), l.LongestGap.Round(time.Millisecond), l.LeastLeft.Round(time.Millisecond))
+		fmt.Fprintf(&b, "lease %s slot=%d from %s until %s (longest gap between renewals %s, least left %s)\n", l.Holder,
+			l.Slot, rel(l.Start, r.start), rel(l.End, r.start), l.LongestGap.Round(time.Millisecond), l.LeastLeft.Round(time.Millisecond))
 	}
 	for _, j := range h.Jobs {
-		fmt.Fprintf(&b, "job  %s/%-14s lj=%-3s fence=%d uid=%.8s added=%s finished=%s\n", j.Cluster, j.Name, j.LockedJob, j.Fence,
-			j.UID, rel(j.Added, r.start), rel(j.Finished, r.start))
+		fmt.Fprintf(&b, "job  %s/%-14s lj=%-3s fence=%d slot=%d uid=%.8s added=%s finished=%s\n", j.Cluster, j.Name, j.LockedJob, j.Fence,
+			j.Slot, j.UID, rel(j.Added, r.start), rel(j.Finished, r.start))
 	}
 	for _, p := range h.Pods {
-		fmt.Fprintf(&b, "pod  %s/%-22s job=%.8s fence=%d running %s .. %s (terminating from %s)\n", p.Cluster, p.Name, p.JobUID,
-			p.Fence, rel(p.Start, r.start), rel(p.End, r.start), rel(p.Terminating, r.start))
+		fmt.Fprintf(&b, "pod  %s/%-22s job=%.8s fence=%d slot=%d running %s .. %s (terminating from %s)\n", p.Cluster, p.Name, p.JobUID,
+			p.Fence, p.Slot, rel(p.Start, r.start), rel(p.End, r.start), rel(p.Terminating, r.start))
 	}
 	for _, l := range h.LockedJobs {
 		fmt.Fprintf(&b, "lj   %s phase=%s terminal=%s events=%v message=%q\n     conditions=%v\n", l.holder(), l.Phase,
 			rel(l.TerminalAt, r.start), l.Events, l.Message, l.Conditions)
 	}
-	fmt.Fprintf(&b, "verdict: ranPastLease=%d (%s) ", v.RanPast, v.LongestPast.Round(time.Millisecond))
+	fmt.Fprintf(&b, "verdict: holders=%d/%d crowded=%d (%s) ", v.MostHolders, v.Permits, v.Crowded, v.LongestCrowded.Round(time.Millisecond))
+	fmt.Fprintf(&b, "ranPastLease=%d (%s) ", v.RanPast, v.LongestPast.Round(time.Millisecond))
 	fmt.Fprintf(&b, "overlaps=%d longest=%s staleAccepted=%d staleRejected=%d monotonic=%v %s terminalWithin=%s dup=%d %s\n",
 		v.Overlaps, v.LongestOverlap.Round(time.Millisecond), v.StaleAccepted, v.StaleRejected, v.Monotonic, v.MonotonicNote,
 		v.TerminalWithin.Round(time.Millisecond), v.DuplicateJobs, joinNonEmpty(v.Failures...))
