@@ -79,11 +79,15 @@ func TestCheckerSemaphoreMoreHoldersThanPermits(t *testing.T) {
 	if !v.Failed() || !strings.Contains(strings.Join(v.Failures, ";"), "more than 2 holders running (most 3, longest 1s)") {
 		t.Fatalf("three holders of two permits with the operator alive must fail: %v", v.Failures)
 	}
-	if !strings.Contains(table([]verdict{v}), "| 3 / 2 (over 1 times, longest 1s) |") {
+	if !strings.Contains(table([]verdict{v}), "| 3 / 2 (1 interval(s) over, longest 1s) |") {
 		t.Errorf("the table does not show the crowding:\n%s", table([]verdict{v}))
 	}
-	if allowed := check("kill", h, true); allowed.Failed() {
+	allowed := check("kill", h, true)
+	if allowed.Failed() {
 		t.Fatalf("where a process was killed, too many holders are reported, not failed: %v", allowed.Failures)
+	}
+	if !strings.Contains(table([]verdict{allowed}), "| 3 / 2 (1 interval(s) over, longest 1s, allowed) |") {
+		t.Errorf("the table does not mark the crowding allowed:\n%s", table([]verdict{allowed}))
 	}
 }
 

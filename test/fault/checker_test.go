@@ -523,11 +523,12 @@ func table(vs []verdict) string {
 // were more, how often and for how long at most.
 func holdersCell(v verdict) string {
 	cell := fmt.Sprintf("%d / %d", v.MostHolders, v.Permits)
-	if v.Crowded > 0 {
-		cell += fmt.Sprintf(" (over %d times, longest %s)", v.Crowded, v.LongestCrowded.Round(time.Millisecond))
+	if v.Crowded == 0 {
+		return cell
 	}
-	if v.Crowded > 0 && v.OverlapAllowed {
-		cell += " (allowed)"
+	allowed := ""
+	if v.OverlapAllowed {
+		allowed = ", allowed"
 	}
-	return cell
+	return cell + fmt.Sprintf(" (%d interval(s) over, longest %s%s)", v.Crowded, v.LongestCrowded.Round(time.Millisecond), allowed)
 }
