@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,7 +51,8 @@ func (r *run) declarePermits(n int) error {
 }
 
 // dropPermits deletes the scenario's ClusterLock in both clusters and waits until both are gone,
-// i.e. each operator removed its finalizer after setting the lock back to one permit.
+// i.e. each operator removed its finalizer after setting the lock back to one permit; with every
+// slot free by then, the lock is plain again: no :permits key is left in Redis.
 func (r *run) dropPermits() error {
 	for _, c := range env.clusters {
 		cl := &batchv1alpha1.ClusterLock{ObjectMeta: metav1.ObjectMeta{Name: r.lock}}
@@ -57,7 +60,7 @@ func (r *run) dropPermits() error {
 			return fmt.Errorf("delete ClusterLock %s in %s: %w", r.lock, c.name, err)
 		}
 	}
-	return poll(30*time.Second, func() (bool, string) {
+	err := poll(30*time.Second, func() (bool, string) {
 		for _, c := range env.clusters {
 			err := c.k8s.Get(r.ctx, client.ObjectKey{Name: r.lock}, &batchv1alpha1.ClusterLock{})
 			if !apierrors.IsNotFound(err) {
@@ -66,6 +69,25 @@ func (r *run) dropPermits() error {
 		}
 		return true, ""
 	})
+	if err != nil {
+		return err
+	}
+	return r.lockIsPlain()
+}
+
+// lockIsPlain reports an error when the scenario's lock still has permits in Redis.
+func (r *run) lockIsPlain() error {
+	rdb := redis.NewClient(&redis.Options{Addr: env.redis.Addr()})
+	defer func() { _ = rdb.Close() }()
+	key := slotKey(r.lock, 0) + ":permits"
+	n, err := rdb.Exists(r.ctx, key).Result()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", key, err)
+	}
+	if n != 0 {
+		return fmt.Errorf("%s is still in Redis after both ClusterLocks were deleted with every slot free", key)
+	}
+	return nil
 }
 
 // semaphoreBaseline: three LockedJobs per cluster on a lock of two permits, created together, no
