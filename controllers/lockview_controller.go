@@ -1,8 +1,10 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -219,12 +221,16 @@ func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.Loc
 	status.LockKey = r.Locks.RedisKey(key)
 	status.Permits = int32(permits)
 	status.LastFencingToken = 0
+	before := status.Holders
 	status.Holders = nil
 	for slot, st := range slots {
 		status.LastFencingToken = max(status.LastFencingToken, st.Fence)
 		if st.Held {
 			status.Holders = append(status.Holders, r.holder(ctx, st.Metadata, st.Fence, int32(slot), namespace))
 		}
+	}
+	if h := handoff(before, status.Holders, r.Clock.Now()); h != nil {
+		status.LastHandoff = h
 	}
 	status.InUse = int32(len(status.Holders))
 	r.setPermitsSupported(status, permits)
@@ -253,6 +259,38 @@ func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewS
 		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: msg,
 		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
+}
+
+// handoff is the lock passing from a holder of before to a holder of now that was not in before,
+// the newest such; nil when no holder left or none came. A holder of another cluster has no
+// acquiredAt here: it came when it was read (now).
+func handoff(before, now []batchv1alpha1.LockHolder, at time.Time) *batchv1alpha1.LockHandoff {
+	held := func(hs []batchv1alpha1.LockHolder, h batchv1alpha1.LockHolder) bool {
+		return slices.ContainsFunc(hs, func(o batchv1alpha1.LockHolder) bool { return o.Holder == h.Holder })
+	}
+	var from, to *batchv1alpha1.LockHolder
+	for i := range before {
+		if !held(now, before[i]) {
+			from = &before[i]
+		}
+	}
+	for i := range now {
+		if !held(before, now[i]) && (to == nil || acquiredAt(now[i], at).After(acquiredAt(*to, at))) {
+			to = &now[i]
+		}
+	}
+	if from == nil || to == nil {
+		return nil
+	}
+	return &batchv1alpha1.LockHandoff{From: cmp.Or(from.LockedJob, from.Holder), To: cmp.Or(to.LockedJob, to.Holder),
+		At: metav1.Time{Time: acquiredAt(*to, at).Truncate(time.Second)}}
+}
+
+func acquiredAt(h batchv1alpha1.LockHolder, otherwise time.Time) time.Time {
+	if h.AcquiredAt == nil {
+		return otherwise
+	}
+	return h.AcquiredAt.Time
 }
 
 // holder describes the holder named holderName. A holder of this cluster is named by its

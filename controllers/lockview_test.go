@@ -61,6 +61,10 @@ var _ = Describe("Lock view", func() {
 			g.Expect(seen.Status.Holders[0].FencingToken).To(Equal(*next.Status.FencingToken))
 			g.Expect(seen.Status.Waiting).To(Equal(ptrTo(int32(0))))
 			g.Expect(seen.Status.Head).To(BeEmpty())
+			g.Expect(seen.Status.LastHandoff).NotTo(BeNil())
+			g.Expect(seen.Status.LastHandoff.From).To(Equal("holder"))
+			g.Expect(seen.Status.LastHandoff.To).To(Equal("waiter"))
+			g.Expect(seen.Status.LastHandoff.At.Time).To(BeTemporally("~", next.Status.AcquiredAt.Time, time.Second))
 		}).Should(Succeed())
 
 		By("showing a free lock once the last holder is done")

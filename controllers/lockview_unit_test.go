@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -36,5 +38,38 @@ func TestViewOfWakesOnlyDeclaredLocks(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("%s: %d requests, want %d", tc.name, tc.got, tc.want)
 		}
+	}
+}
+
+// TestHandoffSeenBetweenTwoReads: the view names a handoff only when a holder left and another came
+// between two reads; a holder of another cluster came when it was read.
+func TestHandoffSeenBetweenTwoReads(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) *metav1.Time { return &metav1.Time{Time: now.Add(time.Duration(s) * time.Second)} }
+	a := batchv1alpha1.LockHolder{Holder: "c/ns/a/1", LockedJob: "a", AcquiredAt: at(-30)}
+	b := batchv1alpha1.LockHolder{Holder: "c/ns/b/2", LockedJob: "b", AcquiredAt: at(-5), Slot: 1}
+	c := batchv1alpha1.LockHolder{Holder: "c/ns/c/3", LockedJob: "c", AcquiredAt: at(-2)}
+	remote := batchv1alpha1.LockHolder{Holder: "other/ns/r/4"}
+	for _, tc := range []struct {
+		name        string
+		before, now []batchv1alpha1.LockHolder
+		want        *batchv1alpha1.LockHandoff
+	}{
+		{"unchanged", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{a}, nil},
+		{"first holder: nobody left", nil, []batchv1alpha1.LockHolder{a}, nil},
+		{"released: nobody came", []batchv1alpha1.LockHolder{a}, nil, nil},
+		{"a to c", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{c}, &batchv1alpha1.LockHandoff{From: "a", To: "c", At: *at(-2)}},
+		{"a semaphore: a left, b and c came, c the newest", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{b, c},
+			&batchv1alpha1.LockHandoff{From: "a", To: "c", At: *at(-2)}},
+		{"a semaphore: one came beside a staying holder, nobody left", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{a, b}, nil},
+		{"to another cluster's holder", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{remote},
+			&batchv1alpha1.LockHandoff{From: "a", To: "other/ns/r/4", At: metav1.Time{Time: now}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := handoff(tc.before, tc.now, now)
+			if !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("handoff = %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -64,6 +64,22 @@ type LockHolder struct {
 	AcquiredAt *metav1.Time `json:"acquiredAt,omitempty"`
 }
 
+// LockHandoff is a lock passing from one holder to the next, as the operator saw it between two
+// reads: holders it saw in between (the view is written at most every few seconds) are not named.
+type LockHandoff struct {
+	// from is the holder that left: its LockedJob when it is in this cluster, else its holder name.
+	// +kubebuilder:validation:MaxLength=512
+	From string `json:"from"`
+
+	// to is the holder that came: its LockedJob when it is in this cluster, else its holder name.
+	// +kubebuilder:validation:MaxLength=512
+	To string `json:"to"`
+
+	// at is when the new holder acquired the lock (when the operator read it, for a holder of
+	// another cluster).
+	At metav1.Time `json:"at"`
+}
+
 // LockViewStatus is a lock as Redis holds it, kept by the operator from Redis: written only when
 // it changes, and at most once per few seconds per lock.
 type LockViewStatus struct {
@@ -100,6 +116,10 @@ type LockViewStatus struct {
 	// +optional
 	LastFencingToken int64 `json:"lastFencingToken,omitempty"`
 
+	// lastHandoff is the last time the operator saw the lock pass from one holder to another.
+	// +optional
+	LastHandoff *LockHandoff `json:"lastHandoff,omitempty"`
+
 	// observedAt is when the operator last read the lock from Redis and found it changed.
 	// +optional
 	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
@@ -125,6 +145,7 @@ type LockViewStatus struct {
 // +kubebuilder:printcolumn:name="In-Use",type=integer,JSONPath=`.status.inUse`
 // +kubebuilder:printcolumn:name="Permits",type=integer,JSONPath=`.status.permits`
 // +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.waiting`
+// +kubebuilder:printcolumn:name="Last-Handoff",type=date,JSONPath=`.status.lastHandoff.at`
 // +kubebuilder:printcolumn:name="Head",type=string,JSONPath=`.status.head`,priority=10
 // +kubebuilder:printcolumn:name="Holder-Name",type=string,JSONPath=`.status.holders[0].holder`,priority=10
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -164,6 +185,7 @@ type LockList struct {
 // +kubebuilder:printcolumn:name="In-Use",type=integer,JSONPath=`.status.inUse`
 // +kubebuilder:printcolumn:name="Permits",type=integer,JSONPath=`.status.permits`
 // +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.waiting`
+// +kubebuilder:printcolumn:name="Last-Handoff",type=date,JSONPath=`.status.lastHandoff.at`
 // +kubebuilder:printcolumn:name="Head",type=string,JSONPath=`.status.head`,priority=10
 // +kubebuilder:printcolumn:name="Holder-Name",type=string,JSONPath=`.status.holders[0].holder`,priority=10
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
