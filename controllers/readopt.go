@@ -21,6 +21,11 @@ func (r *LockedJobReconciler) acquireOwn(ctx context.Context, p *pass) (*redislo
 	if err != nil {
 		return nil, err
 	}
+	if !r.Locks.HandsOff() {
+		// Redlock grants no semaphore (see waitForPermits): what this LockedJob holds there is a plain
+		// lock, also when its Lock declared more permits since.
+		permits = 1
+	}
 	p.permits = permits
 	rctx, cancel := r.redisCtx(ctx)
 	defer cancel()

@@ -169,6 +169,15 @@ var _ = Describe("Semaphores", func() {
 		setPermits(l, 1)
 		lj = waitPhase(lj, batchv1alpha1.PhaseRunning)
 		Expect(lj.Status.Slot).To(BeNil())
+
+		By("re-adopting that plain lock after a restart, although the Lock declares two permits again")
+		setPermits(l, 2)
+		op.stop()
+		op = startOperatorOn(addrs)
+		Eventually(func() []string { return eventReasons(lj) }).Should(ContainElement(batchv1alpha1.ReasonReadopted))
+		now := fetch(lj)
+		Expect(now.Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
+		Expect(now.Status.FencingToken).To(Equal(lj.Status.FencingToken))
 	})
 })
 
