@@ -261,25 +261,30 @@ func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewS
 	})
 }
 
-// handoff is the lock passing from a holder of before to a holder of now that was not in before,
-// the newest such; nil when no holder left or none came. A holder of another cluster has no
+// handoff is the lock passing from a holder of before that is gone to the newest holder of now that
+// was not in before (for a semaphore, from the one that left the newcomer's slot, if it did); nil
+// when no holder left or none came. A holder of another cluster has no
 // acquiredAt here: it came when it was read (now).
 func handoff(before, now []batchv1alpha1.LockHolder, at time.Time) *batchv1alpha1.LockHandoff {
 	held := func(hs []batchv1alpha1.LockHolder, h batchv1alpha1.LockHolder) bool {
 		return slices.ContainsFunc(hs, func(o batchv1alpha1.LockHolder) bool { return o.Holder == h.Holder })
 	}
 	var from, to *batchv1alpha1.LockHolder
-	for i := range before {
-		if !held(now, before[i]) {
-			from = &before[i]
-		}
-	}
 	for i := range now {
 		if !held(before, now[i]) && (to == nil || acquiredAt(now[i], at).After(acquiredAt(*to, at))) {
 			to = &now[i]
 		}
 	}
-	if from == nil || to == nil {
+	if to == nil {
+		return nil
+	}
+	// Of a semaphore's holders that left, the one of the newcomer's slot passed it on.
+	for i := range before {
+		if !held(now, before[i]) && (from == nil || before[i].Slot == to.Slot) {
+			from = &before[i]
+		}
+	}
+	if from == nil {
 		return nil
 	}
 	return &batchv1alpha1.LockHandoff{From: cmp.Or(from.LockedJob, from.Holder), To: cmp.Or(to.LockedJob, to.Holder),
