@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // The per-lock view (docs/design.md, "Semaphores and the per-lock view"): a declared Lock or
@@ -118,7 +119,10 @@ func (r *LockViewReconciler) reconcileLock(ctx context.Context, req reconcile.Re
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	key := r.Identity.KeyOf(batchv1alpha1.LockScopeNamespace, l.Namespace, l.Name)
-	if done, err := r.settlePermits(ctx, l, key); done || err != nil {
+	if !l.DeletionTimestamp.IsZero() {
+		return r.retire(ctx, l, key)
+	}
+	if err := r.settlePermits(ctx, l, key); err != nil {
 		return reconcile.Result{}, err
 	}
 	return r.refresh(ctx, l, &l.Status, key, l.Namespace)
@@ -130,47 +134,65 @@ func (r *LockViewReconciler) reconcileClusterLock(ctx context.Context, req recon
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	key := r.Identity.KeyOf(batchv1alpha1.LockScopeCluster, "", l.Name)
-	if done, err := r.settlePermits(ctx, l, key); done || err != nil {
+	if !l.DeletionTimestamp.IsZero() {
+		return r.retire(ctx, l, key)
+	}
+	if err := r.settlePermits(ctx, l, key); err != nil {
 		return reconcile.Result{}, err
 	}
 	return r.refresh(ctx, l, &l.Status, key, "")
 }
 
 // settlePermits writes the object's spec.permits to Redis once per generation, so releases obey a
-// changed number at once instead of after the next acquisition, and, for an object that declared
-// more than one, holds it with a finalizer until its deletion has set the lock back to one. done
-// reports that the object is being deleted and nothing more is to be done for it.
-func (r *LockViewReconciler) settlePermits(ctx context.Context, obj client.Object, key string) (done bool, err error) {
+// changed number at once instead of after the next acquisition, and holds an object that declared
+// more than one with a finalizer, so that its deletion sets the lock back to one (see retire).
+func (r *LockViewReconciler) settlePermits(ctx context.Context, obj client.Object, key string) error {
 	id := client.ObjectKeyFromObject(obj)
-	if !obj.GetDeletionTimestamp().IsZero() {
-		if !controllerutil.ContainsFinalizer(obj, permitsFinalizer) {
-			return true, nil
-		}
-		if err := r.setPermits(ctx, key, 1); err != nil {
-			return true, err
-		}
-		controllerutil.RemoveFinalizer(obj, permitsFinalizer)
-		if err := r.Update(ctx, obj); client.IgnoreNotFound(err) != nil {
-			return true, fmt.Errorf("remove finalizer of lock %s: %w", key, err)
-		}
-		r.forget(id)
-		return true, nil
-	}
 	n := permitsIn(obj)
 	if n > 1 && !controllerutil.ContainsFinalizer(obj, permitsFinalizer) {
 		controllerutil.AddFinalizer(obj, permitsFinalizer)
 		if err := r.Update(ctx, obj); err != nil {
-			return false, fmt.Errorf("add finalizer to lock %s: %w", key, err)
+			return fmt.Errorf("add finalizer to lock %s: %w", key, err)
 		}
 	}
 	if r.settledAt(id) == obj.GetGeneration() || (n > 1 && !r.Locks.HandsOff()) {
-		return false, nil // Redlock: its LockedJobs wait, and the view says why
+		return nil // Redlock: its LockedJobs wait, and the view says why
 	}
 	if err := r.setPermits(ctx, key, n); err != nil {
-		return false, err
+		return err
 	}
 	r.settle(id, obj.GetGeneration())
-	return false, nil
+	return nil
+}
+
+// retire sets the lock of a Lock being deleted back to one permit and lets the Lock go once the lock
+// is plain again: while a holder keeps a slot above 0, Redis must keep counting it, so the finalizer
+// stays and the lock is looked at again.
+func (r *LockViewReconciler) retire(ctx context.Context, obj client.Object, key string) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(obj, permitsFinalizer) {
+		return reconcile.Result{}, nil
+	}
+	if err := r.setPermits(ctx, key, 1); err != nil {
+		return reconcile.Result{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.RedisTimeout)
+	slots, err := r.Locks.Slots(rctx, key)
+	cancel()
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("inspect lock %s: %w", key, err)
+	}
+	if slices.ContainsFunc(slots[1:], func(st redislock.State) bool { return st.Held }) {
+		return reconcile.Result{RequeueAfter: r.MinInterval}, nil
+	}
+	if err := r.setPermits(ctx, key, 1); err != nil { // the upper slots drained since the first write
+		return reconcile.Result{}, err
+	}
+	controllerutil.RemoveFinalizer(obj, permitsFinalizer)
+	if err := r.Update(ctx, obj); client.IgnoreNotFound(err) != nil {
+		return reconcile.Result{}, fmt.Errorf("remove finalizer of lock %s: %w", key, err)
+	}
+	r.forget(client.ObjectKeyFromObject(obj))
+	return reconcile.Result{}, nil
 }
 
 func (r *LockViewReconciler) setPermits(ctx context.Context, key string, n int) error {

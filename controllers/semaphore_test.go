@@ -111,6 +111,29 @@ var _ = Describe("Semaphores", func() {
 		Expect(rdb.Exists(ctx, e.Status.LockKey).Val()).To(BeZero(), "the last holder released its slot")
 	})
 
+	It("keeps a deleted Lock until no holder is left above slot 0, then leaves the lock plain", func() {
+		l := declare("draining", 2)
+		a := waitPhase(create(newLockedJob(ns, "a", "draining")), batchv1alpha1.PhaseRunning)
+		b := waitPhase(create(newLockedJob(ns, "b", "draining")), batchv1alpha1.PhaseRunning)
+		upper := a
+		if slotOf(b) == 1 {
+			upper = b
+		}
+		permitsKey := a.Status.LockKey + ":permits"
+		Eventually(func() (string, error) { return rdb.Get(ctx, permitsKey).Result() }).Should(Equal("2"))
+
+		Expect(k8sClient.Delete(ctx, l)).To(Succeed())
+		Eventually(func() (string, error) { return rdb.Get(ctx, permitsKey).Result() }).Should(Equal("1"))
+		Consistently(func() error { return k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &batchv1alpha1.Lock{}) }).
+			WithTimeout(time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), "the Lock stays while slot 1 is held")
+
+		finishJob(upper, true)
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &batchv1alpha1.Lock{}))
+		}).Should(BeTrue())
+		Expect(rdb.Exists(ctx, permitsKey).Val()).To(BeZero(), "plain again once slot 1 drained")
+	})
+
 	It("serves waiters by priority, then age, and re-adopts every holder in its slot after a restart", func() {
 		declare("ranked", 2)
 		a := waitPhase(create(newLockedJob(ns, "a", "ranked")), batchv1alpha1.PhaseRunning)
