@@ -39,7 +39,7 @@ func newPermitReader(mgr ctrl.Manager) permitReader {
 }
 
 // of returns how many may hold lj's lock at once: the declaring object's spec.permits, or 1 when
-// nothing declares it (or the Lock kinds are not installed).
+// nothing declares it, the declaring object is being deleted, or the Lock kinds are not installed.
 func (p permitReader) of(ctx context.Context, lj *batchv1alpha1.LockedJob) (int, error) {
 	if !p.served {
 		return 1, nil
@@ -51,6 +51,9 @@ func (p permitReader) of(ctx context.Context, lj *batchv1alpha1.LockedJob) (int,
 	}
 	if err != nil {
 		return 0, fmt.Errorf("get the permits of lock %s: %w", lj.Spec.Lock.Name, err)
+	}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return 1, nil // being deleted: its lock goes back to one permit (LockViewReconciler.retire)
 	}
 	return permitsIn(obj), nil
 }

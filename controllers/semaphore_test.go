@@ -115,19 +115,29 @@ var _ = Describe("Semaphores", func() {
 		l := declare("draining", 2)
 		a := waitPhase(create(newLockedJob(ns, "a", "draining")), batchv1alpha1.PhaseRunning)
 		b := waitPhase(create(newLockedJob(ns, "b", "draining")), batchv1alpha1.PhaseRunning)
-		upper := a
-		if slotOf(b) == 1 {
-			upper = b
+		lower, upper := a, b
+		if slotOf(a) == 1 {
+			lower, upper = b, a
 		}
 		permitsKey := a.Status.LockKey + ":permits"
 		Eventually(func() (string, error) { return rdb.Get(ctx, permitsKey).Result() }).Should(Equal("2"))
 
 		Expect(k8sClient.Delete(ctx, l)).To(Succeed())
 		Eventually(func() (string, error) { return rdb.Get(ctx, permitsKey).Result() }).Should(Equal("1"))
-		Consistently(func() error { return k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &batchv1alpha1.Lock{}) }).
-			WithTimeout(time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), "the Lock stays while slot 1 is held")
+		c := waitPhase(create(newLockedJob(ns, "c", "draining")), batchv1alpha1.PhaseWaiting)
 
+		By("admitting nobody to the freed slot 0 while slot 1 is held: the deleted Lock's lock has one permit")
+		finishJob(lower, true)
+		waitPhase(lower, batchv1alpha1.PhaseSucceeded)
+		Consistently(func(g Gomega) {
+			g.Expect(fetch(c).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
+			g.Expect(rdb.Get(ctx, permitsKey).Val()).To(Equal("1"))
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &batchv1alpha1.Lock{})).To(Succeed(), "the Lock stays while slot 1 is held")
+		}).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+
+		By("letting the Lock go and the lock be plain once slot 1 drained")
 		finishJob(upper, true)
+		waitPhase(c, batchv1alpha1.PhaseRunning)
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &batchv1alpha1.Lock{}))
 		}).Should(BeTrue())
