@@ -181,7 +181,13 @@ func operatorKill(r *run) (time.Time, error) {
 	if err := r.holderAndWaiter(6*time.Second, ljOpts{}); err != nil {
 		return time.Time{}, err
 	}
-	o := env.operators["a"]
+	return killAndRestart("a")
+}
+
+// killAndRestart SIGKILLs the named operator and starts it again at once; it returns when the new
+// process started (the fault healed).
+func killAndRestart(name string) (time.Time, error) {
+	o := env.operators[name]
 	o.kill()
 	if err := o.start(); err != nil {
 		return time.Time{}, err

@@ -163,12 +163,7 @@ func semaphoreOperatorKill(r *run) (time.Time, error) {
 			return time.Time{}, err
 		}
 	}
-	o := env.operators["a"]
-	o.kill()
-	if err := o.start(); err != nil {
-		return time.Time{}, err
-	}
-	return time.Now(), nil
+	return killAndRestart("a")
 }
 
 // keptSlotOrLost judges semaphore-operator-a-sigkill: a1 and a2 were re-adopted in the slots
