@@ -55,7 +55,15 @@ func (r *LockedJobReconciler) finish(ctx context.Context, p *pass) (next bool, e
 	}
 	lj.Status.Message = msg + "; lock released"
 	setCondition(lj, batchv1alpha1.ConditionJobRunning, metav1.ConditionFalse, reasonOf(ok), msg)
-	return false, nil
+	// Record the outcome now and let the LockedJob go in this pass (stepForget): waiting for the
+	// pass its own status write triggers left most finished LockedJobs of a burst holding their
+	// finalizer when they were deleted, and each deletion waited for a pass of the operator. The
+	// outcome is written first, so a LockedJob is never let go before its end is recorded.
+	if err := r.recordNow(ctx, p); err != nil {
+		return false, err
+	}
+	p.obs.terminal = true
+	return true, nil
 }
 
 // releaseAndTell releases (see release) and says so in a Released Event.

@@ -40,14 +40,15 @@ func (r *LockedJobReconciler) record(ctx context.Context, p *pass, reterr error)
 	return false, err
 }
 
-// recordNow writes status at once (before the Job is created) with optimistic locking and moves the
-// patch base, so the final write carries only what changes after it. A conflict means another pass
-// or writer got there first: the Job is not created on a stale view.
+// recordNow writes status at once, with optimistic locking, where a pass must not go on before it
+// is stored (the fence before the Job is created; the outcome before the finalizer is removed), and
+// moves the patch base, so the final write carries only what changes after it. A conflict means
+// another pass or writer got there first: nothing goes on from a stale view.
 func (r *LockedJobReconciler) recordNow(ctx context.Context, p *pass) error {
 	p.lj.Status.ObservedGeneration = p.lj.Generation
 	summarize(p.lj)
 	if err := r.Status().Patch(ctx, p.lj, client.MergeFromWithOptions(p.before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("record lock in status: %w", err)
+		return fmt.Errorf("record status: %w", err)
 	}
 	p.before = p.lj.DeepCopy()
 	return nil

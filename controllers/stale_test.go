@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -314,7 +315,22 @@ func TestDeletionWritesNoStatus(t *testing.T) {
 // TestFinishedLockedJobIsLetGo (#13): a LockedJob that finished and released its lock loses its
 // finalizer, so deleting it needs no pass of the operator; one whose Job may still run keeps it.
 func TestFinishedLockedJobIsLetGo(t *testing.T) {
-	u := newUnitRig(t, interceptor.Funcs{})
+	// The order of the finishing pass's writes: the outcome must be stored before the finalizer goes.
+	var writes []string
+	u := newUnitRig(t, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if lj, ok := obj.(*batchv1alpha1.LockedJob); ok && !controllerutil.ContainsFinalizer(lj, finalizer) {
+				writes = append(writes, "let go")
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if lj, ok := obj.(*batchv1alpha1.LockedJob); ok && isTerminal(lj.Status.Phase) {
+				writes = append(writes, "outcome")
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
 	running := u.runToRunning()
 	job := &batchv1.Job{}
 	if err := u.api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: running.Status.JobName}, job); err != nil {
@@ -326,14 +342,13 @@ func TestFinishedLockedJobIsLetGo(t *testing.T) {
 	if err := u.api.Status().Update(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	u.reconcile() // finish: release, Succeeded
-	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseSucceeded || !controllerutil.ContainsFinalizer(got, finalizer) {
-		t.Fatalf("phase %s, finalizers %v: want Succeeded, still guarded until recorded", got.Status.Phase, got.Finalizers)
-	}
-	u.reconcile() // forget, let go
+	u.reconcile() // finish: release, record Succeeded, forget, let go
 	got := u.get()
-	if controllerutil.ContainsFinalizer(got, finalizer) {
-		t.Fatal("a finished LockedJob that holds nothing kept its finalizer")
+	if got.Status.Phase != batchv1alpha1.PhaseSucceeded || controllerutil.ContainsFinalizer(got, finalizer) {
+		t.Fatalf("phase %s, finalizers %v: want Succeeded and let go in the pass that ended it", got.Status.Phase, got.Finalizers)
+	}
+	if want := []string{"outcome", "let go"}; !slices.Equal(writes, want) {
+		t.Fatalf("writes of the finishing pass %v, want %v: the end recorded before the finalizer goes", writes, want)
 	}
 	u.reconcile() // nothing: the finalizer is not added again
 	if controllerutil.ContainsFinalizer(u.get(), finalizer) {
