@@ -84,7 +84,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (State, error) {
 			n, _ := strconv.ParseInt(f, 10, 64)
 			st.Fence = max(st.Fence, n)
 		}
-		if pttl, _ := vals[0].(int64); pttl > 0 || pttl == -1 {
+		if pttl, ok := vals[0].(int64); ok && held(pttl) {
 			ttls = append(ttls, time.Duration(max(pttl, 0))*time.Millisecond)
 			if m, ok := vals[1].(string); ok {
 				st.Metadata = m
@@ -129,13 +129,19 @@ func (c *Client) InspectSlots(ctx context.Context, key string, n int) ([]State, 
 	return states, nil
 }
 
+// held reads a lock key's PTTL: -2 is a free lock. 0 is a lease with less than a millisecond left,
+// still held: a script that runs now finds the key, so a free lock must not be reported before a
+// script would find it free (a caller that saw it free and then asked a script to hand it off would
+// find it held).
+func held(pttl int64) bool { return pttl != -2 }
+
 // slotState reads one slot's {pttl, metadata, fence} from inspectslots.lua.
 func slotState(vals []any) State {
 	var st State
 	if f, ok := vals[2].(string); ok {
 		st.Fence, _ = strconv.ParseInt(f, 10, 64)
 	}
-	if pttl, _ := vals[0].(int64); pttl > 0 || pttl == -1 {
+	if pttl, ok := vals[0].(int64); ok && held(pttl) {
 		st.Held, st.TTL = true, time.Duration(max(pttl, 0))*time.Millisecond
 		st.Metadata, _ = vals[1].(string)
 	}
