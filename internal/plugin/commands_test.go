@@ -87,10 +87,7 @@ var _ = Describe("kubectl lockedjob on one contended lock", Ordered, func() {
 	})
 
 	It("gives the same data as JSON, with absolute times and no token", func() {
-		res := runPlugin(now, "locks", "-n", ns, "-o", "json")
-		Expect(res.code).To(Equal(ExitOK), res.stderr)
-		var got struct{ Items []LockView }
-		Expect(json.Unmarshal([]byte(res.stdout), &got)).To(Succeed())
+		got, stdout := locksJSON(now, ns)
 		Expect(got.Items).To(HaveLen(2))
 		nightly := got.Items[0]
 		Expect(nightly.Lock).To(Equal("nightly"))
@@ -101,7 +98,7 @@ var _ = Describe("kubectl lockedjob on one contended lock", Ordered, func() {
 		Expect(nightly.Head).To(Equal(&Ref{Namespace: ns, Name: "b"}))
 		Expect(nightly.LastHandoff).To(Equal(&Handoff{From: Ref{Namespace: ns, Name: "old"}, To: Ref{Namespace: ns, Name: "a"},
 			ReleasedAt: metav1.NewTime(now.Add(-3 * time.Minute)), AcquiredAt: metav1.NewTime(now.Add(-3 * time.Minute))}))
-		Expect(res.stdout).NotTo(ContainSubstring("token\""), "only fencingToken, never a lock token")
+		Expect(stdout).NotTo(ContainSubstring("token\""), "only fencingToken, never a lock token")
 
 		yamlRes := runPlugin(now, "locks", "-n", ns, "-o", "yaml")
 		Expect(yamlRes.code).To(Equal(ExitOK), yamlRes.stderr)
@@ -373,10 +370,7 @@ No Events (the API server keeps them for an hour by default).
 		}
 		Expect(k8sClient.Status().Update(ctx, pool)).To(Succeed())
 
-		res := runPlugin(now, "locks", "-n", ns, "-o", "json")
-		Expect(res.code).To(Equal(ExitOK), res.stderr)
-		var got struct{ Items []LockView }
-		Expect(json.Unmarshal([]byte(res.stdout), &got)).To(Succeed())
+		got, _ := locksJSON(now, ns)
 		Expect(got.Items).To(HaveLen(2))
 		view := got.Items[0]
 		Expect(view.Source).To(Equal("Lock"))
@@ -650,3 +644,12 @@ spec:
 		Expect(res.stderr).To(ContainSubstring("spec.lock.priority"))
 	})
 })
+
+// locksJSON runs `locks -n ns -o json` at now and decodes what it printed, which it returns too.
+func locksJSON(now time.Time, ns string) (got struct{ Items []LockView }, stdout string) {
+	GinkgoHelper()
+	res := runPlugin(now, "locks", "-n", ns, "-o", "json")
+	Expect(res.code).To(Equal(ExitOK), res.stderr)
+	Expect(json.Unmarshal([]byte(res.stdout), &got)).To(Succeed())
+	return got, res.stdout
+}

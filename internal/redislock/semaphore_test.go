@@ -172,8 +172,7 @@ func TestSemaphoreDequeueHandsTheSlotOn(t *testing.T) {
 	c, _, _ := single(t)
 	ctx := context.Background()
 	key := uniqueKey(t)
-	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("x", 0, time.Minute), WithMetadata("x"))
-	y := mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("y", 0, time.Minute), WithMetadata("y"))
+	y := twoQueuedHolders(t, c, key)
 	mustQueue(t, c, key, "w1", 1, 2, 1)
 	mustQueue(t, c, key, "w2", 2, 2, 2)
 	if err := y.Release(ctx); err != nil {
@@ -358,4 +357,12 @@ func TestSemaphoreHostileInput(t *testing.T) {
 			t.Fatalf("message %q read as %+v, want %+v", payload, got, want)
 		}
 	}
+}
+
+// twoQueuedHolders fills a semaphore of two permits with the queued holders x and y, in that order,
+// and returns y's lock.
+func twoQueuedHolders(t *testing.T, c *Client, key string) *Lock {
+	t.Helper()
+	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("x", 0, time.Minute), WithMetadata("x"))
+	return mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("y", 0, time.Minute), WithMetadata("y"))
 }
