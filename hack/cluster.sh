@@ -27,6 +27,8 @@
 #   LOCKEDJOB_KCM_API_QPS,       kube-controller-manager's client limits (--kube-api-qps,
 #   LOCKEDJOB_KCM_API_BURST      --kube-api-burst; default: its own, 20/30), raised by the
 #                                scale benchmark so the cluster is not what it measures
+#   LOCKEDJOB_APISERVER_PROFILING  1: serve kube-apiserver's /debug/pprof (the scale
+#                                benchmark's -profile); default 0
 #   LOCKEDJOB_REAL_NODE          auto (default): add the real node when root, cgroups
 #                                are usable and the packages are present or installable,
 #                                else say why not; 1: fail if it cannot; 0: no real node
@@ -50,6 +52,11 @@ KCM_API_QPS="${LOCKEDJOB_KCM_API_QPS:-}"
 KCM_API_BURST="${LOCKEDJOB_KCM_API_BURST:-}"
 [[ -z "${KCM_API_QPS}" || "${KCM_API_QPS}" =~ ^[0-9]+$ ]] || die "LOCKEDJOB_KCM_API_QPS must be a whole number"
 [[ -z "${KCM_API_BURST}" || "${KCM_API_BURST}" =~ ^[0-9]+$ ]] || die "LOCKEDJOB_KCM_API_BURST must be a whole number"
+case "${LOCKEDJOB_APISERVER_PROFILING:-0}" in
+1) APISERVER_PROFILING=true ;;
+0) APISERVER_PROFILING=false ;;
+*) die "LOCKEDJOB_APISERVER_PROFILING must be 0 or 1" ;;
+esac
 
 ETCD_PORT=$((PORT_BASE + 0))
 ETCD_PEER_PORT=$((PORT_BASE + 1))
@@ -271,7 +278,7 @@ start_apiserver() {
 		--allow-privileged=true \
 		--endpoint-reconciler-type=none \
 		--shutdown-send-retry-after=true \
-		--profiling=false
+		--profiling="${APISERVER_PROFILING}"
 }
 
 # all_running: the control plane, and the real node if one was started.

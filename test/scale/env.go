@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"os/exec"
 	"strconv"
@@ -192,6 +193,31 @@ type probes struct {
 	cluster utils.LocalCluster
 	cs      kubernetes.Interface
 	rdb     *redis.Client
+}
+
+// profileAPIServer records kube-apiserver's CPU profile for d (none when d is 0) into path, in
+// the background; the returned func waits for it and says where it went. The profile shows where
+// the API server's time per object goes, which the request counts alone do not.
+func (p probes) profileAPIServer(ctx context.Context, d time.Duration, path string) (wait func()) {
+	if d <= 0 {
+		return func() {}
+	}
+	done := make(chan error, 1)
+	go func() {
+		raw, err := p.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + time.Minute).DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(path, raw, 0o644)
+		}
+		done <- err
+	}()
+	return func() {
+		if err := <-done; err != nil {
+			log.Printf("kube-apiserver profile: %v", err)
+			return
+		}
+		log.Printf("kube-apiserver profile (%s from the first create): %s", d, path)
+	}
 }
 
 func (p probes) snapshot(ctx context.Context, op *operator) (snapshot, error) {

@@ -68,6 +68,7 @@ type options struct {
 	work         string
 	timeout      time.Duration
 	pauseWhile   string
+	profile      time.Duration
 }
 
 func parseFlags() options {
@@ -88,6 +89,7 @@ func parseFlags() options {
 	flag.StringVar(&o.work, "work", "/tmp/sc-work", "Folder for the cluster, the operator binary and logs (emptied first).")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "Longest wait for one scenario's goal or deletion.")
 	flag.StringVar(&o.pauseWhile, "pause-while", "", "Before the cluster starts and before each scenario, wait while a process whose command line matches this regular expression runs (another heavy job on a shared machine). Write it so it does not match itself, e.g. '\\.ci/ru[n]', or pgrep -f .ci/run finds this benchmark too.")
+	flag.DurationVar(&o.profile, "profile", 0, "If set, profile kube-apiserver's CPU for this long from each scenario's first create, into WORK/apiserver-SCENARIO.pprof (go tool pprof).")
 	flag.Parse()
 	if _, err := regexp.Compile(o.pauseWhile); err != nil {
 		log.Fatalf("-pause-while: %v", err)
@@ -253,6 +255,9 @@ func (b *bench) startCluster(o options) (func(), error) {
 		return nil, err
 	}
 	env := []string{"LOCKEDJOB_REAL_NODE=0", "LOCKEDJOB_CLUSTER_NODES=4"}
+	if o.profile > 0 {
+		env = append(env, "LOCKEDJOB_APISERVER_PROFILING=1")
+	}
 	if o.kcmQPS > 0 {
 		env = append(env, "LOCKEDJOB_KCM_API_QPS="+strconv.Itoa(o.kcmQPS), "LOCKEDJOB_KCM_API_BURST="+strconv.Itoa(o.kcmBurst))
 	}
@@ -392,6 +397,10 @@ func printDetails(r measure.Result) {
 	}
 	fmt.Println("API writes (first create to goal):")
 	for _, l := range r.API.WriteLines() {
+		fmt.Println("  " + l)
+	}
+	fmt.Println("API reads (first create to goal):")
+	for _, l := range r.API.ReadLines() {
 		fmt.Println("  " + l)
 	}
 	fmt.Printf("Redis calls: %v\n", r.Redis)

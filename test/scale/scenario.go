@@ -143,6 +143,8 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 		return res, err
 	}
 	_ = op.takeMaxRSS()
+	profiled := b.probes.profileAPIServer(ctx, b.opts.profile, fmt.Sprintf("%s/apiserver-%s.pprof", b.work, s.name))
+	defer profiled()
 	start := time.Now()
 	if err := parallel(ctx, s.objects, createWorkers, func(ctx context.Context, i int) error {
 		return b.k8s.Create(ctx, s.object(ns, i))

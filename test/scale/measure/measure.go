@@ -155,9 +155,19 @@ func (r Requests) Count(verb, resource, subresource string) float64 {
 
 // WriteLines lists the write series, largest first, as "VERB resource[/sub] count".
 func (r Requests) WriteLines() []string {
+	return r.lines(func(k RequestKey) bool { return IsWrite(k.Verb) || k.DryRun })
+}
+
+// ReadLines lists the read series (GET, LIST, WATCH), largest first, as WriteLines does: who reads
+// what the informers should already have.
+func (r Requests) ReadLines() []string {
+	return r.lines(func(k RequestKey) bool { return !IsWrite(k.Verb) && !k.DryRun })
+}
+
+func (r Requests) lines(keep func(RequestKey) bool) []string {
 	keys := make([]RequestKey, 0, len(r))
-	for k := range r {
-		if IsWrite(k.Verb) || k.DryRun {
+	for k, v := range r {
+		if keep(k) && v != 0 {
 			keys = append(keys, k)
 		}
 	}

@@ -36,6 +36,29 @@ func TestParseRequestsSumsCodesAndKeepsSubresources(t *testing.T) {
 	}
 }
 
+func TestLinesSplitWritesFromReads(t *testing.T) {
+	r, err := ParseRequests(metricsText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"POST jobs", "PATCH lockedjobs/status", "POST jobs (dry run)"}
+	if got := names(r.WriteLines()); !slices.Equal(got, want) {
+		t.Errorf("write lines = %q, want %q (largest first; dry runs with the writes)", got, want)
+	}
+	if got := names(r.ReadLines()); !slices.Equal(got, []string{"LIST pods"}) {
+		t.Errorf("read lines = %q, want only LIST pods", got)
+	}
+}
+
+// names drops the counts from lines of WriteLines or ReadLines.
+func names(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = strings.TrimSpace(strings.TrimRightFunc(l, func(r rune) bool { return r >= '0' && r <= '9' }))
+	}
+	return out
+}
+
 func TestParseRequestsRefusesGarbage(t *testing.T) {
 	for _, text := range []string{
 		"",
