@@ -60,6 +60,10 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 			// At the usual priority, not the urgent one of the handoff that started this Job.
 			return ctrl.Result{RequeueAfter: stuckRecheck, Priority: ptr.To(0)}, false, nil
 		}
+		if !watched(p.obs.job) {
+			// Someone took the Job's label away: no event will tell of its end, so look again.
+			return ctrl.Result{RequeueAfter: r.Config.UnwatchedJobRecheck, Priority: ptr.To(0)}, false, nil
+		}
 		return ctrl.Result{}, false, nil
 	case stepDeleteReadopt:
 		return r.deleteReadopt(ctx, p)

@@ -45,6 +45,7 @@ func startCronController(start time.Time) *cronRig {
 	GinkgoHelper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     testScheme,
+		Cache:      CacheOptions(),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})

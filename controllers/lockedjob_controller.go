@@ -84,6 +84,10 @@ type Config struct {
 	// earlier version (namespace keys without the cluster ID). Turn it off once no LockedJob that
 	// acquired before the upgrade is left.
 	LegacyLockKeys bool
+	// UnwatchedJobRecheck is how often a running LockedJob looks at a Job the cache does not follow
+	// (its label was taken away; see CacheOptions), default 30s: the longest its lock outlives such a
+	// Job's end.
+	UnwatchedJobRecheck time.Duration
 }
 
 func (c *Config) defaults() {
@@ -97,6 +101,7 @@ func (c *Config) defaults() {
 	if c.QueueRecheck <= 0 {
 		c.QueueRecheck = 20 * c.WaitBackoffMax
 	}
+	c.UnwatchedJobRecheck = cmpOr(c.UnwatchedJobRecheck, 30*time.Second)
 }
 
 // stuckRecheck is how often a running LockedJob without a ready pod looks for a stuck one.

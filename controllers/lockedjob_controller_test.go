@@ -418,6 +418,34 @@ var _ = Describe("LockedJob controller", func() {
 		Expect(rdb.Exists(ctx, running.Status.LockKey).Val()).To(BeZero())
 	})
 
+	It("caches only its own Jobs, without their pod templates, and sees the end of one whose label was taken away", func() {
+		// Someone else's Job in the same namespace is never in the operator's cache.
+		foreign := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "not-locked"},
+			Spec: newLockedJob(ns, "", "").Spec.JobTemplate.Spec}
+		Expect(k8sClient.Create(ctx, foreign)).To(Succeed())
+		lj := create(newLockedJob(ns, "unlabeled", "u"))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+		key := client.ObjectKey{Namespace: ns, Name: running.Status.JobName}
+		cached := &batchv1.Job{}
+		Eventually(func() error { return op.cache.Get(ctx, key, cached) }).Should(Succeed())
+		Expect(cached.Spec.Template.Spec.Containers).To(BeEmpty(), "the cache keeps no pod template")
+		Expect(cached.ManagedFields).To(BeEmpty())
+		Expect(cached.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationFencingToken, fmt.Sprint(*running.Status.FencingToken)))
+		Expect(apierrors.IsNotFound(op.cache.Get(ctx, client.ObjectKeyFromObject(foreign), &batchv1.Job{}))).To(BeTrue(),
+			"a Job the operator did not create is not cached")
+
+		// Without the label the cache lets the Job go, and no event tells of its end: the pass looks again.
+		job := jobOf(running)
+		base := job.DeepCopy()
+		delete(job.Labels, batchv1alpha1.LabelLockedJob)
+		Expect(k8sClient.Patch(ctx, job, client.MergeFrom(base))).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(op.cache.Get(ctx, key, &batchv1.Job{})) }).Should(BeTrue())
+		finishJob(running, true)
+		done := waitPhase(lj, batchv1alpha1.PhaseSucceeded)
+		Expect(done.Status.JobName).To(Equal(running.Status.JobName))
+		Expect(rdb.Exists(ctx, running.Status.LockKey).Val()).To(BeZero())
+	})
+
 	It("re-adopts held locks after a restart without starting a second Job", func() {
 		lj := create(newLockedJob(ns, "survivor", "restart", func(lj *batchv1alpha1.LockedJob) {
 			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}

@@ -122,6 +122,7 @@ var _ = AfterSuite(func() {
 // operator is one running manager with its own lock book, as one operator process would have.
 type operator struct {
 	book   *LockBook
+	cache  client.Reader // what the manager's cache holds
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -152,6 +153,7 @@ func startOperatorOn(addrs []string, mutate ...func(*Config)) *operator {
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     testScheme,
+		Cache:      CacheOptions(),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
@@ -167,6 +169,7 @@ func startOperatorOn(addrs []string, mutate ...func(*Config)) *operator {
 			ClusterScopeNamespaces: []string{"trusted"},
 			WaitBackoffMin:         30 * time.Second,
 			WaitBackoffMax:         30 * time.Second,
+			UnwatchedJobRecheck:    time.Second,
 		},
 	}
 	for _, m := range mutate {
@@ -177,7 +180,7 @@ func startOperatorOn(addrs []string, mutate ...func(*Config)) *operator {
 	view := &LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: testIdentity,
 		MinInterval: 200 * time.Millisecond, Resync: 300 * time.Millisecond}
 	Expect(view.SetupWithManager(mgr)).To(Succeed())
-	o := &operator{book: book, cancel: mcancel, done: make(chan struct{})}
+	o := &operator{book: book, cache: mgr.GetCache(), cancel: mcancel, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()
 		defer close(o.done)

@@ -155,6 +155,7 @@ func leaseNamespaceOf(o options) string {
 func newManager(ctx context.Context, cfg *rest.Config, o options, leaseNamespace string, id controllers.Identity, book *controllers.LockBook) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
+		Cache:  controllers.CacheOptions(),
 		// Served by serveEndpoints for the whole process, not per manager.
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
