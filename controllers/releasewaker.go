@@ -147,18 +147,25 @@ func (w *releaseWaker) send(ctx context.Context, ch chan event.GenericEvent, ljs
 	}
 }
 
-// indexForWakeups adds the cache indexes the release waker looks LockedJobs up by.
-func indexForWakeups(ctx context.Context, indexer client.FieldIndexer, id Identity) error {
-	if err := indexer.IndexField(ctx, &batchv1alpha1.LockedJob{}, indexLockKey, func(o client.Object) []string {
-		return []string{o.(*batchv1alpha1.LockedJob).Status.LockKey}
-	}); err != nil {
-		return fmt.Errorf("index %s: %w", indexLockKey, err)
+// wakeupIndexes are the cache indexes the release waker looks LockedJobs up by.
+func wakeupIndexes(id Identity) map[string]client.IndexerFunc {
+	return map[string]client.IndexerFunc{
+		indexLockKey: func(o client.Object) []string {
+			return []string{o.(*batchv1alpha1.LockedJob).Status.LockKey}
+		},
+		// A waiter's queue member is its holder name, derived from the object, not read from status.
+		indexQueueMember: func(o client.Object) []string {
+			return []string{id.Holder(o.(*batchv1alpha1.LockedJob))}
+		},
 	}
-	// A waiter's queue member is its holder name, derived from the object, not read from status.
-	if err := indexer.IndexField(ctx, &batchv1alpha1.LockedJob{}, indexQueueMember, func(o client.Object) []string {
-		return []string{id.Holder(o.(*batchv1alpha1.LockedJob))}
-	}); err != nil {
-		return fmt.Errorf("index %s: %w", indexQueueMember, err)
+}
+
+// indexForWakeups adds the wakeupIndexes to the manager's cache.
+func indexForWakeups(ctx context.Context, indexer client.FieldIndexer, id Identity) error {
+	for name, index := range wakeupIndexes(id) {
+		if err := indexer.IndexField(ctx, &batchv1alpha1.LockedJob{}, name, index); err != nil {
+			return fmt.Errorf("index %s: %w", name, err)
+		}
 	}
 	return nil
 }

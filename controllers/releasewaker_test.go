@@ -30,27 +30,10 @@ func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
 		lj.Status.Phase, lj.Status.LockKey = batchv1alpha1.PhaseWaiting, key
 		objs = append(objs, lj)
 	}
-	api := fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).WithObjects(objs...).
-		WithIndex(&batchv1alpha1.LockedJob{}, indexLockKey, func(o client.Object) []string {
-			return []string{o.(*batchv1alpha1.LockedJob).Status.LockKey}
-		}).
-		WithIndex(&batchv1alpha1.LockedJob{}, indexQueueMember, func(o client.Object) []string {
-			return []string{id.Holder(o.(*batchv1alpha1.LockedJob))}
-		}).Build()
-	lockClient, err := redislock.New(redisserver.Start(t).Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &releaseWaker{locks: bookOver(t, lockClient), identity: id, reader: api, waiting: &waitBook{}, timeout: time.Second,
-		handed: make(chan event.GenericEvent, 8), moved: make(chan event.GenericEvent, 8)}
+	w, api := wakerOver(t, id, objs...)
 	woken := func() []string {
-		var names []string
-		for _, ch := range []chan event.GenericEvent{w.handed, w.moved} {
-			for len(ch) > 0 {
-				names = append(names, (<-ch).Object.GetName())
-			}
-		}
-		return names
+		handed, moved := w.woken()
+		return append(handed, moved...)
 	}
 	ctx := context.Background()
 
@@ -85,6 +68,38 @@ func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
 	if got := woken(); len(got) != 3 {
 		t.Fatalf("a gap in the announcements woke %v, want all three waiters", got)
 	}
+}
+
+// wakerOver is a release waker over a fake cache holding objs, with the manager's indexes, and a
+// real redis-server behind its lock book.
+func wakerOver(t *testing.T, id Identity, objs ...client.Object) (*releaseWaker, client.Client) {
+	t.Helper()
+	api := withWakeupIndexes(fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).WithObjects(objs...), id).Build()
+	lockClient, err := redislock.New(redisserver.Start(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &releaseWaker{locks: bookOver(t, lockClient), identity: id, reader: api, waiting: &waitBook{}, timeout: time.Second,
+		handed: make(chan event.GenericEvent, 8), moved: make(chan event.GenericEvent, 8)}, api
+}
+
+// withWakeupIndexes gives a fake cache the indexes the manager's cache has.
+func withWakeupIndexes(b *fake.ClientBuilder, id Identity) *fake.ClientBuilder {
+	for name, index := range wakeupIndexes(id) {
+		b = b.WithIndex(&batchv1alpha1.LockedJob{}, name, index)
+	}
+	return b
+}
+
+// woken drains the names the waker sent, urgent (handed) and not (moved).
+func (w *releaseWaker) woken() (handed, moved []string) {
+	for len(w.handed) > 0 {
+		handed = append(handed, (<-w.handed).Object.GetName())
+	}
+	for len(w.moved) > 0 {
+		moved = append(moved, (<-w.moved).Object.GetName())
+	}
+	return handed, moved
 }
 
 func TestShownPosition(t *testing.T) {

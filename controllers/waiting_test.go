@@ -60,11 +60,8 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	for i := range n {
 		objs = append(objs, unitLockedJob(fmt.Sprintf("lj%02d", i), types.UID(fmt.Sprintf("uid-%02d", i))))
 	}
-	api := fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).
-		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(objs...).
-		WithIndex(&batchv1alpha1.LockedJob{}, indexQueueMember, func(o client.Object) []string {
-			return []string{id.Holder(o.(*batchv1alpha1.LockedJob))}
-		}).Build()
+	api := withWakeupIndexes(fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).
+		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(objs...), id).Build()
 	r := &LockedJobReconciler{Client: api, APIReader: api, Scheme: api.Scheme(), Locks: book,
 		Recorder: &reasonRecorder{}, Clock: clock.RealClock{}, Config: Config{Identity: id}}
 	r.Config.defaults()
