@@ -86,6 +86,10 @@ func startCluster(t *testing.T, root string) *localCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// client-go's default of 5 requests a second made one round of waitGone over config/local's
+	// objects take seconds, and its limiter failed the test near the deadline instead of saying
+	// what was left.
+	cfg.QPS, cfg.Burst = 100, 200
 	if c.cs, err = kubernetes.NewForConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -143,11 +147,14 @@ func (c *localCluster) waitGone(_ context.Context, t *testing.T, objs []*unstruc
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// The loop decides when time is up, not a read cut short at the deadline: then the failure
+	// says what was left.
+	read := context.WithoutCancel(ctx)
 	var left []string
 	for ctx.Err() == nil {
 		left = left[:0]
 		for _, o := range objs {
-			if c.get(ctx, t, o) != nil {
+			if c.get(read, t, o) != nil {
 				left = append(left, key(o))
 			}
 		}
