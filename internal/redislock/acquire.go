@@ -70,20 +70,22 @@ func WithQueue(member string, score float64, liveness time.Duration) AcquireOpti
 // look at, see slots.lua).
 const MaxPermits = 64
 
-// WithPermits makes the lock a semaphore of n permits (1..MaxPermits): up to n holders at once,
+// WithPermits acquires a slot of a semaphore of n permits (1..MaxPermits): up to n holders at once,
 // each in its own slot (Lock.Slot) with its own fencing tokens, strictly increasing within the
-// slot. Slot 0 is the plain lock's keys. n is stored with the lock (the last acquisition's n, or
-// SetPermits', wins) and read by releases: after n is lowered, holders keep their slots and nobody
-// acquires until fewer than the new n are held; after it is raised, the next acquisitions get the
-// new slots. Once n is stored the lock stays a semaphore for every caller: an Acquire without the
-// option finds that out in its first script, which changes nothing, and acquires a slot under the
-// stored n with one more script call (its Lock is the slot's: see Lock.Semaphore); ReleaseToken,
-// Dequeue and the Release of a plain lock acquired WithQueue likewise release slot 0, or dequeue,
-// as the semaphore's scripts do. With WithQueue, the free slots go to the first waiters in line;
-// without it, a caller gets a free slot only when more slots are free than live waiters stand in
-// the queue. On Redlock, n > 1 is refused (ErrInvalidArgument): each node would choose its slot on
-// its own, and no slot might reach a majority; n = 1 is the plain lock there. Default: a plain
-// lock.
+// slot. Slot 0 is the plain lock's keys. How many the lock admits is what SetPermits stored, the
+// semaphore's one writer (absent: 1); n only lowers it for this call (a free slot is granted while
+// fewer than the lower of the two are held) and is never stored, so a caller that read a stale or
+// deleted declaration cannot write back a number nobody declares any more. After the stored n is
+// lowered, holders keep their slots and nobody acquires until fewer than the new n are held; after
+// it is raised, the next acquisitions get the new slots. Once n is stored the lock stays a
+// semaphore for every caller: an Acquire without the option finds that out in its first script,
+// which changes nothing, and acquires a slot under the stored n with one more script call (its
+// Lock is the slot's: see Lock.Semaphore); ReleaseToken, Dequeue and the Release of a plain lock
+// acquired WithQueue likewise release slot 0, or dequeue, as the semaphore's scripts do. With
+// WithQueue, the free slots go to the first waiters in line; without it, a caller gets a free slot
+// only when more slots are free than live waiters stand in the queue. On Redlock, n > 1 is refused
+// (ErrInvalidArgument): each node would choose its slot on its own, and no slot might reach a
+// majority; n = 1 is the plain lock there. Default: a plain lock.
 func WithPermits(n int) AcquireOption { return func(o *acquireOptions) { o.permits = n } }
 
 // Acquire acquires the lock named key for ttl. It returns ErrNotAcquired (possibly joined with the

@@ -1,12 +1,15 @@
 -- acquireslots.lua: acquire one slot of a semaphore (a lock acquired with permits N; see
 -- slots.lua), with or without a queue. holder.lua, clock.lua, queue.lua and slots.lua come first.
 -- KEYS[1..6] lock, meta, fence, queue, waiters, tickets of slot 0 (see queue.lua)
--- KEYS[7] permits (string: the N the last acquisition WithPermits or SetPermits wrote; no TTL; its
---         existence makes the lock a semaphore for every caller, see acquire.lua)
+-- KEYS[7] permits (string: the N that SetPermits, the semaphore's one writer, stored; no TTL; its
+--         existence makes the lock a semaphore for every caller, see acquire.lua; absent = 1)
 -- ARGV[1..4] token, ttl in ms, metadata, attempt id (as in acquire.lua)
 -- ARGV[5] waiter ("" = not queued)   ARGV[6] score   ARGV[7] waiter liveness in ms
--- ARGV[8] N, stored as the lock's permits; "0" keeps the stored N (a plain Acquire that a plain
--- script sent here because the lock is a semaphore) and writes nothing
+-- ARGV[8] the caller's N: a free slot is granted under the lower of it and the stored N, and it is
+-- never stored (an acquisition that wrote it would make a second writer of N: a caller whose Lock
+-- was deleted, or read from a lagging cache, would write back a number nobody declares any more);
+-- "0" is the stored N alone (a plain Acquire that a plain script sent here because the lock is a
+-- semaphore)
 -- Returns {1, fence, 0, slot} for a fresh grant, {1, fence, 1, slot} for a re-adoption (our token
 -- in any slot: a restarted holder, a late attempt, a slot a release handed to this waiter), and
 -- {0, position, holder} when not acquired: position is the waiter's place in the queue (0 when not
@@ -17,11 +20,10 @@
 -- N - held live waiters; not queued, when fewer than N - held live waiters stand in the queue, so
 -- a caller that does not queue never takes a slot a waiter is entitled to.
 
-local n = tonumber(ARGV[8])
-if n == 0 then
-  n = storedPermits()
-else
-  redis.call('SET', KEYS[7], ARGV[8])
+local n = storedPermits()
+local asked = tonumber(ARGV[8])
+if asked > 0 and asked < n then
+  n = asked
 end
 local values = slotValues()
 

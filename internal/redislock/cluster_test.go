@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,7 @@ func TestRedisCluster(t *testing.T) {
 func clusterSemaphore(t *testing.T, c *Client) {
 	ctx := context.Background()
 	key := uniqueKey(t)
+	declare(t, c, key, 3)
 	var holders []*Lock
 	for i, m := range []string{"a", "b", "c"} {
 		l := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithQueue(m, 0, time.Minute), WithMetadata(m))
@@ -133,5 +135,10 @@ func clusterSemaphore(t *testing.T, c *Client) {
 	claim(t, c, key, "w", 1, 3, 1)
 	if err := c.DequeueSlots(ctx, key, "nobody"); err != nil {
 		t.Fatalf("cluster semaphore: DequeueSlots: %v", err)
+	}
+	// The scan asks every master; the others' keys are not this lock's.
+	names, err := c.Semaphores(ctx)
+	if err != nil || !slices.Contains(names, key) {
+		t.Fatalf("cluster semaphore: Semaphores = %q, %v; want it to list %s", names, err, key)
 	}
 }

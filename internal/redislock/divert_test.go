@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -41,13 +42,14 @@ func mustRelease(t *testing.T, l *Lock) {
 }
 
 // TestPlainAcquireOnASemaphoreIsDiverted: an Acquire without WithPermits, queued or not, on a lock
-// that holders took WithPermits(3) gets a slot under the stored N, as a semaphore's lock, and is
-// refused while 3 are held; after N was lowered to 1 (by SetPermits or by an acquisition
-// WithPermits(1)) it is refused while any slot is held, and the plain callers' N writes nothing.
+// whose stored N is 3 gets a slot under the stored N, as a semaphore's lock, and is refused while 3
+// are held; after N was lowered to 1 it is refused while any slot is held; no acquisition writes
+// N, a plain one nor one WithPermits(1), which only lowers N for itself.
 func TestPlainAcquireOnASemaphoreIsDiverted(t *testing.T) {
 	c, _, rc := single(t)
 	ctx := context.Background()
 	key := uniqueKey(t)
+	declare(t, c, key, 3)
 	a := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("a"))
 	b := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("b"))
 
@@ -81,18 +83,19 @@ func TestPlainAcquireOnASemaphoreIsDiverted(t *testing.T) {
 	v := mustAcquire(t, c, key, time.Minute, WithQueue("v", 1, time.Minute), WithMetadata("v"))
 	wantSlotLock(t, c, v, key, 0)
 
-	t.Run("lowered by an acquisition WithPermits(1)", func(t *testing.T) {
+	t.Run("an acquisition WithPermits(1) lowers N for itself only", func(t *testing.T) {
 		key := uniqueKey(t)
+		declare(t, c, key, 3)
 		mustAcquire(t, c, key, time.Minute, WithPermits(3))
 		mustAcquire(t, c, key, time.Minute, WithPermits(3))
 		if _, err := c.Acquire(ctx, key, time.Minute, WithPermits(1)); !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("Acquire WithPermits(1) under 2 holders: %v", err)
 		}
-		if _, err := c.Acquire(ctx, key, time.Minute); !errors.Is(err, ErrNotAcquired) {
-			t.Fatalf("plain Acquire with N lowered to 1 under 2 holders: %v", err)
+		if got, err := rc.Get(ctx, c.RedisKey(key)+":permits").Result(); err != nil || got != "3" {
+			t.Fatalf("stored permits after an acquisition WithPermits(1): %q, %v; want 3 untouched", got, err)
 		}
-		plainQueue(t, c, key, "q", 1, 1)
-		wantHolders(t, c, key, "?", "?", "")
+		plain := mustAcquire(t, c, key, time.Minute)
+		wantSlotLock(t, c, plain, key, 2)
 	})
 }
 
@@ -106,6 +109,7 @@ func TestPlainReleaseOnALoweredSemaphore(t *testing.T) {
 
 	t.Run("ReleaseToken", func(t *testing.T) {
 		key := uniqueKey(t)
+		declare(t, c, key, 3)
 		mustAcquire(t, c, key, time.Minute, WithPermits(3), WithToken("tok-a"), WithMetadata("a"))
 		b := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("b"))
 		mustAcquire(t, c, key, time.Minute, WithPermits(3), WithToken("tok-c"), WithMetadata("c"))
@@ -193,6 +197,7 @@ func TestLockSemaphore(t *testing.T) {
 	}
 
 	key := uniqueKey(t)
+	declare(t, c, key, 2)
 	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithMetadata("a"))
 	d := mustAcquire(t, c, key, 500*time.Millisecond, WithMetadata("diverted"))
 	wantSlotLock(t, c, d, key, 1)
@@ -307,4 +312,69 @@ func TestRedlockNodeWithPermitsDoesNotCount(t *testing.T) {
 		t.Fatalf("Dequeue with one node refusing: %v", err)
 	}
 	mustRelease(t, l)
+}
+
+// TestAcquisitionsNeverStorePermits: SetPermits is the one writer of a semaphore's N. An
+// acquisition WithPermits(3) on a lock nobody declared stores nothing and is admitted as one of
+// one (a caller that read a Lock since deleted cannot make the lock a semaphore); under a stored N
+// of 2, lowered from 3, an acquisition that still asks for 3 (a caller reading a lagging cache) is
+// refused while 2 are held, and the stored 2 stays.
+func TestAcquisitionsNeverStorePermits(t *testing.T) {
+	c, _, rc := single(t)
+	ctx := context.Background()
+
+	t.Run("nothing declared", func(t *testing.T) {
+		key := uniqueKey(t)
+		a := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("a"))
+		wantSlotLock(t, c, a, key, 0)
+		if _, err := c.Acquire(ctx, key, time.Minute, WithPermits(3)); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("second Acquire WithPermits(3) of a lock nobody declared: %v", err)
+		}
+		if n, err := rc.Exists(ctx, c.RedisKey(key)+":permits").Result(); err != nil || n != 0 {
+			t.Fatalf("an acquisition stored permits (exists %d, %v)", n, err)
+		}
+	})
+
+	t.Run("stale N", func(t *testing.T) {
+		key := uniqueKey(t)
+		declare(t, c, key, 3)
+		mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("a"))
+		mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("b"))
+		declare(t, c, key, 2)
+		if _, err := c.Acquire(ctx, key, time.Minute, WithPermits(3), WithQueue("late", 0, time.Minute)); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("Acquire WithPermits(3) under 2 of 2 held: %v", err)
+		}
+		if got, err := rc.Get(ctx, c.RedisKey(key)+":permits").Result(); err != nil || got != "2" {
+			t.Fatalf("stored permits after a stale acquisition: %q, %v; want 2", got, err)
+		}
+		wantHolders(t, c, key, "a", "b", "")
+	})
+}
+
+// TestSemaphores lists the locks whose permits are stored, and only those, under a key prefix that
+// holds glob characters.
+func TestSemaphores(t *testing.T) {
+	_, srv, _ := single(t)
+	c, err := New(srv.Client(t), WithKeyPrefix("lj*[x]:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(srv.Client(t), WithKeyPrefix("other:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, b, plain := uniqueKey(t), uniqueKey(t), uniqueKey(t)
+	declare(t, c, a, 2)
+	declare(t, c, b, 3)
+	declare(t, other, uniqueKey(t), 2)
+	mustAcquire(t, c, plain, time.Minute)
+	got, err := c.Semaphores(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if want := []string{a, b}; !slices.Equal(got, want) {
+		t.Fatalf("Semaphores = %q, want %q", got, want)
+	}
 }

@@ -78,9 +78,10 @@
 // appended, with its own metadata and fence counter, and all slots share the lock's queue. A fence
 // orders a holder against the earlier holders of its slot: a store partitioned by slot can fence
 // each partition, a store shared by all slots cannot (n holders may write at once; that is what a
-// semaphore is). The n of the last acquisition is stored with the lock and ruled by the release
-// scripts: lowering it preempts nobody, and nobody acquires until fewer than the new n are held.
-// SetPermits writes n without acquiring. A lock with a stored n is a semaphore for every caller:
+// semaphore is). The n is stored with the lock by SetPermits, its one writer, and ruled by the
+// acquire and release scripts; an acquisition's own n only lowers it for that call and is never
+// stored. Lowering it preempts nobody, and nobody acquires until fewer than the new n are held.
+// A lock with a stored n is a semaphore for every caller:
 // Acquire, ReleaseToken, Dequeue and the Release of a lock acquired WithQueue find that out in
 // their first script, which then changes nothing, and make the same call with the semaphore's
 // script (under the stored n; a plain holder holds slot 0). Renew, TTL and the Keeper work on a

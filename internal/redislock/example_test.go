@@ -223,10 +223,14 @@ func ExampleKeeper() {
 }
 
 // A semaphore of 2: two holders at once, each in its own slot with its own fencing tokens; a third
-// caller waits in line and is handed the slot the next release frees.
+// caller waits in line and is handed the slot the next release frees. Whoever declares the lock
+// stores its permits once (SetPermits); acquisitions read them.
 func ExampleWithPermits() {
 	ctx := context.Background()
 	locks := exampleClient()
+	if err := locks.SetPermits(ctx, "backups", 2); err != nil {
+		log.Fatal(err)
+	}
 	acquire := func(member string, score float64) (*redislock.Lock, error) {
 		return locks.Acquire(ctx, "backups", time.Minute, redislock.WithPermits(2),
 			redislock.WithQueue(member, score, time.Minute), redislock.WithMetadata(member))
@@ -259,6 +263,7 @@ func ExampleWithPermits() {
 	}
 	_ = first.Release(ctx)
 	_ = third.Release(ctx)
+	_ = locks.SetPermits(ctx, "backups", 1) // no slot above 0 is held: the lock is plain again
 	// Output:
 	// first holds slot 0 and second slot 1
 	// third waits at position 1

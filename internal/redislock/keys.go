@@ -27,14 +27,15 @@ type keys []string
 
 // keySuffixes name a lock's keys after the lock key itself, in keys order.
 const (
-	metaSuffix  = ":meta"
-	fenceSuffix = ":fence"
+	metaSuffix    = ":meta"
+	fenceSuffix   = ":fence"
+	permitsSuffix = ":permits"
 )
 
 var (
 	keySuffixes        = []string{metaSuffix, fenceSuffix}
 	queuedKeySuffixes  = []string{metaSuffix, fenceSuffix, ":queue", ":waiters", ":tickets"}
-	permitsKeySuffixes = []string{metaSuffix, fenceSuffix, ":queue", ":waiters", ":tickets", ":permits"}
+	permitsKeySuffixes = []string{metaSuffix, fenceSuffix, ":queue", ":waiters", ":tickets", permitsSuffix}
 )
 
 // permitsKeyCount is how many keys a semaphore's scripts receive: the queued keys, then :permits.

@@ -180,6 +180,9 @@ func keepAboveN(t *testing.T, c *Client, key string, n int) func() []holding {
 	t.Helper()
 	ctx := context.Background()
 	locks := make([]*Lock, n+1)
+	if err := c.SetPermits(ctx, key, n+1); err != nil {
+		t.Fatal(err)
+	}
 	for i := range locks {
 		locks[i] = mustAcquire(t, c, key, time.Minute, WithPermits(n+1), WithMetadata(fmt.Sprintf("kept-%d", i)))
 	}
@@ -237,6 +240,8 @@ func TestSemaphoreExclusionHistory(t *testing.T) {
 				if mixed {
 					plainWorkers, want = 1, want+n
 					kept = keepAboveN(t, clients[0], key, n)
+				} else {
+					declare(t, clients[0], key, n)
 				}
 				h := contend(t, clients, key, n, workers, plainWorkers, rounds, queued, true)
 				h = append(h, kept()...)
@@ -269,7 +274,9 @@ func TestSemaphoreExclusionHistory(t *testing.T) {
 	for name, edit := range broken {
 		t.Run("broken="+name, func(t *testing.T) {
 			ReplaceAcquireSlotsScript(t, edit)
-			h := contend(t, clients, uniqueKey(t), n, workers, 0, rounds/4, true, false)
+			key := uniqueKey(t)
+			declare(t, clients[0], key, n)
+			h := contend(t, clients, key, n, workers, 0, rounds/4, true, false)
 			bad := checkHistory(h, n)
 			report(t, "broken="+name, h, n, bad)
 			if len(bad) == 0 {

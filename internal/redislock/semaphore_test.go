@@ -11,6 +11,15 @@ import (
 	. "github.com/lockedjob/lockedjob/internal/redislock"
 )
 
+// declare stores n as the permits of key, as the lock's one writer (the operator's view of a
+// declared Lock) does: acquisitions read them and never write them.
+func declare(t *testing.T, c *Client, key string, n int) {
+	t.Helper()
+	if err := c.SetPermits(context.Background(), key, n); err != nil {
+		t.Fatalf("SetPermits(%s, %d): %v", key, n, err)
+	}
+}
+
 // mustQueue asks for a semaphore of n as a queued waiter and expects to stand at position.
 func mustQueue(t *testing.T, c *Client, key, member string, score float64, n, position int) {
 	t.Helper()
@@ -64,6 +73,7 @@ func TestSemaphoreSlotsLeasesAndReadoption(t *testing.T) {
 	c, _, _ := single(t)
 	ctx := context.Background()
 	key := uniqueKey(t)
+	declare(t, c, key, 3)
 
 	a := mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("a"))
 	b := mustAcquire(t, c, key, 200*time.Millisecond, WithPermits(3), WithToken("token-b"), WithMetadata("b"))
@@ -132,6 +142,7 @@ func TestSemaphoreQueuedHandoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := uniqueKey(t)
+	declare(t, c, key, 2)
 	h0 := mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("h0", 0, time.Minute))
 	h1 := mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("h1", 0, time.Minute))
 	mustQueue(t, c, key, "late", 30, 2, 1)
@@ -199,10 +210,12 @@ func TestSemaphorePermitsChangedAtRunTime(t *testing.T) {
 
 	t.Run("lower", func(t *testing.T) {
 		key := uniqueKey(t)
+		declare(t, c, key, 3)
 		var holders []*Lock
 		for _, m := range []string{"a", "b", "c"} {
 			holders = append(holders, mustAcquire(t, c, key, time.Minute, WithPermits(3), WithQueue(m, 0, time.Minute), WithMetadata(m)))
 		}
+		declare(t, c, key, 1)
 		mustQueue(t, c, key, "w", 1, 1, 1)
 		if _, err := c.Acquire(ctx, key, time.Minute, WithPermits(1)); !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("unqueued Acquire with N lowered to 1 under 3 holders: %v", err)
@@ -231,10 +244,12 @@ func TestSemaphorePermitsChangedAtRunTime(t *testing.T) {
 
 	t.Run("raise", func(t *testing.T) {
 		key := uniqueKey(t)
+		declare(t, c, key, 1)
 		mustAcquire(t, c, key, time.Minute, WithPermits(1))
 		if _, err := c.Acquire(ctx, key, time.Minute, WithPermits(1)); !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("second Acquire with N = 1: %v", err)
 		}
+		declare(t, c, key, 3)
 		l := mustAcquire(t, c, key, time.Minute, WithPermits(3))
 		if l.Slot() != 1 {
 			t.Fatalf("after raising N: slot %d, want 1", l.Slot())
@@ -287,6 +302,7 @@ func TestReleaseSlotToken(t *testing.T) {
 	c, _, _ := single(t)
 	ctx := context.Background()
 	key := uniqueKey(t)
+	declare(t, c, key, 2)
 	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithMetadata("a"))
 	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithToken("tok"), WithMetadata("b"))
 	if err := c.ReleaseSlotToken(ctx, key, 0, "tok"); !errors.Is(err, ErrNotHeld) {
@@ -310,6 +326,7 @@ func TestReleaseSlotToken(t *testing.T) {
 func TestSemaphoreFailedAttemptUndoesItsSlot(t *testing.T) {
 	c, _, rc := single(t)
 	key := uniqueKey(t)
+	declare(t, c, key, 3)
 	mustAcquire(t, c, key, time.Minute, WithPermits(3), WithMetadata("a"))
 	waiting, err := New(rc, WithWaitReplicas(1, 20*time.Millisecond))
 	if err != nil {
@@ -328,6 +345,7 @@ func TestSemaphoreHostileInput(t *testing.T) {
 	c, _, rc := single(t, WithReleaseNotifications(releaseChannel))
 	ctx := t.Context()
 	key := uniqueKey(t)
+	declare(t, c, key, 2)
 	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("a", 0, time.Minute), WithMetadata("a"))
 	b := mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("b", 0, time.Minute), WithMetadata("b"))
 	mustQueue(t, c, key, "w", 1, 2, 1)
@@ -363,6 +381,7 @@ func TestSemaphoreHostileInput(t *testing.T) {
 // and returns y's lock.
 func twoQueuedHolders(t *testing.T, c *Client, key string) *Lock {
 	t.Helper()
+	declare(t, c, key, 2)
 	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("x", 0, time.Minute), WithMetadata("x"))
 	return mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("y", 0, time.Minute), WithMetadata("y"))
 }
