@@ -50,6 +50,8 @@ var (
 	undoSlotsSrc string
 	//go:embed setpermits.lua
 	setPermitsSrc string
+	//go:embed announce.lua
+	announceSrc string
 	// Lua scripts cannot include one another, so shared helpers are put in front of the scripts that
 	// use them: holder.lua (who holds a lock), clock.lua (server clock, fence counter), queue.lua
 	// (the waiter queue and handoff) and grant.lua (the end of a successful acquisition). Each script
@@ -91,6 +93,7 @@ var (
 	scriptInspectSlots = compose("inspect slots", slotsSrc, inspectSlotsSrc)
 	scriptUndoSlots    = compose("undo slots", slotsSrc, undoSlotsSrc)
 	scriptSetPermits   = compose("set permits", slotsSrc, setPermitsSrc)
+	scriptAnnounce     = compose("announce", clockSrc, announceSrc)
 )
 
 // composedSources holds the source of every composed script by name, for the test that checks each
