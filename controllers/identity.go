@@ -43,6 +43,24 @@ func (id Identity) KeyOf(scope batchv1alpha1.LockScope, namespace, name string) 
 	return "ns/" + id.ClusterID + "/" + namespace + "/" + name
 }
 
+// Parse inverts KeyOf for this cluster's keys: the scope, namespace ("" for Cluster scope) and lock
+// name of key, and false for a key KeyOf does not make here (another cluster's namespaced key, a
+// legacy key, anything else).
+func (id Identity) Parse(key string) (scope batchv1alpha1.LockScope, namespace, name string, ok bool) {
+	if name, ok := strings.CutPrefix(key, "cluster/"); ok && name != "" && !strings.Contains(name, "/") {
+		return batchv1alpha1.LockScopeCluster, "", name, true
+	}
+	rest, ok := strings.CutPrefix(key, "ns/"+id.ClusterID+"/")
+	if !ok {
+		return "", "", "", false
+	}
+	namespace, name, ok = strings.Cut(rest, "/")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", "", false
+	}
+	return batchv1alpha1.LockScopeNamespace, namespace, name, true
+}
+
 // LegacyLockKey is the key operators before the per-cluster namespace keys used for the same lock,
 // and false for Cluster scope, whose key did not change. A LockedJob that acquired under it keeps
 // it (status.lockKey) until it releases; until none is left, a fresh acquisition under LockKey

@@ -86,6 +86,15 @@ func (b *LockBook) SetPermits(ctx context.Context, key string, n int) error {
 	return b.redis.SetPermits(ctx, key, n)
 }
 
+// Announce tells the Redis that member speaks this library's lock protocol, and returns the clients
+// that announce an older one.
+func (b *LockBook) Announce(ctx context.Context, member string, lease time.Duration) ([]redislock.Announced, error) {
+	return b.redis.Announce(ctx, member, lease)
+}
+
+// Semaphores lists the locks whose permits Redis stores (a keyspace scan: seldom).
+func (b *LockBook) Semaphores(ctx context.Context) ([]string, error) { return b.redis.Semaphores(ctx) }
+
 // QueueState reads how many wait for the lock named key and who is at the head (not on Redlock).
 func (b *LockBook) QueueState(ctx context.Context, key string) (redislock.QueueState, error) {
 	return b.redis.QueueState(ctx, key)

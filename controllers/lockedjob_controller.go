@@ -37,7 +37,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -238,13 +237,13 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		WatchesRawSource(source.Channel(r.Locks.Events(), enqueueAt(priorityUrgent))).
 		WatchesRawSource(source.Channel(handed, enqueueAt(priorityUrgent))).
 		WatchesRawSource(source.Channel(moved, enqueueAt(0)))
-	// Without the Lock kinds every lock admits one holder; with them, a changed spec.permits wakes
-	// the lock's waiters.
+	// Without the Lock kinds every lock admits one holder; with them, a changed number of permits
+	// wakes the lock's waiters.
 	r.permits = newPermitReader(mgr)
 	if r.permits.served {
-		specChanged := builder.WithPredicates(predicate.GenerationChangedPredicate{})
-		b = b.Watches(&batchv1alpha1.Lock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeNamespace)), specChanged).
-			Watches(&batchv1alpha1.ClusterLock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeCluster)), specChanged)
+		changed := builder.WithPredicates(permitsChanged)
+		b = b.Watches(&batchv1alpha1.Lock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeNamespace)), changed).
+			Watches(&batchv1alpha1.ClusterLock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeCluster)), changed)
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Named("lockedjob").

@@ -3,7 +3,9 @@ package controllers
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -19,9 +21,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/redislock"
@@ -48,10 +53,24 @@ type LockViewReconciler struct {
 	Resync time.Duration
 	// RedisTimeout bounds each Redis read (default 2s).
 	RedisTimeout time.Duration
+	// Member names this process among the clients of the Redis (Client.Announce): the cluster ID
+	// and the host name by default, so an old leader still running beside a new one is seen.
+	Member string
+	// Announce is how often the process announces its lock protocol (default 30s); an announcement
+	// lasts four times as long.
+	Announce time.Duration
 
 	mu      sync.Mutex
 	written map[types.NamespacedName]time.Time // last status write, by object (namespace "" for ClusterLock)
-	settled map[types.NamespacedName]int64     // the generation whose permits Redis has, by object
+	// behind are the clients of the Redis that announce an older lock protocol than
+	// redislock.SemaphoreProtocol, as of the last announcement; nil before the first (see announce).
+	behind *[]redislock.Announced
+	// announced is closed by the first announcement that Redis answered.
+	announced chan struct{}
+
+	// orphans carry, to each kind's controller, the names of locks whose permits Redis stores
+	// while no object of that name may exist (see findOrphans).
+	orphanLocks, orphanClusterLocks chan event.GenericEvent
 }
 
 // permitsFinalizer keeps a Lock that declared more than one permit until the operator has set its
@@ -67,17 +86,29 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.MinInterval = cmpOr(r.MinInterval, 5*time.Second)
 	r.Resync = cmpOr(r.Resync, 2*time.Minute)
 	r.RedisTimeout = cmpOr(r.RedisTimeout, 2*time.Second)
+	r.Announce = cmpOr(r.Announce, 30*time.Second)
+	if r.Member == "" {
+		host, _ := os.Hostname()
+		r.Member = r.Identity.ClusterID + "/" + host
+	}
 	r.written = map[types.NamespacedName]time.Time{}
-	r.settled = map[types.NamespacedName]int64{}
+	r.announced = make(chan struct{})
+	r.orphanLocks, r.orphanClusterLocks = make(chan event.GenericEvent), make(chan event.GenericEvent)
 	if kind := unservedKind(mgr, "Lock", "ClusterLock"); kind != "" {
 		skipUnserved("the per-lock view", kind)
 		return nil
+	}
+	for _, run := range []manager.RunnableFunc{r.findOrphans, r.announce} {
+		if err := mgr.Add(run); err != nil {
+			return fmt.Errorf("set up the lock view's runnables: %w", err)
+		}
 	}
 	// The view's own status writes must not trigger a read: only spec changes and LockedJobs do.
 	onlySpec := builder.WithPredicates(predicate.GenerationChangedPredicate{})
 	if err := ctrl.NewControllerManagedBy(mgr).
 		For(&batchv1alpha1.Lock{}, onlySpec).
 		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(mgr.GetCache(), batchv1alpha1.LockScopeNamespace))).
+		WatchesRawSource(source.Channel(r.orphanLocks, &handler.EnqueueRequestForObject{})).
 		Named("lock").
 		Complete(reconcile.Func(r.reconcileLock)); err != nil {
 		return fmt.Errorf("set up lock view controller: %w", err)
@@ -85,6 +116,7 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := ctrl.NewControllerManagedBy(mgr).
 		For(&batchv1alpha1.ClusterLock{}, onlySpec).
 		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(mgr.GetCache(), batchv1alpha1.LockScopeCluster))).
+		WatchesRawSource(source.Channel(r.orphanClusterLocks, &handler.EnqueueRequestForObject{})).
 		Named("clusterlock").
 		Complete(reconcile.Func(r.reconcileClusterLock)); err != nil {
 		return fmt.Errorf("set up cluster lock view controller: %w", err)
@@ -115,63 +147,191 @@ func viewOf(cache client.Reader, scope batchv1alpha1.LockScope) handler.MapFunc 
 
 func (r *LockViewReconciler) reconcileLock(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	l := &batchv1alpha1.Lock{}
-	if err := r.Get(ctx, req.NamespacedName, l); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	key := r.Identity.KeyOf(batchv1alpha1.LockScopeNamespace, req.Namespace, req.Name)
+	if err := r.Get(ctx, req.NamespacedName, l); apierrors.IsNotFound(err) {
+		return r.retireKey(ctx, key)
+	} else if err != nil {
+		return reconcile.Result{}, err
 	}
-	key := r.Identity.KeyOf(batchv1alpha1.LockScopeNamespace, l.Namespace, l.Name)
 	if !l.DeletionTimestamp.IsZero() {
 		return r.retire(ctx, l, key)
 	}
-	if err := r.settlePermits(ctx, l, key); err != nil {
+	admitted, err := r.settlePermits(ctx, l, key)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return r.refresh(ctx, l, &l.Status, key, l.Namespace)
+	return r.refresh(ctx, l, &l.Status, key, l.Namespace, admitted)
 }
 
 func (r *LockViewReconciler) reconcileClusterLock(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	l := &batchv1alpha1.ClusterLock{}
-	if err := r.Get(ctx, req.NamespacedName, l); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	key := r.Identity.KeyOf(batchv1alpha1.LockScopeCluster, "", req.Name)
+	if err := r.Get(ctx, req.NamespacedName, l); apierrors.IsNotFound(err) {
+		return r.retireKey(ctx, key)
+	} else if err != nil {
+		return reconcile.Result{}, err
 	}
-	key := r.Identity.KeyOf(batchv1alpha1.LockScopeCluster, "", l.Name)
 	if !l.DeletionTimestamp.IsZero() {
 		return r.retire(ctx, l, key)
 	}
-	if err := r.settlePermits(ctx, l, key); err != nil {
+	admitted, err := r.settlePermits(ctx, l, key)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return r.refresh(ctx, l, &l.Status, key, "")
+	return r.refresh(ctx, l, &l.Status, key, "", admitted)
 }
 
-// settlePermits writes the object's spec.permits to Redis once per generation, so releases obey a
-// changed number at once instead of after the next acquisition, and holds an object that declared
-// more than one with a finalizer, so that its deletion sets the lock back to one (see retire).
-func (r *LockViewReconciler) settlePermits(ctx context.Context, obj client.Object, key string) error {
-	id := client.ObjectKeyFromObject(obj)
+// settlePermits makes Redis keep the permits the object declares. The view is the one writer of a
+// lock's permits in Redis (acquisitions only read them), and the holder of the finalizer: an object
+// that declares more than one gets the finalizer before its number is written, so its deletion
+// always sets the lock back to one (see retire). The number is written on every pass, not once per
+// generation, so Redis comes back to the declaration whatever changed it behind the view's back (a
+// Redis that lost its data, an older operator's acquisition that wrote its own number).
+func (r *LockViewReconciler) settlePermits(ctx context.Context, obj client.Object, key string) (admitted int, err error) {
 	n := permitsIn(obj)
 	if n > 1 && !controllerutil.ContainsFinalizer(obj, permitsFinalizer) {
 		controllerutil.AddFinalizer(obj, permitsFinalizer)
 		if err := r.Update(ctx, obj); err != nil {
-			return fmt.Errorf("add finalizer to lock %s: %w", key, err)
+			return 0, fmt.Errorf("add finalizer to lock %s: %w", key, err)
 		}
 	}
-	if r.settledAt(id) == obj.GetGeneration() || (n > 1 && !r.Locks.HandsOff()) {
-		return nil // Redlock: its LockedJobs wait, and the view says why
+	if n > 1 && !r.Locks.HandsOff() {
+		return 1, nil // Redlock: its LockedJobs wait, and the view says why
 	}
-	if err := r.setPermits(ctx, key, n); err != nil {
-		return err
+	if n > 1 {
+		if err := r.awaitAnnouncement(ctx); err != nil {
+			return 0, fmt.Errorf("settle the permits of lock %s: %w", key, err)
+		}
+		if behind, _ := r.olderClients(); len(behind) > 0 {
+			n = 1 // an older client's plain scripts would take slot 0 while the permits are held
+		}
 	}
-	r.settle(id, obj.GetGeneration())
-	return nil
+	return n, r.setPermits(ctx, key, n)
 }
 
-// retire sets the lock of a Lock being deleted back to one permit and lets the Lock go once the lock
-// is plain again: while a holder keeps a slot above 0, Redis must keep counting it, so the finalizer
-// stays and the lock is looked at again.
+// announce tells the Redis, every Announce, that this process speaks redislock.Protocol, and
+// learns who speaks an older one. When that changes (and after the first announcement), every
+// declared lock is settled again: a semaphore's permits are stored only while no client of the
+// Redis announces a protocol that would not honour them. A client that never announces (one from
+// before the announcements) is not seen; docs/design.md, "Upgrades", says how to leave none.
+func (r *LockViewReconciler) announce(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx).WithValues("member", r.Member)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, r.RedisTimeout)
+		all, err := r.Locks.Announce(rctx, r.Member, 4*r.Announce)
+		cancel()
+		if err != nil {
+			log.Error(err, "Announcing the lock protocol failed; trying again after the announce period")
+		} else if r.setOlderClients(older(all)) {
+			log.Info("Settling every declared lock again: the clients of older lock protocols changed", "older", older(all))
+			r.settleAll(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(r.Announce):
+		}
+	}
+}
+
+// awaitAnnouncement waits, at most RedisTimeout, for the first announcement to be answered: until
+// then nobody knows whether a semaphore is safe on this Redis.
+func (r *LockViewReconciler) awaitAnnouncement(ctx context.Context) error {
+	t := time.NewTimer(r.RedisTimeout)
+	defer t.Stop()
+	select {
+	case <-r.announced:
+		return nil
+	case <-t.C:
+		return errors.New("this operator's lock protocol has not been announced to Redis yet")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// older keeps the clients whose protocol cannot honour a semaphore.
+func older(all []redislock.Announced) []redislock.Announced {
+	return slices.DeleteFunc(slices.Clone(all), func(a redislock.Announced) bool { return a.Protocol >= redislock.SemaphoreProtocol })
+}
+
+func (r *LockViewReconciler) olderClients() ([]redislock.Announced, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.behind == nil {
+		return nil, false
+	}
+	return *r.behind, true
+}
+
+// setOlderClients records behind and reports whether it changed (or was not known before).
+func (r *LockViewReconciler) setOlderClients(behind []redislock.Announced) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.behind != nil && slices.Equal(*r.behind, behind) {
+		return false
+	}
+	if r.behind == nil {
+		close(r.announced)
+	}
+	r.behind = &behind
+	return true
+}
+
+// settleAll sends every declared Lock and ClusterLock to its controller.
+func (r *LockViewReconciler) settleAll(ctx context.Context) {
+	var locks batchv1alpha1.LockList
+	var clusterLocks batchv1alpha1.ClusterLockList
+	if err := r.List(ctx, &locks); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing Locks to settle failed")
+	}
+	if err := r.List(ctx, &clusterLocks); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing ClusterLocks to settle failed")
+	}
+	send := func(ch chan event.GenericEvent, obj client.Object) bool {
+		select {
+		case ch <- event.GenericEvent{Object: obj}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for i := range locks.Items {
+		if !send(r.orphanLocks, &locks.Items[i]) {
+			return
+		}
+	}
+	for i := range clusterLocks.Items {
+		if !send(r.orphanClusterLocks, &clusterLocks.Items[i]) {
+			return
+		}
+	}
+}
+
+// retire sets the lock of an object being deleted back to one permit and lets the object go once
+// the lock is plain again (see retireKey).
 func (r *LockViewReconciler) retire(ctx context.Context, obj client.Object, key string) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(obj, permitsFinalizer) {
 		return reconcile.Result{}, nil
 	}
+	res, err := r.retireKey(ctx, key)
+	if err != nil || res.RequeueAfter > 0 {
+		return res, err
+	}
+	controllerutil.RemoveFinalizer(obj, permitsFinalizer)
+	if err := r.Update(ctx, obj); client.IgnoreNotFound(err) != nil {
+		return reconcile.Result{}, fmt.Errorf("remove finalizer of lock %s: %w", key, err)
+	}
+	r.forget(client.ObjectKeyFromObject(obj))
+	return reconcile.Result{}, nil
+}
+
+// retireKey sets the lock named key back to one permit, as no declaration means: at once, so nobody
+// more is admitted, and the lock is plain again once no holder keeps a slot above 0 (until then
+// Redis must go on counting that holder, and the lock is looked at again). It also serves a lock
+// whose object is gone without having been retired (its finalizer was taken away, or it was deleted
+// while the operator did not run): a stored number that nothing declares would admit holders side
+// by side for good.
+func (r *LockViewReconciler) retireKey(ctx context.Context, key string) (reconcile.Result, error) {
 	if err := r.setPermits(ctx, key, 1); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -187,12 +347,52 @@ func (r *LockViewReconciler) retire(ctx context.Context, obj client.Object, key 
 	if err := r.setPermits(ctx, key, 1); err != nil { // the upper slots drained since the first write
 		return reconcile.Result{}, err
 	}
-	controllerutil.RemoveFinalizer(obj, permitsFinalizer)
-	if err := r.Update(ctx, obj); client.IgnoreNotFound(err) != nil {
-		return reconcile.Result{}, fmt.Errorf("remove finalizer of lock %s: %w", key, err)
-	}
-	r.forget(client.ObjectKeyFromObject(obj))
 	return reconcile.Result{}, nil
+}
+
+// findOrphans looks, at start and every Resync, for locks whose permits Redis stores, and sends each
+// lock this cluster may declare to its kind's controller: a lock whose object is gone is retired
+// there (reconcileLock), one whose object exists is settled by its usual pass. It runs on the
+// leader only, like the controllers.
+func (r *LockViewReconciler) findOrphans(ctx context.Context) error {
+	for {
+		r.sendOrphans(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(r.Resync):
+		}
+	}
+}
+
+func (r *LockViewReconciler) sendOrphans(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, r.RedisTimeout)
+	names, err := r.Locks.Semaphores(rctx)
+	cancel()
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the locks whose permits Redis stores failed; looking again after the resync period")
+		return
+	}
+	for _, name := range names {
+		scope, namespace, lock, ok := r.Identity.Parse(name)
+		if !ok {
+			continue // another cluster's namespaced lock, or not one of this operator's keys
+		}
+		var obj client.Object = &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: lock}}
+		ch := r.orphanLocks
+		if scope == batchv1alpha1.LockScopeCluster {
+			obj, ch = &batchv1alpha1.ClusterLock{ObjectMeta: metav1.ObjectMeta{Name: lock}}, r.orphanClusterLocks
+		}
+		if err := r.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
+			continue // declared (its own passes settle it), or the cache cannot say: the next round will
+		}
+		ev := event.GenericEvent{Object: obj}
+		select {
+		case ch <- ev:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (r *LockViewReconciler) setPermits(ctx context.Context, key string, n int) error {
@@ -205,16 +405,19 @@ func (r *LockViewReconciler) setPermits(ctx context.Context, key string, n int) 
 }
 
 // refresh reads the lock from Redis into *status and writes it when it changed, no sooner than
-// MinInterval after the last write. namespace is the Lock's, "" for a ClusterLock.
-func (r *LockViewReconciler) refresh(ctx context.Context, obj client.Object, status *batchv1alpha1.LockViewStatus, key, namespace string) (reconcile.Result, error) {
+// MinInterval after the last write. namespace is the Lock's, "" for a ClusterLock; admitted is how
+// many Redis admits at once now (see settlePermits).
+func (r *LockViewReconciler) refresh(ctx context.Context, obj client.Object, status *batchv1alpha1.LockViewStatus, key, namespace string, admitted int) (reconcile.Result, error) {
 	id := client.ObjectKeyFromObject(obj)
-	if wait := r.writeWait(id); wait > 0 {
+	// A changed number is written at once: status.permits is what wakes the lock's waiters once
+	// Redis has the number (see wakeOnPermits), so it must not wait for the write interval.
+	if wait := r.writeWait(id); wait > 0 && status.Permits == int32(admitted) {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	base := obj.DeepCopyObject().(client.Object)
 	before := status.DeepCopy()
 	status.ObservedGeneration = obj.GetGeneration()
-	readErr := r.read(ctx, status, key, namespace, permitsIn(obj))
+	readErr := r.read(ctx, status, key, namespace, permitsIn(obj), admitted)
 	status.ObservedAt = before.ObservedAt
 	if equality.Semantic.DeepEqual(before, status) {
 		return reconcile.Result{RequeueAfter: r.Resync}, readErr
@@ -232,7 +435,7 @@ func (r *LockViewReconciler) refresh(ctx context.Context, obj client.Object, sta
 
 // read fills status from Redis: the holder with its fence, and the queue. On a failed read only the
 // RedisAvailable condition changes, so the last view stays visible.
-func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.LockViewStatus, key, namespace string, permits int) error {
+func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.LockViewStatus, key, namespace string, permits, admitted int) error {
 	rctx, cancel := context.WithTimeout(ctx, r.RedisTimeout)
 	defer cancel()
 	slots, err := r.Locks.Slots(rctx, key)
@@ -241,7 +444,7 @@ func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.Loc
 		return fmt.Errorf("inspect %s: %w", key, err)
 	}
 	status.LockKey = r.Locks.RedisKey(key)
-	status.Permits = int32(permits)
+	status.Permits = int32(admitted)
 	status.LastFencingToken = 0
 	before := status.Holders
 	status.Holders = nil
@@ -273,9 +476,15 @@ func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.Loc
 // setPermitsSupported says whether Redis can grant the permits the lock declares.
 func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewStatus, permits int) {
 	s, reason, msg := metav1.ConditionTrue, batchv1alpha1.ReasonPermitsSupported, fmt.Sprintf("Redis admits %d holders of this lock at once", permits)
-	if permits > 1 && !r.Locks.HandsOff() {
+	behind, _ := r.olderClients()
+	switch {
+	case permits > 1 && !r.Locks.HandsOff():
 		s, reason = metav1.ConditionFalse, batchv1alpha1.ReasonPermitsUnsupported
 		msg = fmt.Sprintf("spec.permits is %d, and the operator's Redis is Redlock, which admits one holder per lock: the lock's LockedJobs wait until spec.permits is 1", permits)
+	case permits > 1 && len(behind) > 0:
+		s, reason = metav1.ConditionFalse, batchv1alpha1.ReasonOlderOperators
+		msg = fmt.Sprintf("spec.permits is %d, but %s shares this Redis and speaks lock protocol %d, which would not honour them (%d needed): the lock admits one holder until it is upgraded or gone",
+			permits, behind[0].Member, behind[0].Protocol, redislock.SemaphoreProtocol)
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: msg,
@@ -368,22 +577,9 @@ func (r *LockViewReconciler) wrote(id types.NamespacedName) {
 	r.written[id] = r.Clock.Now()
 }
 
-func (r *LockViewReconciler) settledAt(id types.NamespacedName) int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.settled[id]
-}
-
-func (r *LockViewReconciler) settle(id types.NamespacedName, generation int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.settled[id] = generation
-}
-
 // forget drops what is known of a deleted object, so a new one of the same name starts afresh.
 func (r *LockViewReconciler) forget(id types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.settled, id)
 	delete(r.written, id)
 }

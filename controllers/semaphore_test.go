@@ -95,11 +95,12 @@ var _ = Describe("Semaphores", func() {
 			WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Equal(batchv1alpha1.PhaseWaiting))
 		finishJob(c, true)
 		e = waitPhase(e, batchv1alpha1.PhaseRunning)
-		Expect(slotOf(e)).To(Equal(int32(0)))
+		permitsKey := e.Status.LockKey + ":permits"
+		Expect(e.Status.Slot).To(BeNil(), "with the upper slots drained, a Lock of one permit is the plain lock")
+		Expect(rdb.Exists(ctx, permitsKey).Val()).To(BeZero())
 
 		By("making the lock plain again when its Lock is deleted")
 		setPermits(l, 2)
-		permitsKey := e.Status.LockKey + ":permits"
 		Eventually(func() (string, error) { return rdb.Get(ctx, permitsKey).Result() }).Should(Equal("2"))
 		Expect(k8sClient.Delete(ctx, l)).To(Succeed())
 		Eventually(func() bool {
@@ -142,6 +143,69 @@ var _ = Describe("Semaphores", func() {
 			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &batchv1alpha1.Lock{}))
 		}).Should(BeTrue())
 		Expect(rdb.Exists(ctx, permitsKey).Val()).To(BeZero(), "plain again once slot 1 drained")
+	})
+
+	// Only the view writes a lock's permits, and only while its object holds the finalizer; a number
+	// Redis keeps for a lock that nothing declares would admit its LockedJobs side by side for good.
+	It("sets the lock of a Lock that went without its retire back to one permit: a finalizer taken away, or a number an older operator stored", func() {
+		oneAtATime := func(lock string) {
+			GinkgoHelper()
+			a := waitPhase(create(newLockedJob(ns, "a-"+lock, lock)), batchv1alpha1.PhaseRunning)
+			b := waitPhase(create(newLockedJob(ns, "b-"+lock, lock)), batchv1alpha1.PhaseWaiting)
+			Consistently(func() batchv1alpha1.LockedJobPhase { return fetch(b).Status.Phase }).
+				WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Equal(batchv1alpha1.PhaseWaiting))
+			finishJob(a, true)
+			waitPhase(b, batchv1alpha1.PhaseRunning)
+		}
+
+		By("deleting a Lock whose finalizer someone took away")
+		l := declare("stripped", 3)
+		permitsKey := op.book.RedisKey(testIdentity.KeyOf(batchv1alpha1.LockScopeNamespace, ns, "stripped")) + ":permits"
+		Eventually(func() (string, error) { return rdb.Get(ctx, permitsKey).Result() }).Should(Equal("3"))
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), l)).To(Succeed())
+		l.Finalizers = nil
+		Expect(k8sClient.Update(ctx, l)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, l)).To(Succeed())
+		Eventually(func() int64 { return rdb.Exists(ctx, permitsKey).Val() }).Should(BeZero())
+		oneAtATime("stripped")
+
+		By("finding a number stored for a lock that no Lock declares")
+		orphanKey := op.book.RedisKey(testIdentity.KeyOf(batchv1alpha1.LockScopeNamespace, ns, "orphan")) + ":permits"
+		Expect(rdb.Set(ctx, orphanKey, "3", 0).Err()).To(Succeed())
+		Eventually(func() int64 { return rdb.Exists(ctx, orphanKey).Val() }).Should(BeZero())
+		oneAtATime("orphan")
+	})
+
+	// An operator of an older lock protocol would grant slot 0 with its plain scripts while the
+	// permits are held; while one announces itself, the lock admits one holder and says why.
+	It("admits one holder while an operator of an older lock protocol shares the Redis, and the permits once it is gone", func() {
+		const clients, older = "lockedjob:clients", "old-cluster/old-pod"
+		far := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+		Expect(rdb.HSet(ctx, clients, older, "1 "+far).Err()).To(Succeed())
+		DeferCleanup(func() { rdb.HDel(ctx, clients, older) })
+
+		l := declare("mixed", 2)
+		Eventually(func(g Gomega) {
+			var seen batchv1alpha1.Lock
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &seen)).To(Succeed())
+			cond := meta.FindStatusCondition(seen.Status.Conditions, batchv1alpha1.ConditionPermitsSupported)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(cond.Reason).To(Equal(batchv1alpha1.ReasonOlderOperators))
+			g.Expect(cond.Message).To(ContainSubstring(older))
+		}).Should(Succeed())
+		a := waitPhase(create(newLockedJob(ns, "a", "mixed")), batchv1alpha1.PhaseRunning)
+		b := waitPhase(create(newLockedJob(ns, "b", "mixed")), batchv1alpha1.PhaseWaiting)
+		permitsKey := a.Status.LockKey + ":permits"
+		Consistently(func(g Gomega) {
+			g.Expect(fetch(b).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
+			g.Expect(rdb.Get(ctx, permitsKey).Val()).NotTo(Equal("2"))
+		}).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+
+		By("storing the permits once the older operator's announcement is gone")
+		Expect(rdb.HDel(ctx, clients, older).Err()).To(Succeed())
+		Eventually(func() (string, error) { return rdb.Get(ctx, permitsKey).Result() }).Should(Equal("2"))
+		waitPhase(b, batchv1alpha1.PhaseRunning)
 	})
 
 	It("serves waiters by priority, then age, and re-adopts every holder in its slot after a restart", func() {

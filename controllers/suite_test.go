@@ -178,7 +178,7 @@ func startOperatorOn(addrs []string, mutate ...func(*Config)) *operator {
 	mctx, mcancel := context.WithCancel(ctx)
 	Expect(r.SetupWithManager(mctx, mgr)).To(Succeed())
 	view := &LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: testIdentity,
-		MinInterval: 200 * time.Millisecond, Resync: 300 * time.Millisecond}
+		MinInterval: 200 * time.Millisecond, Resync: 300 * time.Millisecond, Announce: 200 * time.Millisecond}
 	Expect(view.SetupWithManager(mgr)).To(Succeed())
 	o := &operator{book: book, cache: mgr.GetCache(), cancel: mcancel, done: make(chan struct{})}
 	go func() {

@@ -98,7 +98,8 @@ type LockViewStatus struct {
 	// +optional
 	InUse int32 `json:"inUse"`
 
-	// permits is how many may hold the lock at once (spec.permits).
+	// permits is how many Redis admits to hold the lock at once now: spec.permits, or 1 while the
+	// PermitsSupported condition is False (it says why).
 	// +optional
 	Permits int32 `json:"permits,omitempty"`
 

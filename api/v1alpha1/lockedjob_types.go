@@ -239,6 +239,9 @@ const (
 	ReasonPermitsSupported = "PermitsSupported"
 	// ReasonPermitsUnsupported: a lock declares more than one permit on Redlock; its LockedJobs wait.
 	ReasonPermitsUnsupported = "PermitsUnsupported"
+	// ReasonOlderOperators: a lock declares more than one permit, and an operator sharing the Redis
+	// announces a lock protocol that would not honour them; the lock admits one holder meanwhile.
+	ReasonOlderOperators = "OlderOperators"
 )
 
 // Environment variables and annotations that carry the lock to the Job's pods.
