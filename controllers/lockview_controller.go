@@ -278,7 +278,7 @@ func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewS
 		msg = fmt.Sprintf("spec.permits is %d, and the operator's Redis is Redlock, which admits one holder per lock: the lock's LockedJobs wait until spec.permits is 1", permits)
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: msg,
+		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: cutMessage(msg),
 		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
 }
@@ -346,7 +346,7 @@ func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fenc
 
 func (r *LockViewReconciler) setRedis(status *batchv1alpha1.LockViewStatus, s metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: batchv1alpha1.ConditionRedisAvailable, Status: s, Reason: reason, Message: msg,
+		Type: batchv1alpha1.ConditionRedisAvailable, Status: s, Reason: reason, Message: cutMessage(msg),
 		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
 }
