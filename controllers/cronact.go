@@ -289,14 +289,11 @@ func (r *LockedCronJobReconciler) setScheduleValid(p *cronPass) {
 			r.event(cj, corev1.EventTypeWarning, reason, "Parse", "%s", msg)
 		}
 	}
-	if len(msg) > maxMessage {
-		msg = msg[:maxMessage-3] + "..."
-	}
 	meta.SetStatusCondition(&cj.Status.Conditions, metav1.Condition{
 		Type:               batchv1alpha1.ConditionScheduleValid,
 		Status:             status,
 		Reason:             reason,
-		Message:            msg,
+		Message:            cutMessage(msg),
 		ObservedGeneration: cj.Generation,
 		LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})

@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -139,8 +140,9 @@ func (r *LockedCronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// event emits an Event with its note cut (cutMessage): the events API refuses a longer one.
 func (r *LockedCronJobReconciler) event(cj *batchv1alpha1.LockedCronJob, eventType, reason, action, note string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(cj, nil, eventType, reason, action, note, args...)
+		r.Recorder.Eventf(cj, nil, eventType, reason, action, "%s", cutMessage(fmt.Sprintf(note, args...)))
 	}
 }

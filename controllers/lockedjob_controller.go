@@ -254,8 +254,9 @@ func (r *LockedJobReconciler) clusterScopeAllowed(ns string) bool {
 	return slices.Contains(r.Config.ClusterScopeNamespaces, "*") || slices.Contains(r.Config.ClusterScopeNamespaces, ns)
 }
 
+// event emits an Event with its note cut (cutMessage): the events API refuses a longer one.
 func (r *LockedJobReconciler) event(lj *batchv1alpha1.LockedJob, eventType, reason, action, note string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(lj, nil, eventType, reason, action, note, args...)
+		r.Recorder.Eventf(lj, nil, eventType, reason, action, "%s", cutMessage(fmt.Sprintf(note, args...)))
 	}
 }

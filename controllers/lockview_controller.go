@@ -487,7 +487,7 @@ func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewS
 			permits, behind[0].Member, behind[0].Protocol, redislock.SemaphoreProtocol)
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: msg,
+		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: cutMessage(msg),
 		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
 }
@@ -555,7 +555,7 @@ func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fenc
 
 func (r *LockViewReconciler) setRedis(status *batchv1alpha1.LockViewStatus, s metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: batchv1alpha1.ConditionRedisAvailable, Status: s, Reason: reason, Message: msg,
+		Type: batchv1alpha1.ConditionRedisAvailable, Status: s, Reason: reason, Message: cutMessage(msg),
 		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
 }

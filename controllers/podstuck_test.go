@@ -1,6 +1,9 @@
 package controllers
 
 import (
+	"strings"
+	"unicode/utf8"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -35,6 +38,29 @@ var _ = Describe("A pod that cannot start", func() {
 			got := fetch(lj)
 			g.Expect(got.Status.Message).NotTo(ContainSubstring("ErrImageNeverPull"))
 			g.Expect(condition(got, batchv1alpha1.ConditionJobRunning).Reason).To(Equal(batchv1alpha1.ReasonJobRunning))
+		}).Should(Succeed())
+	})
+
+	It("quotes a kubelet message of any length within the API's limits (#23)", func() {
+		ns := newNamespace()
+		lj := create(newLockedJob(ns, "verbose", "stuck"))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+
+		pod := standInPod(running)
+		kubeletSays := "Fehler beim Abrufen des Abbilds: " + strings.Repeat("é", 2560)
+		pod.Status.Phase = corev1.PodPending
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", Image: "nowhere/none:1",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: kubeletSays}}}}
+		Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
+		setJobPods(running, 1, 0)
+
+		Eventually(func(g Gomega) {
+			got := fetch(lj)
+			g.Expect(condition(got, batchv1alpha1.ConditionJobRunning).Reason).To(Equal(batchv1alpha1.ReasonPodStuck))
+			g.Expect(got.Status.Message).To(ContainSubstring("ErrImagePull: Fehler beim Abrufen des Abbilds: "))
+			g.Expect(got.Status.Message).To(HaveSuffix(ellipsis))
+			g.Expect(len(got.Status.Message)).To(BeNumerically("<=", apiLimit))
+			g.Expect(utf8.ValidString(got.Status.Message)).To(BeTrue())
 		}).Should(Succeed())
 	})
 })

@@ -99,7 +99,9 @@ func (r *LockedJobReconciler) recordHeld(p *pass, lock *redislock.Lock) {
 		lj.Status.Slot = &slot
 	}
 	lj.Status.Holder = r.Config.Identity.Holder(lj)
-	lj.Status.LockKey = lock.RedisKey()
+	// The lock's key, also for a semaphore's slot above 0 (whose own key lockName cannot read back):
+	// status.slot says which slot.
+	lj.Status.LockKey = r.Locks.RedisKey(lock.Key())
 	lj.Status.BlockedBy, lj.Status.QueuePosition = "", nil
 	// Renewal times are not status: Redis has them, and writing them would cost the API server a
 	// write per held lock per interval for nothing a user acts on. Objects of earlier versions lose

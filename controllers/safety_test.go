@@ -1,10 +1,13 @@
 package controllers
 
 import (
+	"fmt"
 	"time"
+	"unicode/utf8"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,6 +43,33 @@ var _ = Describe("LockedJob safety", func() {
 		Expect(failed.Status.FencingToken).To(BeNil())
 		Expect(rdb.Keys(ctx, "lockedjob:{*"+ns+"*never}*").Val()).To(BeEmpty(), "nothing was acquired in Redis")
 		Expect(jobsIn(ns)).To(BeEmpty())
+	})
+
+	It("ends a LockedJob whose Job the API server refuses at length, and tells it within the API's limits (#23)", func() {
+		// Valid to the CRD, which types the template but leaves names to the Job API: each container
+		// name costs the refusal a field error of some 250 bytes, with the name quoted in UTF-8.
+		lj := create(newLockedJob(ns, "verbose", "never", func(lj *batchv1alpha1.LockedJob) {
+			spec := &lj.Spec.JobTemplate.Spec.Template.Spec
+			spec.Containers = nil
+			for i := range 20 {
+				spec.Containers = append(spec.Containers, corev1.Container{Name: fmt.Sprintf("Ungültig_Größe_%02d", i), Image: "busybox"})
+			}
+		}))
+		failed := waitPhase(lj, batchv1alpha1.PhaseFailed)
+		Expect(condition(failed, batchv1alpha1.ConditionFailed).Reason).To(Equal(batchv1alpha1.ReasonJobInvalid))
+		Expect(condition(failed, batchv1alpha1.ConditionFinished).Status).To(Equal(metav1.ConditionTrue), "kubectl wait --for=condition=Finished returns")
+		Expect(failed.Status.Message).To(HaveSuffix(ellipsis), "the refusal is quoted, cut")
+		Expect(len(failed.Status.Message)).To(BeNumerically("<=", apiLimit))
+		Expect(utf8.ValidString(failed.Status.Message)).To(BeTrue())
+		Eventually(func(g Gomega) {
+			var notes []string
+			for _, e := range eventsOf(lj) {
+				if e.Reason == batchv1alpha1.ReasonJobInvalid {
+					notes = append(notes, e.Note)
+				}
+			}
+			g.Expect(notes).To(ConsistOf(HaveSuffix(ellipsis)), "the Event is told, its note cut")
+		}).Should(Succeed())
 	})
 
 	It("re-adopts the lock of a LockedJob deleted after a restart, until its pods are gone (#12)", func() {

@@ -112,6 +112,25 @@ var _ = Describe("Semaphores", func() {
 		Expect(rdb.Exists(ctx, e.Status.LockKey).Val()).To(BeZero(), "the last holder released its slot")
 	})
 
+	It("records the lock's key for a holder of any slot, which names the lock again (#23)", func() {
+		l := declare("keys", 2)
+		a := waitPhase(create(newLockedJob(ns, "a", "keys")), batchv1alpha1.PhaseRunning)
+		b := waitPhase(create(newLockedJob(ns, "b", "keys")), batchv1alpha1.PhaseRunning)
+		Expect([]int32{slotOf(a), slotOf(b)}).To(ConsistOf(int32(0), int32(1)))
+		key := testIdentity.LockKey(a)
+		for _, holder := range []*batchv1alpha1.LockedJob{a, b} {
+			Expect(holder.Status.LockKey).To(Equal(op.book.RedisKey(key)), "slot %d", *holder.Status.Slot)
+			name, ok := libraryKey(holder.Status.LockKey, op.book.RedisKey(""))
+			Expect(ok).To(BeTrue(), "slot %d: %s names no lock", *holder.Status.Slot, holder.Status.LockKey)
+			Expect(name).To(Equal(key))
+		}
+		Eventually(func(g Gomega) {
+			var seen batchv1alpha1.Lock
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &seen)).To(Succeed())
+			g.Expect(seen.Status.LockKey).To(Equal(b.Status.LockKey), "the view and its holders name one key")
+		}).Should(Succeed())
+	})
+
 	It("keeps a deleted Lock until no holder is left above slot 0, then leaves the lock plain", func() {
 		l := declare("draining", 2)
 		a := waitPhase(create(newLockedJob(ns, "a", "draining")), batchv1alpha1.PhaseRunning)

@@ -26,16 +26,18 @@ import (
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
-// reasonRecorder keeps the reasons of the Events a reconciler emits.
+// reasonRecorder keeps the reasons and notes of the Events a reconciler emits.
 type reasonRecorder struct {
 	mu      sync.Mutex
 	reasons []string
+	notes   []string
 }
 
-func (r *reasonRecorder) Eventf(_ runtime.Object, _ runtime.Object, _, reason, _, _ string, _ ...any) {
+func (r *reasonRecorder) Eventf(_ runtime.Object, _ runtime.Object, _, reason, _, note string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reasons = append(r.reasons, reason)
+	r.notes = append(r.notes, fmt.Sprintf(note, args...))
 }
 
 func (r *reasonRecorder) count(reason string) int {

@@ -1,10 +1,19 @@
 package controllers
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -42,4 +51,127 @@ func TestFinishedSaysWhichEnd(t *testing.T) {
 			t.Errorf("phase %s, %s/%s: Finished = %+v, want %s/%s", tc.phase, tc.ending, tc.endReason, got, tc.wantStatus, tc.wantReason)
 		}
 	}
+}
+
+// apiLimit is the API server's bound on status.message (the CRD's maxLength) and on an Event's
+// note (events.k8s.io): what the cut must keep within, whatever maxMessage says.
+const apiLimit = 1024
+
+// TestCutMessage: a message is cut to the API's limit on a rune boundary, marked with an ellipsis,
+// and is valid UTF-8 whatever came in.
+func TestCutMessage(t *testing.T) {
+	a := strings.Repeat
+	for name, tc := range map[string]struct {
+		in, want string
+	}{
+		"a short message is kept":                                   {in: "Job j runs", want: "Job j runs"},
+		"a message of exactly the limit is kept":                    {in: a("x", apiLimit), want: a("x", apiLimit)},
+		"multi-byte text of exactly the limit is kept":              {in: a("€", 341) + "x", want: a("€", 341) + "x"},
+		"a longer message is cut to the limit, with an ellipsis":    {in: a("x", 5000), want: a("x", apiLimit-3) + "..."},
+		"a two-byte rune across the cut is left out whole":          {in: a("x", apiLimit-4) + "é" + a("y", 100), want: a("x", apiLimit-4) + "..."},
+		"a four-byte rune across the cut is left out whole":         {in: a("x", apiLimit-5) + "😀" + a("y", 100), want: a("x", apiLimit-5) + "..."},
+		"a rune that ends right at the cut is kept":                 {in: a("x", apiLimit-5) + "é" + a("y", 100), want: a("x", apiLimit-5) + "é..."},
+		"invalid UTF-8 is replaced":                                 {in: "bad \xff byte", want: "bad \uFFFD byte"},
+		"invalid UTF-8 counts at its replacement's length":          {in: a("x", apiLimit-1) + "\xff", want: a("x", apiLimit-3) + "..."},
+		"a message of only multi-byte runes stays within the limit": {in: a("é", 2560), want: a("é", (apiLimit-3)/2) + "..."},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := cutMessage(tc.in)
+			if got != tc.want {
+				t.Errorf("cutMessage: %d bytes %q..., want %d bytes %q...", len(got), tail(got), len(tc.want), tail(tc.want))
+			}
+			if len(got) > apiLimit || !utf8.ValidString(got) {
+				t.Errorf("cutMessage: %d bytes, valid UTF-8 %t: want at most %d bytes of valid UTF-8", len(got), utf8.ValidString(got), apiLimit)
+			}
+		})
+	}
+}
+
+// tail is the end of a long string, where a cut shows.
+func tail(s string) string { return s[max(len(s)-12, 0):] }
+
+// longCause is a 5 kB cause of multi-byte text, as a Job API refusal or a kubelet may give.
+var longCause = "ungültig: " + strings.Repeat("é", 2560)
+
+// checkCut fails t when s is over the API's limit or not valid UTF-8.
+func checkCut(t *testing.T, what, s string) {
+	t.Helper()
+	if len(s) > apiLimit || !utf8.ValidString(s) {
+		t.Errorf("%s: %d bytes, valid UTF-8 %t: want at most %d bytes of valid UTF-8", what, len(s), utf8.ValidString(s), apiLimit)
+	}
+}
+
+// TestEveryWriterCutsItsMessage (#23): each writer that quotes a foreign cause of any length (the
+// Job API, a kubelet, a failed Job, Redis) leaves status strings and Event notes the API server
+// takes: one over its bound makes it refuse the whole status write, and the LockedJob never ends.
+func TestEveryWriterCutsItsMessage(t *testing.T) {
+	ctx := context.Background()
+	cause := errors.New(longCause)
+	for name, write := range map[string]func(r *LockedJobReconciler, p *pass){
+		"the Job API refuses the Job": func(r *LockedJobReconciler, p *pass) { r.failJobInvalid(p, cause) },
+		"Redis fails":                 func(r *LockedJobReconciler, p *pass) { _ = r.redisDown(p, cause) },
+		"the lock is lost": func(r *LockedJobReconciler, p *pass) {
+			if err := r.loseLock(ctx, p, cause); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"a pod is stuck": func(r *LockedJobReconciler, p *pass) {
+			p.obs.stuck = "pod p container c: ErrImageNeverPull: " + longCause
+			r.recordRunning(p)
+		},
+		"the Job failed": func(r *LockedJobReconciler, p *pass) {
+			p.obs.released = true
+			p.obs.job = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "j"}, Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: longCause}}}}
+			if _, err := r.finish(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			u := newUnitRig(t, interceptor.Funcs{})
+			stored := u.get()
+			p := &pass{lj: stored.DeepCopy(), before: stored, key: u.r.lockName(stored), obs: observation{hasFinalizer: true}}
+			write(u.r, p)
+			if _, err := u.r.record(ctx, p, nil); err != nil {
+				t.Fatal(err)
+			}
+			got := u.get().Status
+			checkCut(t, "status.message", got.Message)
+			quoted := strings.HasSuffix(got.Message, ellipsis)
+			for _, c := range got.Conditions {
+				checkCut(t, "condition "+c.Type, c.Message)
+				quoted = quoted || strings.HasSuffix(c.Message, ellipsis)
+			}
+			if !quoted {
+				t.Errorf("no status string quotes the cause: %+v", got)
+			}
+			for _, note := range u.events.notes {
+				checkCut(t, "Event note", note)
+			}
+		})
+	}
+
+	t.Run("a LockedCronJob's schedule is invalid", func(t *testing.T) {
+		u := newCronUnitRig(t, time.Now())
+		u.r.setScheduleValid(&cronPass{cj: u.cj, scheduleErr: longCause, scheduleReason: batchv1alpha1.ReasonInvalidSchedule})
+		for _, c := range u.cj.Status.Conditions {
+			checkCut(t, "condition "+c.Type, c.Message)
+		}
+		if len(u.events.notes) == 0 {
+			t.Fatal("no Event told the invalid schedule")
+		}
+		for _, note := range u.events.notes {
+			checkCut(t, "Event note", note)
+		}
+	})
+
+	t.Run("a Lock view's Redis fails", func(t *testing.T) {
+		r := &LockViewReconciler{Clock: clock.RealClock{}}
+		var status batchv1alpha1.LockViewStatus
+		r.setRedis(&status, metav1.ConditionFalse, batchv1alpha1.ReasonRedisUnavailable, "Redis unavailable: "+longCause)
+		for _, c := range status.Conditions {
+			checkCut(t, "condition "+c.Type, c.Message)
+		}
+	})
 }
