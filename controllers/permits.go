@@ -18,9 +18,10 @@ import (
 
 // Semaphores (docs/design.md, "Semaphores and the per-lock view"): a lock admits as many holders
 // as the Lock (scope Namespace) or ClusterLock (scope Cluster) named after it declares in
-// spec.permits; a lock nobody declares admits one. Redis keeps the number the last acquisition or
-// the view controller wrote (see LockViewReconciler.settlePermits), and the lock library obeys
-// what Redis keeps, also for a caller that does not pass it.
+// spec.permits; a lock nobody declares admits one. Redis keeps the number the view controller wrote,
+// its one writer (see LockViewReconciler.settlePermits), and the lock library obeys what Redis
+// keeps, also for a caller that does not pass it; the number an acquisition passes can only lower
+// it.
 
 // declaredLock returns the Lock or ClusterLock that declares lj's lock, and its name.
 func declaredLock(lj *batchv1alpha1.LockedJob) (client.Object, types.NamespacedName) {
