@@ -202,7 +202,7 @@ func (r *LockViewReconciler) settlePermits(ctx context.Context, obj client.Objec
 		if err := r.awaitAnnouncement(ctx); err != nil {
 			return 0, fmt.Errorf("settle the permits of lock %s: %w", key, err)
 		}
-		if behind, _ := r.olderClients(); len(behind) > 0 {
+		if len(r.olderClients()) > 0 {
 			n = 1 // an older client's plain scripts would take slot 0 while the permits are held
 		}
 	}
@@ -254,13 +254,15 @@ func older(all []redislock.Announced) []redislock.Announced {
 	return slices.DeleteFunc(slices.Clone(all), func(a redislock.Announced) bool { return a.Protocol >= redislock.SemaphoreProtocol })
 }
 
-func (r *LockViewReconciler) olderClients() ([]redislock.Announced, bool) {
+// olderClients returns the clients of older lock protocols as of the last announcement (none
+// before the first: settlePermits waits for it).
+func (r *LockViewReconciler) olderClients() []redislock.Announced {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.behind == nil {
-		return nil, false
+		return nil
 	}
-	return *r.behind, true
+	return *r.behind
 }
 
 // setOlderClients records behind and reports whether it changed (or was not known before).
@@ -476,7 +478,7 @@ func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.Loc
 // setPermitsSupported says whether Redis can grant the permits the lock declares.
 func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewStatus, permits int) {
 	s, reason, msg := metav1.ConditionTrue, batchv1alpha1.ReasonPermitsSupported, fmt.Sprintf("Redis admits %d holders of this lock at once", permits)
-	behind, _ := r.olderClients()
+	behind := r.olderClients()
 	switch {
 	case permits > 1 && !r.Locks.HandsOff():
 		s, reason = metav1.ConditionFalse, batchv1alpha1.ReasonPermitsUnsupported
