@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -380,5 +381,36 @@ func TestLockLostWithARunningJobKeepsItsFinalizer(t *testing.T) {
 	got := u.get()
 	if got.Status.Phase != batchv1alpha1.PhaseLockLost || !controllerutil.ContainsFinalizer(got, finalizer) {
 		t.Fatalf("phase %s, finalizers %v: want LockLost with the finalizer kept", got.Status.Phase, got.Finalizers)
+	}
+}
+
+// TestAStalePassWritesNoPermitsBack (#23): a pass that read its Lock from a lagging cache (3
+// permits, lowered to 2 since) asks Redis for 3; with 2 held it waits, and Redis keeps 2: a plain
+// acquisition, which obeys what Redis keeps, is refused too.
+func TestAStalePassWritesNoPermitsBack(t *testing.T) {
+	u := newUnitRig(t, interceptor.Funcs{})
+	stale := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"}, Spec: batchv1alpha1.LockViewSpec{Permits: 3}}
+	u.r.permits = permitReader{reader: fake.NewClientBuilder().WithScheme(u.api.Scheme()).WithObjects(stale).Build(), served: true}
+	ctx := context.Background()
+	key, lib := u.r.Config.Identity.LockKey(u.lj), u.r.Locks.redis
+	if err := lib.SetPermits(ctx, key, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"x", "y"} {
+		if _, err := lib.Acquire(ctx, key, time.Minute, redislock.WithPermits(3), redislock.WithMetadata(m)); err != nil {
+			t.Fatalf("holder %s: %v", m, err)
+		}
+	}
+	if err := lib.SetPermits(ctx, key, 2); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		u.reconcile()
+	}
+	if lj := u.get(); lj.Status.Phase != batchv1alpha1.PhaseWaiting {
+		t.Fatalf("phase %q under 2 of 2 permits held, want Waiting: %+v", lj.Status.Phase, lj.Status)
+	}
+	if _, err := lib.Acquire(ctx, key, time.Minute); !errors.Is(err, redislock.ErrNotAcquired) {
+		t.Fatalf("plain Acquire under 2 of 2 held after the stale pass: %v (the pass wrote its 3 back)", err)
 	}
 }
