@@ -52,7 +52,8 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	if !first {
 		switch what, hint, left, priority := r.waiting.next(r.Config.Identity.Holder(lj), now); what {
 		case askHint:
-			return r.wait(p, &redislock.QueuedError{Position: hint.position, Holder: hint.holder}, waited), false, nil
+			// The place comes from Redis (the lineup); the holder stays what Redis last told.
+			return r.wait(p, &redislock.QueuedError{Position: hint.position, Holder: lj.Status.BlockedBy}, waited), false, nil
 		case askNothing:
 			return ctrl.Result{RequeueAfter: left, Priority: &priority}, false, nil
 		}

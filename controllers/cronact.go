@@ -27,7 +27,7 @@ import (
 // decideCron should decide again in the same pass.
 func (r *LockedCronJobReconciler) actCron(ctx context.Context, p *cronPass, plan cronPlan) (next bool, err error) {
 	switch plan.step {
-	case cronIdle, cronInvalid:
+	case cronIdle, cronInvalid, cronScopeNotAllowed:
 		return false, nil
 	case cronInspectLock:
 		held, holder, err := r.lockHeld(ctx, p.cj)
@@ -60,7 +60,7 @@ func (r *LockedCronJobReconciler) actCron(ctx context.Context, p *cronPass, plan
 // LockedJob reconciler would acquire it with, is busy: as many hold it as it has permits. holder is
 // one of them (its name, never its token).
 func (r *LockedCronJobReconciler) lockHeld(ctx context.Context, cj *batchv1alpha1.LockedCronJob) (held bool, holder string, err error) {
-	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: cj.Namespace}, Spec: cj.Spec.LockedJobTemplate.Spec}
+	lj := runLock(cj)
 	permits, err := r.permits.of(ctx, lj)
 	if err != nil {
 		return false, "", err
@@ -241,6 +241,7 @@ func (r *LockedCronJobReconciler) recordCron(ctx context.Context, p *cronPass, p
 		st.NextScheduleTime = &metav1.Time{Time: plan.next}
 	}
 	r.setScheduleValid(p)
+	r.setScopeAllowed(p)
 	if reterr == nil {
 		st.ObservedGeneration = p.cj.Generation
 	}
@@ -294,6 +295,31 @@ func (r *LockedCronJobReconciler) setScheduleValid(p *cronPass) {
 		Status:             status,
 		Reason:             reason,
 		Message:            cutMessage(msg),
+		ObservedGeneration: cj.Generation,
+		LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
+	})
+}
+
+// setScopeAllowed sets ScopeAllowed from the scope gate's answer of this pass; the first pass that
+// finds the scope not allowed says so in a Warning Event too. The message names neither the lock's
+// holders nor the namespaces that are allowed: both are other tenants' business.
+func (r *LockedCronJobReconciler) setScopeAllowed(p *cronPass) {
+	cj := p.cj
+	status, reason := metav1.ConditionTrue, batchv1alpha1.ReasonScopeAllowed
+	msg := "The operator allows the lock scope of spec.lockedJobTemplate in this namespace"
+	if !p.obs.scopeAllowed {
+		status, reason = metav1.ConditionFalse, batchv1alpha1.ReasonScopeNotAllowed
+		msg = fmt.Sprintf("spec.lockedJobTemplate.spec.lock.scope %s is not allowed in namespace %s: its LockedJobs could never acquire lock %s, so no run is created",
+			cj.Spec.LockedJobTemplate.Spec.Lock.Scope, cj.Namespace, cj.Spec.LockedJobTemplate.Spec.Lock.Name)
+		if !meta.IsStatusConditionFalse(cj.Status.Conditions, batchv1alpha1.ConditionScopeAllowed) {
+			r.event(cj, corev1.EventTypeWarning, reason, "Schedule", "%s", msg)
+		}
+	}
+	meta.SetStatusCondition(&cj.Status.Conditions, metav1.Condition{
+		Type:               batchv1alpha1.ConditionScopeAllowed,
+		Status:             status,
+		Reason:             reason,
+		Message:            msg,
 		ObservedGeneration: cj.Generation,
 		LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})

@@ -21,6 +21,10 @@ type cronObservation struct {
 	loc      *time.Location
 	invalid  bool
 
+	// scopeAllowed: the operator lets this namespace use the template's lock scope (ScopeGate).
+	// Without it the lock is another tenant's: it is never asked about, and no run is created.
+	scopeAllowed bool
+
 	suspended bool
 	onBusy    batchv1alpha1.OnBusyPolicy
 	// since is the last run already dealt with (created or skipped), or the creation of the
@@ -52,16 +56,17 @@ type cronChild struct {
 type cronStep int
 
 const (
-	cronIdle        cronStep = iota // no run due: wait for the next scheduled time
-	cronInvalid                     // the schedule or time zone does not parse: wait for the user
-	cronInspectLock                 // onBusy Skip, a run is due: ask Redis whether the lock is held
-	cronRecordRun                   // the due run's LockedJob exists already: only status is behind
-	cronCreate                      // create the due run's LockedJob
-	cronSkip                        // the lock is busy (onBusy Skip): record a skipped run
-	cronReplace                     // onBusy Replace: delete this LockedCronJob's unfinished LockedJobs
+	cronIdle            cronStep = iota // no run due: wait for the next scheduled time
+	cronInvalid                         // the schedule or time zone does not parse: wait for the user
+	cronScopeNotAllowed                 // the template's lock scope is not allowed here: wait for the user
+	cronInspectLock                     // onBusy Skip, a run is due: ask Redis whether the lock is held
+	cronRecordRun                       // the due run's LockedJob exists already: only status is behind
+	cronCreate                          // create the due run's LockedJob
+	cronSkip                            // the lock is busy (onBusy Skip): record a skipped run
+	cronReplace                         // onBusy Replace: delete this LockedCronJob's unfinished LockedJobs
 )
 
-var cronStepNames = [...]string{"Idle", "Invalid", "InspectLock", "RecordRun", "Create", "Skip", "Replace"}
+var cronStepNames = [...]string{"Idle", "Invalid", "ScopeNotAllowed", "InspectLock", "RecordRun", "Create", "Skip", "Replace"}
 
 func (s cronStep) String() string { return cronStepNames[s] }
 
@@ -73,7 +78,8 @@ type cronPlan struct {
 	replace []cronChild
 	// prune are finished LockedJobs beyond the history limits, oldest first.
 	prune []cronChild
-	// next is the first scheduled time after now; zero while suspended or invalid.
+	// next is the first scheduled time after now; zero while suspended, invalid or not allowed its
+	// lock scope.
 	next time.Time
 }
 
@@ -88,6 +94,12 @@ func decideCron(o cronObservation) cronPlan {
 	plan := cronPlan{prune: pruneHistory(o.children, o.successLimit, o.failedLimit)}
 	if o.invalid || o.schedule == nil {
 		plan.step = cronInvalid
+		return plan
+	}
+	if !o.scopeAllowed {
+		// As its LockedJobs would be refused: every run would wait for ever, and onBusy Skip would
+		// ask Redis about a lock this namespace may not even look at.
+		plan.step = cronScopeNotAllowed
 		return plan
 	}
 	if o.suspended {

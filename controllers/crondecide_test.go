@@ -36,9 +36,9 @@ func TestDecideCron(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(at("10:07").Add(30 * time.Second))
 	every5 := mustParse(t, "*/5 * * * *")
 	held, free := true, false
-	// base: created at 09:58, nothing run yet, onBusy Queue.
+	// base: created at 09:58, nothing run yet, onBusy Queue, its lock scope allowed.
 	base := cronObservation{now: clk.Now(), schedule: every5, loc: time.UTC, since: at("09:58"),
-		onBusy: batchv1alpha1.OnBusyQueue, successLimit: 3, failedLimit: 1}
+		scopeAllowed: true, onBusy: batchv1alpha1.OnBusyQueue, successLimit: 3, failedLimit: 1}
 	with := func(mutate func(*cronObservation)) cronObservation {
 		o := base
 		mutate(&o)
@@ -67,6 +67,16 @@ func TestDecideCron(t *testing.T) {
 		{"run already dealt with: idle", with(func(o *cronObservation) { o.since = at("10:05") }), cronIdle, time.Time{}, at("10:10"), nil},
 		{"suspended: nothing, no next time", with(func(o *cronObservation) { o.suspended = true }), cronIdle, time.Time{}, time.Time{}, nil},
 		{"invalid schedule: wait for the user", with(func(o *cronObservation) { o.schedule, o.invalid = nil, true }), cronInvalid, time.Time{}, time.Time{}, nil},
+		{"scope not allowed, Queue: create nothing, no next time", with(func(o *cronObservation) { o.scopeAllowed = false }), cronScopeNotAllowed, time.Time{}, time.Time{}, nil},
+		{"scope not allowed, Skip: never ask Redis about another tenant's lock", with(func(o *cronObservation) {
+			o.onBusy, o.scopeAllowed = batchv1alpha1.OnBusySkip, false
+		}), cronScopeNotAllowed, time.Time{}, time.Time{}, nil},
+		{"scope not allowed, Skip, the lock read held: no skip decided on it", with(func(o *cronObservation) {
+			o.onBusy, o.scopeAllowed, o.lockHeld = batchv1alpha1.OnBusySkip, false, &held
+		}), cronScopeNotAllowed, time.Time{}, time.Time{}, nil},
+		{"scope not allowed, Replace: delete nothing", with(func(o *cronObservation) {
+			o.onBusy, o.scopeAllowed, o.children = batchv1alpha1.OnBusyReplace, false, []cronChild{waiting}
+		}), cronScopeNotAllowed, time.Time{}, time.Time{}, nil},
 
 		{"Queue, own run unfinished: create anyway (it waits in line)", with(func(o *cronObservation) { o.children = []cronChild{waiting} }), cronCreate, at("10:05"), at("10:10"), nil},
 
@@ -119,7 +129,7 @@ func TestDecideCron(t *testing.T) {
 func TestDecideCronFollowsTheClock(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(at("10:01"))
 	o := cronObservation{schedule: mustParse(t, "*/15 * * * *"), loc: time.UTC, since: at("10:01"),
-		onBusy: batchv1alpha1.OnBusyQueue, successLimit: 3, failedLimit: 1}
+		scopeAllowed: true, onBusy: batchv1alpha1.OnBusyQueue, successLimit: 3, failedLimit: 1}
 	var runs []time.Time
 	for clk.Now().Before(at("11:01")) {
 		o.now = clk.Now()
@@ -147,7 +157,7 @@ func TestDecideCronTimeZone(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := cronObservation{now: at("08:30"), schedule: mustParse(t, "0 9 * * *"), loc: berlin, since: at("07:00"),
-		onBusy: batchv1alpha1.OnBusyQueue}
+		scopeAllowed: true, onBusy: batchv1alpha1.OnBusyQueue}
 	got := decideCron(o)
 	if got.step != cronCreate || !got.run.Equal(at("08:00")) || !got.next.Equal(at("08:00").AddDate(0, 0, 1)) {
 		t.Errorf("decideCron = %v run %v next %v, want Create at 08:00 UTC, next a day later", got.step, got.run, got.next)

@@ -27,6 +27,7 @@ func (r *LockedCronJobReconciler) observeCron(ctx context.Context, p *cronPass) 
 	cj := p.cj
 	o := &p.obs
 	o.now = r.Clock.Now()
+	o.scopeAllowed = r.ClusterScopeNamespaces.Allows(runLock(cj))
 	o.suspended = cj.Spec.Suspend != nil && *cj.Spec.Suspend
 	o.onBusy = cj.Spec.OnBusy
 	o.successLimit = int(limitOr(cj.Spec.SuccessfulJobsHistoryLimit, 3))
@@ -50,6 +51,13 @@ func (r *LockedCronJobReconciler) observeCron(ctx context.Context, p *cronPass) 
 	}
 	o.children = children
 	return nil
+}
+
+// runLock is the LockedJob of a run as far as its lock goes (namespace and spec): what the scope
+// gate, the lock key and the permits are read from, so the LockedCronJob asks about the very lock
+// its runs would acquire.
+func runLock(cj *batchv1alpha1.LockedCronJob) *batchv1alpha1.LockedJob {
+	return &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: cj.Namespace}, Spec: cj.Spec.LockedJobTemplate.Spec}
 }
 
 // parseSchedule reads spec.schedule in spec.timeZone (UTC when absent). It refuses what admission

@@ -2,9 +2,11 @@ package controllers
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -152,5 +154,67 @@ func TestCronSkipWithRedisDownDecidesNothing(t *testing.T) {
 	}
 	if u.events.count(batchv1alpha1.ReasonRedisUnavailable) != 1 {
 		t.Errorf("Events %v, want one %s", u.events.reasons, batchv1alpha1.ReasonRedisUnavailable)
+	}
+}
+
+// TestCronSkipNeverReadsALockItsNamespaceMayNotUse: where the operator does not allow Cluster
+// scope, onBusy Skip does not ask Redis about the Cluster lock (held here by another namespace's
+// LockedJob), skips nothing because of it, and names no holder; ScopeAllowed and a Warning Event
+// say why no run comes.
+func TestCronSkipNeverReadsALockItsNamespaceMayNotUse(t *testing.T) {
+	ctx := context.Background()
+	book, lockClient, rc := unitLocks(t)
+	now := time.Date(2026, 12, 1, 10, 0, 20, 0, time.UTC)
+	u := newCronUnitRig(t, now)
+	u.r.Locks, u.r.ClusterScopeNamespaces = book, ScopeGate{"trusted"}
+	u.cj.Spec.OnBusy = batchv1alpha1.OnBusySkip
+	u.cj.Spec.LockedJobTemplate.Spec.Lock.Scope = batchv1alpha1.LockScopeCluster
+	if err := u.api.Update(ctx, u.cj); err != nil {
+		t.Fatal(err)
+	}
+	const holder = "c/trusted/holder/uid-hold"
+	if _, err := lockClient.Acquire(ctx, u.r.Identity.LockKey(runLock(u.cj)), time.Minute, redislock.WithMetadata(holder)); err != nil {
+		t.Fatal(err)
+	}
+
+	before := scriptCalls(t, rc)
+	res, err := u.reconcile()
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	if calls := scriptCalls(t, rc) - before; calls != 0 {
+		t.Errorf("the pass ran %d Redis scripts, want 0: the lock is another tenant's", calls)
+	}
+	if res.RequeueAfter != 0 {
+		t.Errorf("RequeueAfter = %v, want none: no run comes until the spec or the operator changes", res.RequeueAfter)
+	}
+	var list batchv1alpha1.LockedJobList
+	if err := u.api.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	st := u.status()
+	if len(list.Items) != 0 || st.SkippedRuns != 0 || st.LastSkippedTime != nil || st.NextScheduleTime != nil {
+		t.Errorf("%d LockedJobs, %d skipped (last %v), next %v; want no run, none skipped, no next time",
+			len(list.Items), st.SkippedRuns, st.LastSkippedTime, st.NextScheduleTime)
+	}
+	c := meta.FindStatusCondition(st.Conditions, batchv1alpha1.ConditionScopeAllowed)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != batchv1alpha1.ReasonScopeNotAllowed {
+		t.Fatalf("ScopeAllowed = %+v, want False with reason %s", c, batchv1alpha1.ReasonScopeNotAllowed)
+	}
+	for _, c := range st.Conditions {
+		if strings.Contains(c.Message, "trusted") {
+			t.Errorf("condition %s names the holder or the trusted namespaces: %q", c.Type, c.Message)
+		}
+	}
+	if u.events.count(batchv1alpha1.ReasonSkipped) != 0 || u.events.count(batchv1alpha1.ReasonScopeNotAllowed) != 1 {
+		t.Errorf("Events %v, want one %s and no %s", u.events.reasons, batchv1alpha1.ReasonScopeNotAllowed, batchv1alpha1.ReasonSkipped)
+	}
+
+	// The next pass says nothing new: one Warning Event, not one per pass.
+	if _, err := u.reconcile(); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	if n := u.events.count(batchv1alpha1.ReasonScopeNotAllowed); n != 1 {
+		t.Errorf("%d %s Events after two passes, want 1", n, batchv1alpha1.ReasonScopeNotAllowed)
 	}
 }

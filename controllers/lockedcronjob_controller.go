@@ -47,6 +47,9 @@ type LockedCronJobReconciler struct {
 	// lock its LockedJobs would acquire is held, under the key they would acquire it with.
 	Locks    *LockBook
 	Identity Identity
+	// ClusterScopeNamespaces is the LockedJob reconciler's gate (Config.ClusterScopeNamespaces):
+	// where its LockedJobs may not use their lock, the LockedCronJob may not look at it either.
+	ClusterScopeNamespaces ScopeGate
 	// RedisTimeout bounds the Redis call of a pass (default 2s).
 	RedisTimeout time.Duration
 	Clock        clock.PassiveClock

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -57,7 +58,9 @@ func startCronController(start time.Time) *cronRig {
 		Recorder: mgr.GetEventRecorder("lockedcronjob"),
 		Locks:    op.book,
 		Identity: testIdentity,
-		Clock:    rig.clock,
+		// The suite's operator's gate (startOperator): the two reconcilers share one in the manager.
+		ClusterScopeNamespaces: []string{"trusted"},
+		Clock:                  rig.clock,
 	}
 	Expect(r.SetupWithManager(mgr)).To(Succeed())
 	var mctx context.Context
@@ -319,6 +322,59 @@ var _ = Describe("LockedCronJob controller", func() {
 		Expect(runsOf(ns)).To(HaveLen(1))
 		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("LockedJob " + run.Name + " has not finished")))
 		Expect(fetchCron(cj).Status.LastScheduleTime.Time).To(BeTemporally("==", r2))
+	})
+
+	It("Skip: a namespace not allowed Cluster scope neither learns who holds a Cluster lock nor skips for it, and is told why", func() {
+		// Another tenant, one the operator allows Cluster scope, holds the lock.
+		trusted := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "trusted"}}
+		if err := k8sClient.Create(ctx, trusted); !apierrors.IsAlreadyExists(err) {
+			Expect(err).NotTo(HaveOccurred())
+		}
+		lock := "cron-scope-" + ns // cluster-wide, so unique per run
+		holder := waitPhase(create(newLockedJob("trusted", "holder-"+ns, lock, func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.Scope = batchv1alpha1.LockScopeCluster
+		})), batchv1alpha1.PhaseRunning)
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, holder))).To(Succeed()) })
+		Expect(rdb.Exists(ctx, holder.Status.LockKey).Val()).To(BeNumerically("==", 1), "the lock is held in Redis")
+
+		cj := submit(newLockedCronJob(ns, "peeker", func(cj *batchv1alpha1.LockedCronJob) {
+			cj.Spec.OnBusy = batchv1alpha1.OnBusySkip
+			cj.Spec.LockedJobTemplate.Spec.Lock.Name = lock
+			cj.Spec.LockedJobTemplate.Spec.Lock.Scope = batchv1alpha1.LockScopeCluster
+		}))
+		rig.at(cj, r1.Add(time.Second))
+		Consistently(func(g Gomega) {
+			got := fetchCron(cj)
+			g.Expect(got.Status.SkippedRuns).To(BeZero(), "no run is skipped for a lock this namespace may not use")
+			g.Expect(got.Status.LastSkippedTime).To(BeNil())
+			for _, c := range got.Status.Conditions {
+				g.Expect(c.Message).NotTo(ContainSubstring("trusted"), "condition %s names the holder", c.Type)
+			}
+			events := cronEvents(cj)
+			g.Expect(events).NotTo(ContainElement(HavePrefix(batchv1alpha1.ReasonSkipped + ": ")))
+			g.Expect(events).NotTo(ContainElement(Or(ContainSubstring(holder.Status.Holder), ContainSubstring("trusted"))), "an Event names the holder")
+			g.Expect(runsOf(ns)).To(BeEmpty(), "its runs could never acquire the lock")
+		}).WithTimeout(2 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+
+		Eventually(func(g Gomega) {
+			got := fetchCron(cj)
+			c := meta.FindStatusCondition(got.Status.Conditions, batchv1alpha1.ConditionScopeAllowed)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(batchv1alpha1.ReasonScopeNotAllowed))
+			g.Expect(c.Message).To(ContainSubstring("scope Cluster is not allowed in namespace " + ns))
+			g.Expect(got.Status.NextScheduleTime).To(BeNil(), "no run comes while the scope is not allowed")
+			g.Expect(cronEvents(cj)).To(ContainElement(HavePrefix(batchv1alpha1.ReasonScopeNotAllowed + ": ")))
+		}).Should(Succeed())
+
+		// The user's fix: a lock of its own namespace. The run missed meanwhile starts once.
+		cur := fetchCron(cj)
+		cur.Spec.LockedJobTemplate.Spec.Lock.Scope = batchv1alpha1.LockScopeNamespace
+		Expect(k8sClient.Update(ctx, cur)).To(Succeed())
+		waitPhase(waitRun(cj, r1), batchv1alpha1.PhaseRunning)
+		c := meta.FindStatusCondition(fetchCron(cj).Status.Conditions, batchv1alpha1.ConditionScopeAllowed)
+		Expect(c).NotTo(BeNil())
+		Expect(c.Status).To(Equal(metav1.ConditionTrue))
 	})
 
 	It("shows schedule, policy, active runs, last and next schedule, last success and skipped runs in kubectl get", func() {

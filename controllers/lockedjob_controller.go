@@ -19,7 +19,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -60,7 +59,8 @@ type Config struct {
 	// Identity derives lock keys, holder names and tokens.
 	Identity Identity
 	// ClusterScopeNamespaces may acquire locks of spec.lock.scope Cluster; "*" allows every namespace.
-	ClusterScopeNamespaces []string
+	// The LockedCronJob reconciler must be given the same gate.
+	ClusterScopeNamespaces ScopeGate
 	// WaitBackoffMin and WaitBackoffMax bound the jittered re-check of a LockedJob at the head of its
 	// queue (or without a queue that hands off), the safety net behind release wake-ups and the way
 	// to notice a lock freed by an expiry. Defaults 1s and 15s.
@@ -248,10 +248,6 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Named("lockedjob").
 		Complete(r)
-}
-
-func (r *LockedJobReconciler) clusterScopeAllowed(ns string) bool {
-	return slices.Contains(r.Config.ClusterScopeNamespaces, "*") || slices.Contains(r.Config.ClusterScopeNamespaces, ns)
 }
 
 // event emits an Event with its note cut (cutMessage): the events API refuses a longer one.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -249,15 +250,19 @@ var _ = Describe("LockedJob controller", func() {
 		for _, w := range unchanged {
 			versions[w.Name] = fetch(w).ResourceVersion
 		}
+		blockedBy := map[string]string{}
+		for _, w := range waiters[1:4] {
+			blockedBy[w.Name] = fetch(w).Status.BlockedBy
+		}
 		finishJob(holder, true)
 		Eventually(func() batchv1alpha1.LockedJobPhase { return fetch(waiters[0]).Status.Phase }).
 			WithTimeout(time.Second).WithPolling(10 * time.Millisecond).Should(Equal(batchv1alpha1.PhaseRunning))
-		newHolder := fetch(waiters[0]).Status.Holder
 		for i, w := range waiters[1:4] {
 			Eventually(func(g Gomega) {
 				st := fetch(w).Status
 				g.Expect(st.QueuePosition).To(Equal(ptrTo(int32(i + 1))))
-				g.Expect(st.BlockedBy).To(Equal(newHolder))
+				// A hint moves the place, not who blocks: that is what Redis answered the waiter itself.
+				g.Expect(st.BlockedBy).To(Equal(blockedBy[w.Name]))
 			}).WithTimeout(2*time.Second).WithPolling(10*time.Millisecond).Should(Succeed(), w.Name)
 		}
 		for w, place := range map[*batchv1alpha1.LockedJob]string{waiters[5]: ">3", waiters[10]: ">5"} {
@@ -271,6 +276,32 @@ var _ = Describe("LockedJob controller", func() {
 			}
 			return now
 		}).WithTimeout(time.Second).Should(Equal(versions), "shown places that did not change")
+	})
+
+	It("never takes who blocks a waiter from a release message, which anyone who can publish could forge", func() {
+		holder := waitPhase(create(newLockedJob(ns, "holder", "forged")), batchv1alpha1.PhaseRunning)
+		var waiters []*batchv1alpha1.LockedJob
+		for i := 1; i <= 3; i++ {
+			waiters = append(waiters, waitPhase(create(newLockedJob(ns, fmt.Sprintf("w%d", i), "forged")), batchv1alpha1.PhaseWaiting))
+		}
+		// A handoff announcement as queue.lua publishes it (key, fence, lease, attempt, member), for
+		// a member Redis never handed the lock to.
+		const forged = "envtest/elsewhere/mallory/00000000"
+		msg := strings.Join([]string{holder.Status.LockKey, "999", "60000", "forged-attempt", forged}, "\x00")
+		Expect(rdb.Publish(ctx, "lockedjob:released", msg).Val()).To(BeNumerically(">=", 1), "nobody listens on the release channel")
+		Consistently(func(g Gomega) {
+			for _, w := range waiters {
+				st := fetch(w).Status
+				g.Expect(st.BlockedBy).NotTo(Equal(forged), w.Name)
+				g.Expect(st.Message).NotTo(ContainSubstring(forged), w.Name)
+			}
+		}).WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).Should(Succeed())
+
+		// A real release still hands the lock to the head at once.
+		finishJob(fetch(holder), true)
+		Eventually(func() batchv1alpha1.LockedJobPhase { return fetch(waiters[0]).Status.Phase }).
+			WithTimeout(time.Second).WithPolling(10 * time.Millisecond).Should(Equal(batchv1alpha1.PhaseRunning))
+		Expect(fetch(waiters[1]).Status.BlockedBy).NotTo(Equal(forged))
 	})
 
 	It("serves waiters by priority, then age", func() {

@@ -29,7 +29,7 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 		hasFinalizer: controllerutil.ContainsFinalizer(lj, finalizer),
 		terminal:     isTerminal(lj.Status.Phase),
 		lockRecorded: conditionTrue(lj, batchv1alpha1.ConditionLockAcquired),
-		scopeAllowed: lj.Spec.Lock.Scope != batchv1alpha1.LockScopeCluster || r.clusterScopeAllowed(lj.Namespace),
+		scopeAllowed: r.Config.ClusterScopeNamespaces.Allows(lj),
 		holding:      book.lock,
 		lost:         book.lost,
 		released:     book.released,

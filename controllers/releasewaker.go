@@ -102,7 +102,7 @@ func (w *releaseWaker) tellPlaces(ctx context.Context, r redislock.Released) {
 	}
 	now := time.Now()
 	for i, m := range members {
-		if !w.waiting.tell(m, placeHint{position: placesTold[i], holder: r.HandedTo, at: now}) {
+		if !w.waiting.tell(m, placeHint{position: placesTold[i], at: now}) {
 			continue // not ours, or not known to wait: its next pass asks Redis anyway
 		}
 		w.send(ctx, w.moved, w.lockedJobs(ctx, false, client.MatchingFields{indexQueueMember: m}))

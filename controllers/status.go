@@ -135,6 +135,8 @@ func (r *LockedJobReconciler) markScopeNotAllowed(p *pass) {
 	p.lj.Status.Phase = batchv1alpha1.PhasePending
 	p.lj.Status.Message = msg
 	setCondition(p.lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonScopeNotAllowed, msg)
+	// Learnt while the scope was allowed (it was revoked since): not this namespace's to show now.
+	p.lj.Status.QueuePosition, p.lj.Status.BlockedBy = nil, ""
 }
 
 // redisDown records a Redis failure and returns err for the runtime's backoff.

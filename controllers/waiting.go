@@ -35,10 +35,12 @@ type waiter struct {
 	handedAt time.Time
 }
 
-// placeHint is what a lineup read after a handoff told of one waiter's place.
+// placeHint is what a lineup read after a handoff told of one waiter's place, and only that: the
+// release message that led to the read is a wake-up anyone who can publish on the channel could
+// forge, so a hint never says who holds the lock. Who blocks a waiter is what Redis answered at its
+// last attempt.
 type placeHint struct {
 	position int
-	holder   string // the holder the lock was handed to
 	at       time.Time
 }
 

@@ -113,8 +113,10 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 		t.Fatalf("lineup %v (%v)", members, err)
 	}
 	byPosition := map[int32]string{}
+	blockedBy := map[string]string{} // as each waiter's last Redis answer said
 	for i, m := range members {
 		byPosition[int32(i+1)] = waiters[m]
+		blockedBy[waiters[m]] = get(waiters[m]).Status.BlockedBy
 	}
 
 	head := get(byPosition[1])
@@ -159,8 +161,10 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 			}
 			continue
 		}
-		if got := derefInt32(st.QueuePosition); got != now || st.BlockedBy != id.Holder(head) {
-			t.Fatalf("%s: position %d blocked by %q, want %d blocked by %q", name, got, st.BlockedBy, now, id.Holder(head))
+		// The place is the lineup's; who blocks stays what Redis answered the waiter itself, since
+		// the release message behind the hint may be forged.
+		if got := derefInt32(st.QueuePosition); got != now || st.BlockedBy != blockedBy[name] {
+			t.Fatalf("%s: position %d blocked by %q, want %d blocked by %q", name, got, st.BlockedBy, now, blockedBy[name])
 		}
 	}
 	if calls := scriptCalls(t, rc) - before; calls != 1 {
@@ -257,8 +261,8 @@ func TestWaitBookAsksOnlyWhenSomethingChanged(t *testing.T) {
 	expect(askRedis, now)
 	expect(askNothing, now) // a wake-up counts once
 
-	b.tell("w", placeHint{position: 3, holder: "h", at: now})
-	if hint := expect(askHint, now); hint.position != 3 || hint.holder != "h" {
+	b.tell("w", placeHint{position: 3, at: now})
+	if hint := expect(askHint, now); hint.position != 3 {
 		t.Fatalf("hint %+v", hint)
 	}
 	expect(askNothing, now)

@@ -133,6 +133,11 @@ const (
 	// False with reason InvalidSchedule or InvalidTimeZone and the parser's words otherwise: nothing
 	// runs until the spec is fixed.
 	ConditionScheduleValid = "ScheduleValid"
+	// ConditionScopeAllowed: the operator lets this namespace use the lock scope of
+	// spec.lockedJobTemplate (spec.lock.scope Cluster is allowed only in the namespaces it trusts).
+	// False with reason ScopeNotAllowed otherwise: no run is created, and the lock is not looked
+	// at, until the template's scope or the operator's configuration changes.
+	ConditionScopeAllowed = "ScopeAllowed"
 )
 
 // Condition and event reasons of a LockedCronJob.
@@ -140,6 +145,9 @@ const (
 	ReasonScheduleValid   = "ScheduleValid"
 	ReasonInvalidSchedule = "InvalidSchedule"
 	ReasonInvalidTimeZone = "InvalidTimeZone"
+	// ReasonScopeAllowed: the template's lock scope is allowed in this namespace (ScopeAllowed
+	// True); ReasonScopeNotAllowed tells the opposite.
+	ReasonScopeAllowed = "ScopeAllowed"
 	// ReasonRunCreated: the LockedJob of a scheduled run was created.
 	ReasonRunCreated = "Created"
 	// ReasonSkipped: a run was skipped because the lock was busy (onBusy Skip).
@@ -174,7 +182,8 @@ type LockedCronJobStatus struct {
 	// +optional
 	LastSuccessfulTime *metav1.Time `json:"lastSuccessfulTime,omitempty"`
 
-	// nextScheduleTime is the next scheduled time; absent while suspended or invalid.
+	// nextScheduleTime is the next scheduled time; absent while suspended, invalid or not allowed
+	// its lock scope.
 	// +optional
 	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
 
@@ -191,7 +200,7 @@ type LockedCronJobStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: ScheduleValid.
+	// conditions: ScheduleValid, ScopeAllowed.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

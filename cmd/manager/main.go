@@ -180,6 +180,8 @@ func newManager(ctx context.Context, cfg *rest.Config, o options, leaseNamespace
 }
 
 func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id controllers.Identity, book *controllers.LockBook) error {
+	// One gate for every reconciler that touches a lock for a namespace.
+	scope := controllers.ScopeGate(splitList(o.clusterScopeNamespaces))
 	r := &controllers.LockedJobReconciler{
 		Client:   mgr.GetClient(),
 		Scheme:   mgr.GetScheme(),
@@ -187,7 +189,7 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 		Locks:    book,
 		Config: controllers.Config{
 			Identity:                id,
-			ClusterScopeNamespaces:  splitList(o.clusterScopeNamespaces),
+			ClusterScopeNamespaces:  scope,
 			WaitBackoffMax:          o.waitBackoffMax,
 			QueueRecheck:            o.queueRecheck,
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
@@ -205,12 +207,13 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id contr
 		return err
 	}
 	cron := &controllers.LockedCronJobReconciler{
-		Client:       mgr.GetClient(),
-		Scheme:       mgr.GetScheme(),
-		Recorder:     mgr.GetEventRecorder("lockedcronjob"),
-		Locks:        book,
-		Identity:     id,
-		RedisTimeout: o.redisTimeout,
+		Client:                 mgr.GetClient(),
+		Scheme:                 mgr.GetScheme(),
+		Recorder:               mgr.GetEventRecorder("lockedcronjob"),
+		Locks:                  book,
+		Identity:               id,
+		ClusterScopeNamespaces: scope,
+		RedisTimeout:           o.redisTimeout,
 	}
 	if err := cron.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up lockedcronjob controller: %w", err)

@@ -1,0 +1,79 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+)
+
+func TestScopeGate(t *testing.T) {
+	lj := func(ns string, scope batchv1alpha1.LockScope) *batchv1alpha1.LockedJob {
+		l := unitLockedJob("x", "uid-x")
+		l.Namespace, l.Spec.Lock.Scope = ns, scope
+		return l
+	}
+	for name, tc := range map[string]struct {
+		gate ScopeGate
+		lj   *batchv1alpha1.LockedJob
+		want bool
+	}{
+		"Namespace scope, allowed nowhere else":           {nil, lj("a", batchv1alpha1.LockScopeNamespace), true},
+		"no scope (stored before the default): Namespace": {nil, lj("a", ""), true},
+		"Cluster scope, nobody trusted":                   {nil, lj("a", batchv1alpha1.LockScopeCluster), false},
+		"Cluster scope, another namespace trusted":        {ScopeGate{"b"}, lj("a", batchv1alpha1.LockScopeCluster), false},
+		"Cluster scope, this namespace trusted":           {ScopeGate{"b", "a"}, lj("a", batchv1alpha1.LockScopeCluster), true},
+		"Cluster scope, every namespace trusted":          {ScopeGate{"*"}, lj("a", batchv1alpha1.LockScopeCluster), true},
+	} {
+		if got := tc.gate.Allows(tc.lj); got != tc.want {
+			t.Errorf("%s: Allows = %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+// TestWaiterRefusedItsScopeNamesNoHolder: a LockedJob that waited for a Cluster lock while its
+// namespace was trusted, and is refused the scope after the operator restarted with fewer trusted
+// namespaces, neither asks Redis nor keeps showing the holder or its place in that lock's queue.
+func TestWaiterRefusedItsScopeNamesNoHolder(t *testing.T) {
+	ctx := context.Background()
+	book, lockClient, rc := unitLocks(t)
+	lj := unitLockedJob("w", "uid-w")
+	lj.Spec.Lock.Scope = batchv1alpha1.LockScopeCluster
+	api := fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).
+		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(lj).Build()
+	r := &LockedJobReconciler{Client: api, APIReader: api, Scheme: api.Scheme(), Locks: book,
+		Recorder: &reasonRecorder{}, Clock: clock.RealClock{},
+		Config: Config{Identity: Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}, ClusterScopeNamespaces: ScopeGate{"*"}}}
+	r.Config.defaults()
+	u := &unitRig{t: t, api: api, r: r, lj: lj, req: ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}}
+	const other = "c/trusted/holder/uid-hold"
+	if _, err := lockClient.Acquire(ctx, r.Config.Identity.LockKey(lj), time.Minute, redislock.WithMetadata(other)); err != nil {
+		t.Fatal(err)
+	}
+	u.reconcile() // the finalizer, then the first attempt
+	if st := u.get().Status; st.Phase != batchv1alpha1.PhaseWaiting || st.BlockedBy != other {
+		t.Fatalf("phase %s blocked by %q, want Waiting behind %s", st.Phase, st.BlockedBy, other)
+	}
+
+	// The restarted operator: a new gate, and nothing known of waiters.
+	u.r.Config.ClusterScopeNamespaces, u.r.waiting = ScopeGate{"trusted"}, waitBook{}
+	before := scriptCalls(t, rc)
+	u.reconcile()
+	if calls := scriptCalls(t, rc) - before; calls != 0 {
+		t.Errorf("the pass ran %d Redis scripts, want 0", calls)
+	}
+	st := u.get().Status
+	if st.BlockedBy != "" || st.QueuePosition != nil {
+		t.Errorf("blocked by %q at place %d, want neither: the lock is not this namespace's to look at", st.BlockedBy, derefInt32(st.QueuePosition))
+	}
+	if c := condition(u.get(), batchv1alpha1.ConditionLockAcquired); c == nil || c.Reason != batchv1alpha1.ReasonScopeNotAllowed {
+		t.Errorf("LockAcquired = %+v, want reason %s", c, batchv1alpha1.ReasonScopeNotAllowed)
+	}
+}
