@@ -319,7 +319,7 @@ func (r *LockedCronJobReconciler) setScopeAllowed(p *cronPass) {
 		Type:               batchv1alpha1.ConditionScopeAllowed,
 		Status:             status,
 		Reason:             reason,
-		Message:            msg,
+		Message:            cutMessage(msg),
 		ObservedGeneration: cj.Generation,
 		LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +76,8 @@ func TestWaiterRefusedItsScopeNamesNoHolder(t *testing.T) {
 	}
 	if c := condition(u.get(), batchv1alpha1.ConditionLockAcquired); c == nil || c.Reason != batchv1alpha1.ReasonScopeNotAllowed {
 		t.Errorf("LockAcquired = %+v, want reason %s", c, batchv1alpha1.ReasonScopeNotAllowed)
+	}
+	if strings.Contains(st.Message, "trusted") {
+		t.Errorf("message %q names the namespaces allowed Cluster scope: other tenants' business", st.Message)
 	}
 }

@@ -131,7 +131,9 @@ func setReady(lj *batchv1alpha1.LockedJob) {
 }
 
 func (r *LockedJobReconciler) markScopeNotAllowed(p *pass) {
-	msg := fmt.Sprintf("spec.lock.scope Cluster is not allowed in namespace %s: the operator trusts only %v", p.lj.Namespace, r.Config.ClusterScopeNamespaces)
+	// The allowed namespaces are not named: they are other tenants' business (the operator's admin
+	// knows them from --cluster-scope-namespaces).
+	msg := fmt.Sprintf("spec.lock.scope Cluster is not allowed in namespace %s: ask the operator's admin to add it to --cluster-scope-namespaces, or use scope Namespace", p.lj.Namespace)
 	p.lj.Status.Phase = batchv1alpha1.PhasePending
 	p.lj.Status.Message = msg
 	setCondition(p.lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonScopeNotAllowed, msg)
