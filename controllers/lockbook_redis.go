@@ -93,6 +93,11 @@ func (b *LockBook) Announce(ctx context.Context, member string, lease time.Durat
 	return b.redis.Announce(ctx, member, lease)
 }
 
+// Withdraw removes member's announcement (see Announce).
+func (b *LockBook) Withdraw(ctx context.Context, member string) error {
+	return b.redis.Withdraw(ctx, member)
+}
+
 // Semaphores lists the locks whose permits Redis stores (a keyspace scan: seldom).
 func (b *LockBook) Semaphores(ctx context.Context) ([]string, error) { return b.redis.Semaphores(ctx) }
 

@@ -69,6 +69,11 @@ func (r *LockViewReconciler) announce(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.RedisTimeout)
+			defer cancel()
+			if err := r.Locks.Withdraw(wctx, r.Member); err != nil {
+				log.Error(err, "Withdrawing the lock protocol's announcement failed; it lapses with its lease")
+			}
 			return nil
 		case <-time.After(r.Announce):
 		}

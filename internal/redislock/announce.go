@@ -39,7 +39,7 @@ func (c *Client) Announce(ctx context.Context, member string, lease time.Duratio
 	if lease < time.Millisecond {
 		return nil, invalidf("announce: lease %v must be at least 1ms", lease)
 	}
-	key := []string{c.prefix + "clients"} // no braces: it can be no lock's key
+	key := []string{c.clientsKey()}
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		return runScript(ctx, n, scriptAnnounce, key, member, Protocol, lease.Milliseconds()).Slice()
 	})
@@ -61,3 +61,20 @@ func (c *Client) Announce(ctx context.Context, member string, lease time.Duratio
 	}
 	return behind, nil
 }
+
+// Withdraw removes member's announcement, for a process that stops: the clients it made wait see
+// at once that it is gone, instead of when its lease ends.
+func (c *Client) Withdraw(ctx context.Context, member string) error {
+	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return n.HDel(ctx, c.clientsKey(), member).Result()
+	})
+	for i, r := range replies {
+		if r.err != nil {
+			return fmt.Errorf("withdraw %s: %w", member, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: r.err})
+		}
+	}
+	return nil
+}
+
+// clientsKey holds the announcements. It has no braces, so it can be no lock's key.
+func (c *Client) clientsKey() string { return c.prefix + "clients" }

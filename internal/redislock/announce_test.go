@@ -41,4 +41,11 @@ func TestAnnounce(t *testing.T) {
 	if _, err := c.Announce(ctx, "", time.Minute); err == nil {
 		t.Fatal("an empty member was accepted")
 	}
+	rc.HDel(ctx, "announce:clients", "old", "garbage")
+	if err := c.Withdraw(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := rc.Exists(ctx, "announce:clients").Val(); n != 0 {
+		t.Fatalf("the announcements are left after the last client withdrew (exists %d)", n)
+	}
 }
