@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -61,11 +62,20 @@ type KeeperOptions struct {
 	// AtRiskMargin is how long before a lock's validity ends OnAtRisk is called. Default: a third of
 	// the lock's lease, but at most half of the time between its scheduled renewal and the end of
 	// its lease. The keeper sends each renewal early enough that an answer as slow as its recent
-	// rounds arrives before the margin starts, so a longer margin makes it renew sooner.
+	// rounds arrives before the margin starts, so a longer margin makes it renew sooner; a margin
+	// that leaves less of the lease than three such round trips makes OnShortLease report the lock.
 	AtRiskMargin time.Duration
 	// OnRenew is called after each renewal attempt that did not lose the lock, with nil on success
 	// or the transport error that will be retried. For metrics.
 	OnRenew func(l *Lock, err error)
+	// OnShortLease is called once for a lock whose lease is too short for the round trips the
+	// keeper measures (RoundTrip): the lease minus the drift allowance and the at-risk margin holds
+	// less than three of them (see Client.MinTTL), so a renewal may be answered after the margin
+	// started, and OnAtRisk stop work that nothing threatens. err wraps ErrLeaseTooShort and gives
+	// the numbers. The keeper goes on renewing the lock; the remedy is a longer lease, a shorter
+	// margin, or a Redis nearer by. It is checked before each renewal goes out, once the keeper has
+	// measured a round.
+	OnShortLease func(l *Lock, err error)
 	// BatchSize caps the renewals sent in one pipeline (default 1000).
 	BatchSize int
 	// Timeout caps how long one round of renewals waits for Redis (default 5s). Within the cap a
@@ -140,6 +150,8 @@ type keeperEntry struct {
 	// warned: OnAtRisk was called for this run of failures.
 	warned  bool
 	lastErr error // the last transport error of this run of failures
+	// short: OnShortLease was called for this lock.
+	short bool
 }
 
 var (
@@ -147,6 +159,10 @@ var (
 	errUnanswered = errors.New("renewal not answered yet")
 	// errNotSent stands for it when the renewal is due but waits for an earlier round to end.
 	errNotSent = errors.New("renewal due but not sent yet: the keeper's rounds are all waiting for Redis")
+
+	// ErrLeaseTooShort is what KeeperOptions.OnShortLease reports: the lease leaves too little time
+	// before its at-risk margin for renewals at the round trips the keeper measures.
+	ErrLeaseTooShort = errors.New("redislock: lease too short for the round trip to Redis")
 )
 
 // rttWindow keeps the durations of the keeper's latest rounds. Its estimate is the longest of them:
@@ -178,6 +194,39 @@ func renewBudget(rtt time.Duration) time.Duration {
 // next renewal, for a lease of ttl: one lock must not make the keeper spin on everyone's account.
 func minInterval(ttl time.Duration) time.Duration {
 	return max(MinRenewInterval, ttl/100)
+}
+
+// leaseNeeds is how much of a lease, beyond its drift allowance and at-risk margin, round trips of
+// rtt take in the worst case the keeper plans for: the round trip that brought the lease (it counts
+// from when its acquire or renew was sent), then a renewal on a fresh connection, whose handshake
+// (HELLO) is one more round trip before the renewal's own. A renewal on a warm connection needs
+// less (renewBudget), so a lease that holds this much also leaves the schedule its slack.
+func leaseNeeds(rtt time.Duration) time.Duration {
+	return 3*rtt + timerSlack
+}
+
+// leaseTooShort reports whether a lease of ttl, with drift and margin taken off, cannot hold what
+// round trips of rtt need (leaseNeeds).
+func leaseTooShort(ttl, drift, margin, rtt time.Duration) bool {
+	return ttl-drift-margin < leaseNeeds(rtt)
+}
+
+// MinTTL returns the shortest lease a Keeper keeps clear of its at-risk margin, at the default
+// renew interval and margin (a third of the lease each), when a round trip to Redis takes rtt:
+//
+//	ttl·(1 − driftFactor − 1/3) − driftAdd ≥ 3·rtt + 10ms
+//
+// The three round trips are the one that brought the lease (it counts from when its acquire or
+// renew was sent), then a renewal that may have to open a connection: HELLO, then the renewal. With
+// the default drift allowance that is about 4.57·rtt + 15ms: 2.76s for 600ms round trips. That is
+// for a client whose fresh connection costs one round trip before its first command (HELLO:
+// DisableIdentity, database 0, the connection dialled nearby or ahead); every further round trip of
+// a connection's setup (CLIENT SETINFO, SELECT, TCP or TLS handshakes over the slow path) adds one
+// rtt to the three. Keeper.RoundTrip is the keeper's measure of rtt. The bound is exact for leases
+// of 300ms and more, and errs long below.
+func (c *Client) MinTTL(rtt time.Duration) time.Duration {
+	need := float64(leaseNeeds(rtt)+c.driftAdd) / (1 - c.driftFactor - 1.0/3)
+	return time.Duration(math.Ceil(need/float64(time.Millisecond))) * time.Millisecond // what Redis keeps
 }
 
 // RoundTrip returns the keeper's estimate of a round's duration, from sending its renewals to
@@ -378,7 +427,7 @@ func (k *Keeper) run() {
 		if f.mayStart(now) {
 			var r round
 			var ok bool
-			if r, ok = k.startRoundLocked(now, f.inFlight+1); ok {
+			if r, calls, ok = k.startRoundLocked(now, f.inFlight+1, calls); ok {
 				f.inFlight++
 				f.lastStart = now
 				k.rounds.Go(func() { k.results <- k.renew(r) })
@@ -499,8 +548,10 @@ type roundResult struct {
 
 // startRoundLocked picks up to BatchSize locks that are due and prepares their round, the conns-th
 // in flight. A lock due within an eighth of its interval goes along too: renewing a little early
-// costs nothing and folds near-simultaneous locks into one pipeline.
-func (k *Keeper) startRoundLocked(now time.Time, conns int) (round, bool) {
+// costs nothing and folds near-simultaneous locks into one pipeline. A lock whose lease is too short
+// for the keeper's round trips is reported to OnShortLease (appended to calls) before its renewal
+// goes out, whether or not that renewal comes back.
+func (k *Keeper) startRoundLocked(now time.Time, conns int, calls []callback) (round, []callback, bool) {
 	var r round
 	urgent := time.Time{}
 	for e := k.due.top(); e != nil && len(r.batch) < k.opts.BatchSize; e = k.due.top() {
@@ -520,19 +571,23 @@ func (k *Keeper) startRoundLocked(now time.Time, conns int) (round, bool) {
 			e.watchAt = w
 			k.watch.set(e)
 		}
+		if !e.short && k.rtt.max > 0 && leaseTooShort(ttl, k.c.drift(ttl), e.margin, k.rtt.max) {
+			e.short = true
+			calls = append(calls, callback{k.opts.OnShortLease, e.lock, k.shortLease(e, ttl)})
+		}
 		r.batch, r.locks, r.ttls = append(r.batch, e), append(r.locks, e.lock), append(r.ttls, ttl)
 		if urgent.IsZero() || vu.Before(urgent) {
 			urgent = vu
 		}
 	}
 	if len(r.batch) == 0 {
-		return r, false
+		return r, calls, false
 	}
 	// Budget by the lease, not by anyone's interval: a lock with a tiny interval must not shrink
 	// the wait of the locks batched with it.
 	r.budget = max(min(time.Duration(float64(urgent.Sub(now))*roundShare), k.opts.Timeout), MinRenewInterval)
 	r.conns, r.cold = conns, conns > k.conns
-	return r, true
+	return r, calls, true
 }
 
 // renew sends one round; it runs on its own goroutine and touches no keeper state.
@@ -566,7 +621,7 @@ func (k *Keeper) measure(r roundResult) {
 // dueAfter is when the renewal of a lease that began at start and is valid until vu goes out: at
 // the lock's interval, or earlier when an answer as slow as the keeper's recent rounds would then
 // come inside the at-risk margin; never sooner than the shortest interval after start, so a lease
-// too short for the round trip does not make the keeper spin.
+// too short for the round trip (OnShortLease) does not make the keeper spin.
 func (k *Keeper) dueAfter(e *keeperEntry, start time.Time, ttl time.Duration, vu time.Time) time.Time {
 	due := start.Add(e.interval)
 	if latest := vu.Add(-e.margin - renewBudget(k.rtt.max)); latest.Before(due) {
@@ -576,6 +631,15 @@ func (k *Keeper) dueAfter(e *keeperEntry, start time.Time, ttl time.Duration, vu
 		}
 	}
 	return due
+}
+
+// shortLease is the error OnShortLease gets for e's lease of ttl.
+func (k *Keeper) shortLease(e *keeperEntry, ttl time.Duration) error {
+	rtt := k.rtt.max
+	left := ttl - k.c.drift(ttl) - e.margin
+	return fmt.Errorf("%w: lock %s: a lease of %v leaves %v before its at-risk margin of %v, and round trips of %v need %v (the one that brought the lease, then a renewal on a fresh connection); at the default margin the lease needs %v",
+		ErrLeaseTooShort, e.lock.key, ttl, left.Round(time.Millisecond), e.margin.Round(time.Millisecond),
+		rtt.Round(time.Millisecond), leaseNeeds(rtt).Round(time.Millisecond), k.c.MinTTL(rtt))
 }
 
 // settle reschedules or drops each lock of a finished round by its outcome.

@@ -44,7 +44,7 @@ func BenchmarkKeeperRound(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				k.mu.Lock()
-				r, ok := k.startRoundLocked(now, 1)
+				r, _, ok := k.startRoundLocked(now, 1, nil)
 				k.mu.Unlock()
 				if !ok || len(r.batch) != n {
 					b.Fatalf("round of %d locks, want %d", len(r.batch), n)

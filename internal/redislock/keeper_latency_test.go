@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -25,7 +26,8 @@ func withoutIdentity(o *redis.Options) { o.DisableIdentity = true }
 // renewals.
 type keeperLog struct {
 	mu      sync.Mutex
-	reports []string // OnAtRisk and OnLost calls, in order
+	reports []string // OnAtRisk, OnLost and OnShortLease calls, in order
+	short   map[*Lock]error
 	renewed map[*Lock]int
 	// slowest is the longest a successful renewal took, from its send (the lease's new start) to
 	// its OnRenew: the test's evidence that the latency was in force.
@@ -38,11 +40,18 @@ func (g *keeperLog) options() KeeperOptions {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			g.reports = append(g.reports, fmt.Sprintf("%s %s: %v", what, l.Key(), err))
+			if what == "short lease" {
+				if g.short == nil {
+					g.short = map[*Lock]error{}
+				}
+				g.short[l] = err
+			}
 		}
 	}
 	return KeeperOptions{
-		OnLost:   report("lost"),
-		OnAtRisk: report("at risk"),
+		OnLost:       report("lost"),
+		OnAtRisk:     report("at risk"),
+		OnShortLease: report("short lease"),
 		OnRenew: func(l *Lock, err error) {
 			if err != nil {
 				return
@@ -183,4 +192,53 @@ func TestKeeperRenewsEarlyForItsMarginAt600msRTT(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.keepsThroughLeases(t, l, 2)
+}
+
+// TestKeeperReportsALeaseTooShortForItsRoundTrip: a lock whose lease cannot hold three of the
+// round trips the keeper measured, beyond its drift and margin, is reported once through
+// OnShortLease, and a lock with a lease long enough is not.
+func TestKeeperReportsALeaseTooShortForItsRoundTrip(t *testing.T) {
+	const oneWay = 100 * time.Millisecond
+	c, p, _ := proxied(t, withoutIdentity)
+	var g keeperLog
+	k := c.NewKeeper(g.options())
+	defer k.Stop()
+	pilot := mustAcquire(t, c, uniqueKey(t), time.Minute)
+	if err := k.Add(pilot, MinRenewInterval); err != nil {
+		t.Fatal(err)
+	}
+	p.Delay(oneWay)
+	eventually(t, 10*time.Second, "a round trip measured under the latency", func() bool { return k.RoundTrip() >= 2*oneWay })
+	rtt := k.RoundTrip()
+	floor := c.MinTTL(rtt)
+	t.Logf("round trips of %v need leases of %v", rtt, floor)
+
+	// 800ms leave 800 − 8 − 266 = 526ms before the margin, less than 3 × 200ms.
+	short := mustAcquire(t, c, uniqueKey(t), 800*time.Millisecond)
+	enough := mustAcquire(t, c, uniqueKey(t), 2*floor)
+	if short.LeaseTTL() >= floor {
+		t.Fatalf("MinTTL(%v) = %v, want more than the short lease %v", rtt, floor, short.LeaseTTL())
+	}
+	for _, l := range []*Lock{short, enough} {
+		if err := k.Add(l, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "a report of the short lease and two renewals of the long enough one", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.short[short] != nil && g.renewed[enough] >= 2
+	})
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.short[short]; !errors.Is(err, ErrLeaseTooShort) {
+		t.Errorf("short lease reported with %v, want ErrLeaseTooShort", err)
+	} else {
+		t.Logf("reported: %v", err)
+	}
+	for _, l := range []*Lock{enough, pilot} {
+		if err, ok := g.short[l]; ok {
+			t.Errorf("%s (lease %v) reported short: %v", l.Key(), l.LeaseTTL(), err)
+		}
+	}
 }
