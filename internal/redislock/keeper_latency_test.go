@@ -242,3 +242,43 @@ func TestKeeperReportsALeaseTooShortForItsRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestKeeperStillReportsAnUnresponsiveRedisUnderLatency: renewing early for slow round trips does
+// not hide a Redis that stops answering. After the keeper measured 600ms round trips and renewed a
+// 3s lock, a blackhole must bring OnAtRisk once the margin starts and OnLost at ValidUntil.
+func TestKeeperStillReportsAnUnresponsiveRedisUnderLatency(t *testing.T) {
+	c, p, _ := proxied(t, withoutIdentity)
+	const ttl = 3 * time.Second
+	var g keeperLog
+	lost, risk := newLostRecorder(), newRiskRecorder()
+	opts := g.options()
+	opts.OnLost, opts.OnAtRisk = lost.onLost, risk.onAtRisk
+	k := c.NewKeeper(opts)
+	defer k.Stop()
+	measureUnderLatency(t, c, k, &g, func() { p.Delay(latencyOneWay) })
+
+	l := mustAcquire(t, c, uniqueKey(t), ttl)
+	if err := k.Add(l, 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*ttl, "a renewal of the lock under the latency", func() bool { return g.renewals(l) > 0 })
+	p.Blackhole()
+	validUntil := l.ValidUntil()
+	margin := ttl / 3
+
+	riskAt, cause := risk.wait(t, 2*ttl)
+	t.Logf("OnAtRisk %v before ValidUntil: %v", validUntil.Sub(riskAt), cause)
+	if early := validUntil.Sub(riskAt); early <= 0 || early > margin {
+		t.Errorf("OnAtRisk %v before ValidUntil, want within the margin (0, %v]", early, margin)
+	}
+	got, lostAt, err := lost.wait(t, 2*ttl)
+	if got != l || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("reported %v lost with %v, want our lock with ErrLockLost", got.Key(), err)
+	}
+	if late := lostAt.Sub(validUntil); late < 0 || late > lossBound {
+		t.Errorf("OnLost %v after ValidUntil, want within [0, %v]", late, lossBound)
+	}
+	if n := risk.calls(); n != 1 {
+		t.Errorf("OnAtRisk called %d times, want once", n)
+	}
+}
