@@ -103,5 +103,8 @@
 // lock gone or held by another reports ErrLockLost at once; one that failed in transport is retried until the
 // lock's validity runs out, and only then counts as lost. The loss is reported at the lock's
 // ValidUntil even while a renewal is still waiting for Redis, and KeeperOptions.OnAtRisk warns a
-// margin before it, so the holder can stop its work before Redis may expire the key.
+// margin before it, so the holder can stop its work before Redis may expire the key. Renewals are
+// scheduled from the lease's end by the round trips the keeper measures (Keeper.RoundTrip), so a
+// lock whose Redis answers in time is never at risk, provided its lease is above the floor those
+// round trips allow (Client.MinTTL; KeeperOptions.OnShortLease reports a lease below it).
 package redislock

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -28,6 +29,15 @@ const (
 	// promptly; once the latest has waited MinRenewInterval, locks falling due go out in another,
 	// on another connection, so one dead or slow connection does not hold back everyone's renewals.
 	maxRounds = 4
+
+	// rttSamples is how many of its latest rounds the keeper's round-trip estimate looks at. Few
+	// enough that the estimate follows a change of latency within a few rounds, and an array small
+	// enough to scan on every round.
+	rttSamples = 16
+
+	// timerSlack is what a renewal's budget allows for the keeper's own lateness: a timer that fires
+	// late, a goroutine that waits for a core on a loaded machine.
+	timerSlack = 10 * time.Millisecond
 )
 
 // KeeperOptions configures a Keeper. The zero value is usable.
@@ -51,12 +61,21 @@ type KeeperOptions struct {
 	OnAtRisk func(l *Lock, err error)
 	// AtRiskMargin is how long before a lock's validity ends OnAtRisk is called. Default: a third of
 	// the lock's lease, but at most half of the time between its scheduled renewal and the end of
-	// its lease, so a healthy lock is always renewed before its margin starts. A margin longer than
-	// that makes OnAtRisk fire whenever a renewal falls due, before it is answered.
+	// its lease. The keeper sends each renewal early enough that an answer as slow as its recent
+	// rounds arrives before the margin starts, so a longer margin makes it renew sooner; a margin
+	// that leaves less of the lease than three such round trips makes OnShortLease report the lock.
 	AtRiskMargin time.Duration
 	// OnRenew is called after each renewal attempt that did not lose the lock, with nil on success
 	// or the transport error that will be retried. For metrics.
 	OnRenew func(l *Lock, err error)
+	// OnShortLease is called once for a lock whose lease is too short for the round trips the
+	// keeper measures (RoundTrip): the lease minus the drift allowance and the at-risk margin holds
+	// less than three of them (see Client.MinTTL), so a renewal may be answered after the margin
+	// started, and OnAtRisk stop work that nothing threatens. err wraps ErrLeaseTooShort and gives
+	// the numbers. The keeper goes on renewing the lock; the remedy is a longer lease, a shorter
+	// margin, or a Redis nearer by. It is checked before each renewal goes out, once the keeper has
+	// measured a round.
+	OnShortLease func(l *Lock, err error)
 	// BatchSize caps the renewals sent in one pipeline (default 1000).
 	BatchSize int
 	// Timeout caps how long one round of renewals waits for Redis (default 5s). Within the cap a
@@ -76,12 +95,21 @@ type KeeperOptions struct {
 // meanwhile: a lock whose validity ends is reported lost at that instant, whatever its round is
 // waiting for, and one whose renewal is overdue is reported at risk some margin before.
 //
+// Each renewal is scheduled from its lease's end, not only from its start: it goes out at the
+// lock's interval, or earlier if an answer as slow as the keeper's recent rounds would otherwise
+// arrive inside the at-risk margin (see RoundTrip). The lease counts from when its acquire or
+// renew was sent, so the round trip that brought it is already spent when the keeper gets it.
+//
 // A round waits for its answer as long as the validity of its most urgent lock allows (see
 // KeeperOptions.Timeout) rather than abandoning a slow connection: under high latency a fresh
-// go-redis connection costs two extra round trips (HELLO, CLIENT SETINFO) before the renewal. Give
-// the keeper's Redis client ContextTimeoutEnabled (or a round can outlive its budget by the
-// client's ReadTimeout), and consider MinIdleConns of 2 or more, so a connection lost to a fault
-// is replaced in the background, and DisableIdentity, which saves one of those round trips.
+// go-redis connection costs one or two extra round trips (HELLO, and CLIENT SETINFO unless
+// DisableIdentity) before the renewal. go-redis opens pipeline connections, which the keeper's
+// rounds use, only when a pipeline needs one, and runs the handshake on first use even for the
+// idle connections MinIdleConns keeps: the keeper cannot measure that cost in advance, so until
+// one of its rounds has come back, and again after a round failed in transport (which discards
+// its connection), a lock it is given is renewed at once rather than at its interval. Give the
+// keeper's Redis client ContextTimeoutEnabled (or a round can outlive its budget by the client's
+// ReadTimeout) and DisableIdentity, which saves one of those round trips.
 type Keeper struct {
 	c    *Client
 	opts KeeperOptions
@@ -90,6 +118,12 @@ type Keeper struct {
 	entries map[*Lock]*keeperEntry
 	due     entryHeap // entries waiting for their next renewal, by due time
 	watch   entryHeap // every entry, by the next instant its validity must be looked at
+
+	// rtt holds the durations of the latest rounds, for the schedule. conns is how many rounds at
+	// once have come back without a transport error since the last one that had one: that many
+	// connections are open with their handshake paid, and a round beyond them may open one.
+	rtt   rttWindow
+	conns int
 
 	wake    chan struct{}
 	results chan roundResult // capacity maxRounds, so a round never blocks sending
@@ -116,6 +150,8 @@ type keeperEntry struct {
 	// warned: OnAtRisk was called for this run of failures.
 	warned  bool
 	lastErr error // the last transport error of this run of failures
+	// short: OnShortLease was called for this lock.
+	short bool
 }
 
 var (
@@ -123,7 +159,84 @@ var (
 	errUnanswered = errors.New("renewal not answered yet")
 	// errNotSent stands for it when the renewal is due but waits for an earlier round to end.
 	errNotSent = errors.New("renewal due but not sent yet: the keeper's rounds are all waiting for Redis")
+
+	// ErrLeaseTooShort is what KeeperOptions.OnShortLease reports: the lease leaves too little time
+	// before its at-risk margin for renewals at the round trips the keeper measures.
+	ErrLeaseTooShort = errors.New("redislock: lease too short for the round trip to Redis")
 )
+
+// rttWindow keeps the durations of the keeper's latest rounds. Its estimate is the longest of them:
+// of 16 samples the 99th percentile is the largest, and a schedule that must not be late has
+// nothing better to rely on. A slot not yet filled counts as zero.
+type rttWindow struct {
+	samples [rttSamples]time.Duration
+	next    int
+	max     time.Duration
+}
+
+func (w *rttWindow) add(d time.Duration) {
+	w.samples[w.next] = d
+	w.next = (w.next + 1) % len(w.samples)
+	w.max = 0
+	for _, s := range w.samples {
+		w.max = max(w.max, s)
+	}
+}
+
+// renewBudget is how long before the at-risk margin a renewal goes out, for round trips of rtt:
+// the round trip, a quarter more for the jitter that 16 samples do not show, and the keeper's own
+// lateness.
+func renewBudget(rtt time.Duration) time.Duration {
+	return rtt + rtt/4 + timerSlack
+}
+
+// minInterval is the shortest renew interval, and the shortest time between a lease's start and its
+// next renewal, for a lease of ttl: one lock must not make the keeper spin on everyone's account.
+func minInterval(ttl time.Duration) time.Duration {
+	return max(MinRenewInterval, ttl/100)
+}
+
+// leaseNeeds is how much of a lease, beyond its drift allowance and at-risk margin, round trips of
+// rtt take in the worst case the keeper plans for: the round trip that brought the lease (it counts
+// from when its acquire or renew was sent), then a renewal on a fresh connection, whose handshake
+// (HELLO) is one more round trip before the renewal's own. A renewal on a warm connection needs
+// less (renewBudget), so a lease that holds this much also leaves the schedule its slack.
+func leaseNeeds(rtt time.Duration) time.Duration {
+	return 3*rtt + timerSlack
+}
+
+// leaseTooShort reports whether a lease of ttl, with drift and margin taken off, cannot hold what
+// round trips of rtt need (leaseNeeds).
+func leaseTooShort(ttl, drift, margin, rtt time.Duration) bool {
+	return ttl-drift-margin < leaseNeeds(rtt)
+}
+
+// MinTTL returns the shortest lease a Keeper keeps clear of its at-risk margin, at the default
+// renew interval and margin (a third of the lease each), when a round trip to Redis takes rtt:
+//
+//	ttl·(1 − driftFactor − 1/3) − driftAdd ≥ 3·rtt + 10ms
+//
+// The three round trips are the one that brought the lease (it counts from when its acquire or
+// renew was sent), then a renewal that may have to open a connection: HELLO, then the renewal. With
+// the default drift allowance that is about 4.57·rtt + 15ms: 2.76s for 600ms round trips. That is
+// for a client whose fresh connection costs one round trip before its first command (HELLO:
+// DisableIdentity, database 0, the connection dialled nearby or ahead); every further round trip of
+// a connection's setup (CLIENT SETINFO, SELECT, TCP or TLS handshakes over the slow path) adds one
+// rtt to the three. Keeper.RoundTrip is the keeper's measure of rtt. The bound is exact for leases
+// of 300ms and more, and errs long below.
+func (c *Client) MinTTL(rtt time.Duration) time.Duration {
+	need := float64(leaseNeeds(rtt)+c.driftAdd) / (1 - c.driftFactor - 1.0/3)
+	return time.Duration(math.Ceil(need/float64(time.Millisecond))) * time.Millisecond // what Redis keeps
+}
+
+// RoundTrip returns the keeper's estimate of a round's duration, from sending its renewals to
+// settling their answers: the longest of its latest 16 rounds that every node answered, leaving
+// out rounds that may have opened a connection (see Keeper). Zero until it has measured one.
+func (k *Keeper) RoundTrip() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.rtt.max
+}
 
 // failure is the error that explains a run of failures.
 func (e *keeperEntry) failure() error {
@@ -191,7 +304,7 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 	if interval == 0 {
 		interval = ttl / 3
 	}
-	interval = max(interval, MinRenewInterval, ttl/100)
+	interval = max(interval, minInterval(ttl))
 	if interval >= ttl {
 		return invalidf("renew interval %v for lock %s (at least %v): must be shorter than the lease %v", interval, l.key, MinRenewInterval, ttl)
 	}
@@ -199,9 +312,7 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 	if margin <= 0 {
 		margin = min(ttl/3, (ttl-interval)/2)
 	}
-	// Schedule from the lock's last acquire or renew (LeaseStart), not from now, so a lock that was
-	// acquired a while ago (or re-adopted) is renewed in time.
-	due := l.LeaseStart().Add(interval)
+	start, vu := l.LeaseStart(), l.ValidUntil()
 
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -218,10 +329,17 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 	e.interval, e.margin = interval, margin
 	// A lock in flight (out of the due heap) is rescheduled by its round's outcome.
 	if !ok || e.dueIndex >= 0 {
-		e.due = due
+		// Schedule from the lock's last acquire or renew (LeaseStart), not from now, so a lock that
+		// was acquired a while ago (or re-adopted) is renewed in time. Without a round known to
+		// have come back, the next one may pay for a fresh connection: renewing at once spends the
+		// least of the lease on it.
+		e.due = start
+		if k.conns > 0 {
+			e.due = k.dueAfter(e, start, ttl, vu)
+		}
 		k.due.set(e)
 	}
-	e.watchAt = e.watchTime(l.ValidUntil())
+	e.watchAt = e.watchTime(vu)
 	k.watch.set(e)
 	k.poke()
 	return nil
@@ -307,7 +425,9 @@ func (k *Keeper) run() {
 		k.mu.Lock()
 		calls := k.watchLocked(now, nil)
 		if f.mayStart(now) {
-			if r, ok := k.startRoundLocked(now); ok {
+			var r round
+			var ok bool
+			if r, calls, ok = k.startRoundLocked(now, f.inFlight+1, calls); ok {
 				f.inFlight++
 				f.lastStart = now
 				k.rounds.Go(func() { k.results <- k.renew(r) })
@@ -386,8 +506,8 @@ func (k *Keeper) watchLocked(now time.Time, calls []callback) []callback {
 			continue
 		case !now.Before(vu.Add(-e.margin)) && !e.warned:
 			if !e.outstanding && now.Before(e.due) {
-				// Inside the margin, but the renewal is not even due (an interval longer than the
-				// lease minus the margin): look again when it is.
+				// Inside the margin, but the renewal is not even due (a lease too short for its
+				// margin and the shortest interval, see dueAfter): look again when it is.
 				e.watchAt = minTime(e.due, vu)
 				k.watch.set(e)
 				continue
@@ -414,6 +534,10 @@ type round struct {
 	locks  []*Lock
 	ttls   []time.Duration
 	budget time.Duration
+	// conns is how many rounds were in flight when this one started, itself included; cold says
+	// more than the keeper's open connections (Keeper.conns), so this one may have opened one.
+	conns int
+	cold  bool
 }
 
 type roundResult struct {
@@ -422,10 +546,12 @@ type roundResult struct {
 	tallies    []tally
 }
 
-// startRoundLocked picks up to BatchSize locks that are due and prepares their round. A lock due
-// within an eighth of its interval goes along too: renewing a little early costs nothing and
-// folds near-simultaneous locks into one pipeline.
-func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
+// startRoundLocked picks up to BatchSize locks that are due and prepares their round, the conns-th
+// in flight. A lock due within an eighth of its interval goes along too: renewing a little early
+// costs nothing and folds near-simultaneous locks into one pipeline. A lock whose lease is too short
+// for the keeper's round trips is reported to OnShortLease (appended to calls) before its renewal
+// goes out, whether or not that renewal comes back.
+func (k *Keeper) startRoundLocked(now time.Time, conns int, calls []callback) (round, []callback, bool) {
 	var r round
 	urgent := time.Time{}
 	for e := k.due.top(); e != nil && len(r.batch) < k.opts.BatchSize; e = k.due.top() {
@@ -445,18 +571,23 @@ func (k *Keeper) startRoundLocked(now time.Time) (round, bool) {
 			e.watchAt = w
 			k.watch.set(e)
 		}
+		if !e.short && k.rtt.max > 0 && leaseTooShort(ttl, k.c.drift(ttl), e.margin, k.rtt.max) {
+			e.short = true
+			calls = append(calls, callback{k.opts.OnShortLease, e.lock, k.shortLease(e, ttl)})
+		}
 		r.batch, r.locks, r.ttls = append(r.batch, e), append(r.locks, e.lock), append(r.ttls, ttl)
 		if urgent.IsZero() || vu.Before(urgent) {
 			urgent = vu
 		}
 	}
 	if len(r.batch) == 0 {
-		return r, false
+		return r, calls, false
 	}
 	// Budget by the lease, not by anyone's interval: a lock with a tiny interval must not shrink
 	// the wait of the locks batched with it.
 	r.budget = max(min(time.Duration(float64(urgent.Sub(now))*roundShare), k.opts.Timeout), MinRenewInterval)
-	return r, true
+	r.conns, r.cold = conns, conns > k.conns
+	return r, calls, true
 }
 
 // renew sends one round; it runs on its own goroutine and touches no keeper state.
@@ -468,11 +599,55 @@ func (k *Keeper) renew(r round) roundResult {
 	return roundResult{round: r, start: start, end: time.Now(), tallies: tallies}
 }
 
+// measure takes what a finished round says about the way to Redis: how many connections the
+// keeper's rounds have open, and how long a round takes. Only rounds that every node answered count,
+// and not those that may have opened a connection: a handshake is paid once per connection, not per
+// round, and a lock added while no connection is known open goes out at once (Add) instead of being
+// budgeted for it. A transport error counts every connection lost, which at worst renews a few
+// locks early.
+func (k *Keeper) measure(r roundResult) {
+	for _, t := range r.tallies {
+		if len(t.errs) > 0 {
+			k.conns = 0
+			return
+		}
+	}
+	if !r.cold {
+		k.rtt.add(r.end.Sub(r.start))
+	}
+	k.conns = max(k.conns, r.conns)
+}
+
+// dueAfter is when the renewal of a lease that began at start and is valid until vu goes out: at
+// the lock's interval, or earlier when an answer as slow as the keeper's recent rounds would then
+// come inside the at-risk margin; never sooner than the shortest interval after start, so a lease
+// too short for the round trip (OnShortLease) does not make the keeper spin.
+func (k *Keeper) dueAfter(e *keeperEntry, start time.Time, ttl time.Duration, vu time.Time) time.Time {
+	due := start.Add(e.interval)
+	if latest := vu.Add(-e.margin - renewBudget(k.rtt.max)); latest.Before(due) {
+		due = latest
+		if floor := start.Add(minInterval(ttl)); due.Before(floor) {
+			due = floor
+		}
+	}
+	return due
+}
+
+// shortLease is the error OnShortLease gets for e's lease of ttl.
+func (k *Keeper) shortLease(e *keeperEntry, ttl time.Duration) error {
+	rtt := k.rtt.max
+	left := ttl - k.c.drift(ttl) - e.margin
+	return fmt.Errorf("%w: lock %s: a lease of %v leaves %v before its at-risk margin of %v, and round trips of %v need %v (the one that brought the lease, then a renewal on a fresh connection); at the default margin the lease needs %v",
+		ErrLeaseTooShort, e.lock.key, ttl, left.Round(time.Millisecond), e.margin.Round(time.Millisecond),
+		rtt.Round(time.Millisecond), leaseNeeds(rtt).Round(time.Millisecond), k.c.MinTTL(rtt))
+}
+
 // settle reschedules or drops each lock of a finished round by its outcome.
 func (k *Keeper) settle(r roundResult) []callback {
 	calls := make([]callback, 0, len(r.batch))
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.measure(r)
 	for i, e := range r.batch {
 		if k.entries[e.lock] != e {
 			continue // removed, or reported lost at ValidUntil, while in flight
@@ -486,7 +661,7 @@ func (k *Keeper) settle(r roundResult) []callback {
 		switch {
 		case err == nil:
 			e.outstanding, e.warned, e.lastErr = false, false, nil
-			e.due = r.start.Add(e.interval)
+			e.due = k.dueAfter(e, r.start, r.ttls[i], vu)
 		case errors.Is(err, ErrLockLost):
 		default:
 			left := vu.Sub(r.end)

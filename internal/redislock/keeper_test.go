@@ -250,8 +250,9 @@ func TestKeeperReloadsScriptsAfterRestart(t *testing.T) {
 }
 
 // proxied starts a real redis-server behind a fault proxy and returns a lock client that talks
-// through the proxy, plus a direct client for looking at Redis without the fault.
-func proxied(t *testing.T) (*Client, *faultproxy.Proxy, *redis.Client) {
+// through the proxy, plus a direct client for looking at Redis without the fault. opts change the
+// lock client's options.
+func proxied(t *testing.T, opts ...func(*redis.Options)) (*Client, *faultproxy.Proxy, *redis.Client) {
 	t.Helper()
 	srv := redisserver.Start(t)
 	p, err := faultproxy.Start(srv.Addr())
@@ -259,14 +260,18 @@ func proxied(t *testing.T) (*Client, *faultproxy.Proxy, *redis.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	rc := redis.NewClient(&redis.Options{
+	o := &redis.Options{
 		Addr:                  p.Addr(),
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 		DialTimeout:           5 * time.Second,
 		ReadTimeout:           5 * time.Second,
 		WriteTimeout:          5 * time.Second,
-	})
+	}
+	for _, opt := range opts {
+		opt(o)
+	}
+	rc := redis.NewClient(o)
 	t.Cleanup(func() { _ = rc.Close() })
 	c, err := New(rc)
 	if err != nil {
