@@ -199,9 +199,16 @@ func (r *LockedJobReconciler) failJobInvalid(p *pass, cause error) {
 	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonJobInvalid, "ValidateJob", "%s", msg)
 }
 
-// warnShortTTL says once when the lease cannot outlive a leader change: a successor operator
-// re-adopts only after the old leader's lease ends, by which time this lock has expired.
+// warnShortTTL says once when the lease is too short for the round trip to Redis the keeper
+// measures (docs/design.md, Failure modes: the smallest ttl a round trip allows), or cannot outlive
+// a leader change: a successor operator re-adopts only after the old leader's lease ends, by which
+// time this lock has expired.
 func (r *LockedJobReconciler) warnShortTTL(lj *batchv1alpha1.LockedJob) {
+	if short, rtt, least := r.Locks.ShortLease(ttlOf(lj)); short {
+		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonTTLBelowRoundTrip, "Acquire",
+			"spec.lock.ttl %s is too short for the round trip to Redis the operator measures (%s; the smallest ttl it allows is %s): a renewal may not be answered before the lease is at risk, and the Job would be stopped",
+			ttlOf(lj), rtt, least)
+	}
 	if r.Config.FailoverTime <= 0 || ttlOf(lj) > r.Config.FailoverTime {
 		return
 	}

@@ -43,8 +43,10 @@ type LockBook struct {
 	stops  chan struct{} // semaphore of maxConcurrentStops
 
 	// OnRenewFailed, if set, hears of the first failed renewal in a run of failures of one lock
-	// (the keeper retries; the lock counts as lost only when its validity runs out). Set it before
-	// the first Track, or later with SetHandlers.
+	// (the keeper retries; the lock counts as lost only when its validity runs out), and, once per
+	// lock, of a lease too short for the round trips the keeper measures (an error wrapping
+	// redislock.ErrLeaseTooShort: renewals may not come back in time). Set it before the first
+	// Track, or later with SetHandlers.
 	OnRenewFailed func(lj *batchv1alpha1.LockedJob, err error)
 	// StopWorkload, if set, applies the lock-lost policy to the Job of a lock that was lost or whose
 	// lease is at risk, before the reconciler is woken: a loss must not wait for a free worker while
@@ -87,7 +89,7 @@ func NewLockBook(c *redislock.Client) *LockBook {
 		events:  make(chan event.GenericEvent, 1024),
 		stops:   make(chan struct{}, maxConcurrentStops),
 	}
-	b.keeper = c.NewKeeper(redislock.KeeperOptions{OnLost: b.onLost, OnAtRisk: b.onAtRisk, OnRenew: b.onRenew})
+	b.keeper = c.NewKeeper(redislock.KeeperOptions{OnLost: b.onLost, OnAtRisk: b.onAtRisk, OnRenew: b.onRenew, OnShortLease: b.onShortLease})
 	return b
 }
 

@@ -39,6 +39,23 @@ func (b *LockBook) onRenew(l *redislock.Lock, err error) {
 	}
 }
 
+// onShortLease runs on the keeper's goroutine: a held lock whose lease is too short for the round
+// trip the keeper measures is told to the user through OnRenewFailed, once per lock (the keeper
+// calls once), by the leader only.
+func (b *LockBook) onShortLease(l *redislock.Lock, err error) {
+	b.mu.Lock()
+	e, ok := b.byLk[l]
+	var obj *batchv1alpha1.LockedJob
+	if ok {
+		obj = e.object()
+	}
+	tell, leading := b.OnRenewFailed, b.term != 0
+	b.mu.Unlock()
+	if ok && leading && tell != nil {
+		tell(obj, err)
+	}
+}
+
 // object is a reference to the entry's LockedJob, enough for events and enqueueing.
 func (e *bookEntry) object() *batchv1alpha1.LockedJob {
 	obj := &batchv1alpha1.LockedJob{}

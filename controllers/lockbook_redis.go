@@ -93,6 +93,18 @@ func (b *LockBook) Announce(ctx context.Context, member string, lease time.Durat
 	return b.redis.Announce(ctx, member, lease)
 }
 
+// ShortLease says whether a lease of ttl is too short for the round trip to Redis the keeper has
+// measured, that round trip, and the smallest ttl it allows (redislock.Client.MinTTL); false
+// before the keeper measured one.
+func (b *LockBook) ShortLease(ttl time.Duration) (short bool, rtt, least time.Duration) {
+	rtt = b.keeper.RoundTrip()
+	if rtt <= 0 {
+		return false, 0, 0
+	}
+	least = b.redis.MinTTL(rtt)
+	return ttl < least, rtt, least
+}
+
 // Withdraw removes member's announcement (see Announce).
 func (b *LockBook) Withdraw(ctx context.Context, member string) error {
 	return b.redis.Withdraw(ctx, member)

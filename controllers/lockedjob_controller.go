@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 const (
@@ -209,6 +211,11 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		r.APIReader = mgr.GetAPIReader()
 	}
 	r.Locks.SetHandlers(func(lj *batchv1alpha1.LockedJob, err error) {
+		if errors.Is(err, redislock.ErrLeaseTooShort) {
+			r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonTTLBelowRoundTrip, "Renew",
+				"spec.lock.ttl is too short for the round trip to Redis (%v): a renewal may not be answered before the lease is at risk; raise spec.lock.ttl", err)
+			return
+		}
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonRenewFailed, "Renew",
 			"Renewing the lock failed (%v); retrying until the lease runs out", err)
 	}, r.stopWorkload)

@@ -227,6 +227,9 @@ const (
 	ReasonJobDeleted       = "JobDeleted"
 	ReasonJobInvalid       = "JobInvalid"
 	ReasonTTLBelowFailover = "TTLBelowFailover"
+	// ReasonTTLBelowRoundTrip: spec.lock.ttl leaves too little time for the round trips to Redis
+	// the operator measures (a renewal may not be answered before the lease is at risk).
+	ReasonTTLBelowRoundTrip = "TTLBelowRoundTrip"
 	ReasonLockTimeout      = "LockTimeout"
 	ReasonLockLost         = "LockLost"
 	ReasonReleased         = "Released"

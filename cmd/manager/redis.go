@@ -163,9 +163,12 @@ func redisConnOptions(o options) (redis.UniversalOptions, error) {
 	}
 	return redis.UniversalOptions{
 		Username: o.redisUsername, Password: password, DB: o.redisDB, TLSConfig: tlsConfig,
-		// Deadlines come from contexts (the keeper budgets rounds by the lease); spare
-		// connections are dialled ahead, so a connection lost to a fault is replaced before a
-		// renewal needs it; no CLIENT SETINFO, one round trip less per new connection.
+		// Deadlines come from contexts (the keeper budgets rounds by the lease). No CLIENT
+		// SETINFO: one round trip less on every new connection, whose handshake runs on its first
+		// use, also for the spare ones MinIdleConns keeps; the keeper's renewals go through
+		// go-redis's pipeline pool, which opens connections only when a round needs one, so the
+		// smallest ttl counts that handshake (redislock.Client.MinTTL; a --redis-db other than 0
+		// adds a SELECT to it).
 		ContextTimeoutEnabled: true, MinIdleConns: 2, DisableIdentity: true,
 	}, nil
 }
