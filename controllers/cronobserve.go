@@ -118,7 +118,7 @@ func childOf(lj *batchv1alpha1.LockedJob) cronChild {
 		name:      lj.Name,
 		uid:       lj.UID,
 		scheduled: lj.CreationTimestamp.Time,
-		finished:  isTerminal(lj.Status.Phase),
+		finished:  lj.Status.Phase.IsTerminal(),
 		succeeded: lj.Status.Phase == batchv1alpha1.PhaseSucceeded,
 		deleting:  !lj.DeletionTimestamp.IsZero(),
 	}

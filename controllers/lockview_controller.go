@@ -122,7 +122,7 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 func viewOf(cache client.Reader, scope batchv1alpha1.LockScope) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		lj, ok := o.(*batchv1alpha1.LockedJob)
-		if !ok || lockScope(lj) != scope {
+		if !ok || lj.Spec.Lock.ScopeOrDefault() != scope {
 			return nil
 		}
 		name := types.NamespacedName{Name: lj.Spec.Lock.Name}

@@ -25,7 +25,7 @@ import (
 
 // declaredLock returns the Lock or ClusterLock that declares lj's lock, and its name.
 func declaredLock(lj *batchv1alpha1.LockedJob) (client.Object, types.NamespacedName) {
-	if lockScope(lj) == batchv1alpha1.LockScopeCluster {
+	if lj.Spec.Lock.ScopeOrDefault() == batchv1alpha1.LockScopeCluster {
 		return &batchv1alpha1.ClusterLock{}, types.NamespacedName{Name: lj.Spec.Lock.Name}
 	}
 	return &batchv1alpha1.Lock{}, types.NamespacedName{Namespace: lj.Namespace, Name: lj.Spec.Lock.Name}

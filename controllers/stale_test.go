@@ -328,7 +328,7 @@ func TestFinishedLockedJobIsLetGo(t *testing.T) {
 			return c.Patch(ctx, obj, patch, opts...)
 		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			if lj, ok := obj.(*batchv1alpha1.LockedJob); ok && isTerminal(lj.Status.Phase) {
+			if lj, ok := obj.(*batchv1alpha1.LockedJob); ok && lj.Status.Phase.IsTerminal() {
 				writes = append(writes, "outcome")
 			}
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)

@@ -99,7 +99,7 @@ func setFinished(lj *batchv1alpha1.LockedJob) {
 func setReady(lj *batchv1alpha1.LockedJob) {
 	msg := lj.Status.Message
 	if c := meta.FindStatusCondition(lj.Status.Conditions, batchv1alpha1.ConditionRedisAvailable); c != nil &&
-		c.Status == metav1.ConditionFalse && !isTerminal(lj.Status.Phase) {
+		c.Status == metav1.ConditionFalse && !lj.Status.Phase.IsTerminal() {
 		setCondition(lj, batchv1alpha1.ConditionReady, metav1.ConditionFalse, batchv1alpha1.ReasonRedisUnavailable, c.Message)
 		return
 	}
