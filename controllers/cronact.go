@@ -139,7 +139,7 @@ func (r *LockedCronJobReconciler) lockedJobFor(cj *batchv1alpha1.LockedCronJob, 
 	if lj.Annotations == nil {
 		lj.Annotations = map[string]string{}
 	}
-	lj.Labels[batchv1alpha1.LabelLockedCronJob] = lockedJobLabel(cj.Name)
+	lj.Labels[batchv1alpha1.LabelLockedCronJob] = batchv1alpha1.NameLabelValue(cj.Name)
 	lj.Annotations[batchv1alpha1.AnnotationScheduledTime] = run.UTC().Format(time.RFC3339)
 	if err := controllerutil.SetControllerReference(cj, lj, r.Scheme); err != nil {
 		return nil, fmt.Errorf("own LockedJob %s: %w", lj.Name, err)

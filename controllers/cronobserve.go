@@ -93,7 +93,7 @@ func parseSchedule(spec batchv1alpha1.LockedCronJobSpec, now time.Time) (s cron.
 func (r *LockedCronJobReconciler) children(ctx context.Context, cj *batchv1alpha1.LockedCronJob) ([]cronChild, error) {
 	var list batchv1alpha1.LockedJobList
 	if err := r.List(ctx, &list, client.InNamespace(cj.Namespace),
-		client.MatchingLabels{batchv1alpha1.LabelLockedCronJob: lockedJobLabel(cj.Name)}); err != nil {
+		client.MatchingLabels{batchv1alpha1.LabelLockedCronJob: batchv1alpha1.NameLabelValue(cj.Name)}); err != nil {
 		return nil, fmt.Errorf("list LockedJobs of %s: %w", cj.Name, err)
 	}
 	var out []cronChild
