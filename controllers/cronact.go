@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 )
 
 // Acting on a LockedCronJob's plan, and recording its status.
@@ -294,7 +295,7 @@ func (r *LockedCronJobReconciler) setScheduleValid(p *cronPass) {
 		Type:               batchv1alpha1.ConditionScheduleValid,
 		Status:             status,
 		Reason:             reason,
-		Message:            cutMessage(msg),
+		Message:            reconcile.CutMessage(msg),
 		ObservedGeneration: cj.Generation,
 		LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
@@ -319,7 +320,7 @@ func (r *LockedCronJobReconciler) setScopeAllowed(p *cronPass) {
 		Type:               batchv1alpha1.ConditionScopeAllowed,
 		Status:             status,
 		Reason:             reason,
-		Message:            cutMessage(msg),
+		Message:            reconcile.CutMessage(msg),
 		ObservedGeneration: cj.Generation,
 		LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})

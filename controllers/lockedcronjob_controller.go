@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 )
 
 // maxCronStepsPerPass bounds the steps one pass chains (ask Redis → skip, or replace → create →
@@ -98,7 +99,7 @@ func (r *LockedCronJobReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 		if raced && reterr == nil {
-			result = ctrl.Result{RequeueAfter: conflictRequeue}
+			result = ctrl.Result{RequeueAfter: reconcile.ConflictRequeue}
 		}
 	}()
 
@@ -108,7 +109,7 @@ func (r *LockedCronJobReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		next, err := r.actCron(ctx, p, plan)
 		if err != nil {
 			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+				return ctrl.Result{RequeueAfter: reconcile.ConflictRequeue}, nil
 			}
 			return ctrl.Result{}, err
 		}
@@ -130,7 +131,7 @@ func (r *LockedCronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.RedisTimeout = cmpOr(r.RedisTimeout, 2*time.Second)
+	r.RedisTimeout = reconcile.DurationOr(r.RedisTimeout, 2*time.Second)
 	r.permits = newPermitReader(mgr)
 	if kind := unservedKind(mgr, "LockedCronJob"); kind != "" {
 		skipUnserved("LockedCronJob schedules", kind)
@@ -143,9 +144,9 @@ func (r *LockedCronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// event emits an Event with its note cut (cutMessage): the events API refuses a longer one.
+// event emits an Event with its note cut (reconcile.CutMessage): the events API refuses a longer one.
 func (r *LockedCronJobReconciler) event(cj *batchv1alpha1.LockedCronJob, eventType, reason, action, note string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(cj, nil, eventType, reason, action, "%s", cutMessage(fmt.Sprintf(note, args...)))
+		r.Recorder.Eventf(cj, nil, eventType, reason, action, "%s", reconcile.CutMessage(fmt.Sprintf(note, args...)))
 	}
 }

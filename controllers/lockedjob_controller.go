@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 )
 
 const (
@@ -46,9 +47,6 @@ const (
 	finalizer = "batch.lockedjob.dev/release-lock"
 
 	defaultTTL = batchv1alpha1.DefaultLockTTL // for objects stored before the CRD defaulted spec.lock.ttl
-	// conflictRequeue is how soon a pass whose write lost an optimistic-lock race runs again, with
-	// the object as the API server has it now.
-	conflictRequeue = 50 * time.Millisecond
 	// maxStepsPerPass bounds the steps one pass chains (add the finalizer → acquire → create the
 	// Job → running is the longest).
 	maxStepsPerPass = 5
@@ -96,11 +94,11 @@ func (c *Config) defaults() {
 	if c.WaitBackoffMax < c.WaitBackoffMin {
 		c.WaitBackoffMax = max(15*time.Second, c.WaitBackoffMin)
 	}
-	c.RedisTimeout = cmpOr(c.RedisTimeout, 2*time.Second)
+	c.RedisTimeout = reconcile.DurationOr(c.RedisTimeout, 2*time.Second)
 	if c.QueueRecheck <= 0 {
 		c.QueueRecheck = 20 * c.WaitBackoffMax
 	}
-	c.UnwatchedJobRecheck = cmpOr(c.UnwatchedJobRecheck, 30*time.Second)
+	c.UnwatchedJobRecheck = reconcile.DurationOr(c.UnwatchedJobRecheck, 30*time.Second)
 }
 
 // stuckRecheck is how often a running LockedJob without a ready pod looks for a stuck one.
@@ -173,7 +171,7 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 		if raced && reterr == nil {
-			result = ctrl.Result{RequeueAfter: conflictRequeue} // run again on the current object
+			result = ctrl.Result{RequeueAfter: reconcile.ConflictRequeue} // run again on the current object
 		}
 	}()
 
@@ -191,7 +189,7 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 	}
 	if apierrors.IsConflict(err) {
-		return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+		return ctrl.Result{RequeueAfter: reconcile.ConflictRequeue}, nil
 	}
 	return res, err
 }
@@ -250,9 +248,9 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		Complete(r)
 }
 
-// event emits an Event with its note cut (cutMessage): the events API refuses a longer one.
+// event emits an Event with its note cut (reconcile.CutMessage): the events API refuses a longer one.
 func (r *LockedJobReconciler) event(lj *batchv1alpha1.LockedJob, eventType, reason, action, note string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(lj, nil, eventType, reason, action, "%s", cutMessage(fmt.Sprintf(note, args...)))
+		r.Recorder.Eventf(lj, nil, eventType, reason, action, "%s", reconcile.CutMessage(fmt.Sprintf(note, args...)))
 	}
 }

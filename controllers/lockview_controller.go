@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -75,10 +76,10 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.MinInterval = cmpOr(r.MinInterval, 5*time.Second)
-	r.Resync = cmpOr(r.Resync, 2*time.Minute)
-	r.RedisTimeout = cmpOr(r.RedisTimeout, 2*time.Second)
-	r.Announce = cmpOr(r.Announce, 30*time.Second)
+	r.MinInterval = sreconcile.DurationOr(r.MinInterval, 5*time.Second)
+	r.Resync = sreconcile.DurationOr(r.Resync, 2*time.Minute)
+	r.RedisTimeout = sreconcile.DurationOr(r.RedisTimeout, 2*time.Second)
+	r.Announce = sreconcile.DurationOr(r.Announce, 30*time.Second)
 	if r.Member == "" {
 		host, _ := os.Hostname()
 		r.Member = r.Identity.ClusterID + "/" + host

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -105,7 +106,7 @@ func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewS
 			permits, behind[0].Member, behind[0].Protocol, redislock.SemaphoreProtocol)
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: cutMessage(msg),
+		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: sreconcile.CutMessage(msg),
 		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
 }
@@ -173,7 +174,7 @@ func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fenc
 
 func (r *LockViewReconciler) setRedis(status *batchv1alpha1.LockViewStatus, s metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: batchv1alpha1.ConditionRedisAvailable, Status: s, Reason: reason, Message: cutMessage(msg),
+		Type: batchv1alpha1.ConditionRedisAvailable, Status: s, Reason: reason, Message: sreconcile.CutMessage(msg),
 		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
 }

@@ -35,11 +35,3 @@ func derefInt64(p *int64) int64 {
 	}
 	return *p
 }
-
-// cmpOr returns d, or def when d is not positive.
-func cmpOr(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
