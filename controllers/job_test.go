@@ -3,7 +3,6 @@ package controllers
 import (
 	"strings"
 	"testing"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,7 +14,7 @@ import (
 )
 
 func TestBuildJobCarriesTheLock(t *testing.T) {
-	lj := lockedJob("n", "migrate", "uid", 0, time.Unix(0, 0))
+	lj := lockedJob("migrate", "uid")
 	lj.Spec.JobTemplate = batchv1alpha1.JobTemplate{
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"team": "db"}, Annotations: map[string]string{"note": "x"}},
 		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
@@ -53,7 +52,7 @@ func TestBuildJobCarriesTheLock(t *testing.T) {
 
 // TestBuildJobLongNameLabel: the owner label fits a label value and the annotation keeps the name.
 func TestBuildJobLongNameLabel(t *testing.T) {
-	lj := lockedJob("n", strings.Repeat("a", 253), "uid", 0, time.Unix(0, 0))
+	lj := lockedJob(strings.Repeat("a", 253), "uid")
 	job, err := buildJob(lj, "j", 41, "h", testSchemeForUnit(t))
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +87,7 @@ func TestBuildJobRunsAtOnceOnePodAtATime(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			lj := lockedJob("n", "run", "uid", 0, time.Unix(0, 0))
+			lj := lockedJob("run", "uid")
 			lj.Spec.JobTemplate.Spec = tc.spec
 			job, err := buildJob(lj, "run-15", 41, "h", testSchemeForUnit(t))
 			if err != nil {

@@ -14,20 +14,21 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
 
-func lockedJob(ns, name, uid string, priority int32, created time.Time) *batchv1alpha1.LockedJob {
+// lockedJob is a LockedJob called name in namespace n, on lock db.
+func lockedJob(name, uid string) *batchv1alpha1.LockedJob {
 	return &batchv1alpha1.LockedJob{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid), CreationTimestamp: metav1.NewTime(created)},
-		Spec:       batchv1alpha1.LockedJobSpec{Lock: batchv1alpha1.LockSpec{Name: "db", Priority: priority}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: name, UID: types.UID(uid), CreationTimestamp: metav1.NewTime(time.Unix(0, 0))},
+		Spec:       batchv1alpha1.LockedJobSpec{Lock: batchv1alpha1.LockSpec{Name: "db"}},
 	}
 }
 
 func TestJobNameFitsAndChangesWithFence(t *testing.T) {
-	long := lockedJob("n", strings.Repeat("a", 253), "u", 0, time.Unix(0, 0))
+	long := lockedJob(strings.Repeat("a", 253), "u")
 	name := jobName(long, 1796078263000000)
 	if len(name) > 63 {
 		t.Fatalf("job name %q is %d characters; Job names allow 63", name, len(name))
 	}
-	short := lockedJob("n", "nightly", "u", 0, time.Unix(0, 0))
+	short := lockedJob("nightly", "u")
 	if a, b := jobName(short, 41), jobName(short, 42); a == b || a != "nightly-15" {
 		t.Fatalf("job names %q and %q: want distinct, first nightly-15", a, b)
 	}
@@ -53,8 +54,8 @@ func TestJobNameIsADNSLabel(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			for _, f := range []int64{0, 1, fence, math.MaxInt64, math.MinInt64} {
-				a := jobName(lockedJob("n", tc.name, "u", 0, time.Unix(0, 0)), f)
-				b := jobName(lockedJob("n", tc.twin, "u", 0, time.Unix(0, 0)), f)
+				a := jobName(lockedJob(tc.name, "u"), f)
+				b := jobName(lockedJob(tc.twin, "u"), f)
 				if errs := validation.IsDNS1123Label(a); len(errs) > 0 {
 					t.Errorf("jobName(%q, %d) = %q: %v", tc.name, f, a, errs)
 				}

@@ -32,6 +32,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // maxCronStepsPerPass bounds the steps one pass chains (ask Redis → skip, or replace → create →
@@ -47,7 +48,7 @@ type LockedCronJobReconciler struct {
 	// Locks and Identity are the LockedJob reconciler's: onBusy Skip asks the book whether the
 	// lock its LockedJobs would acquire is held, under the key they would acquire it with.
 	Locks    *LockBook
-	Identity Identity
+	Identity locks.Identity
 	// ClusterScopeNamespaces is the LockedJob reconciler's gate (Config.ClusterScopeNamespaces):
 	// where its LockedJobs may not use their lock, the LockedCronJob may not look at it either.
 	ClusterScopeNamespaces ScopeGate
@@ -55,7 +56,7 @@ type LockedCronJobReconciler struct {
 	RedisTimeout time.Duration
 	Clock        clock.PassiveClock
 
-	permits permitReader
+	permits locks.PermitReader
 }
 
 // cronPass is one run of Reconcile: the object as read, what it observed, and the status it records.

@@ -40,6 +40,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 const (
@@ -55,7 +56,7 @@ const (
 // Config is the operator-wide behaviour of the reconciler.
 type Config struct {
 	// Identity derives lock keys, holder names and tokens.
-	Identity Identity
+	Identity locks.Identity
 	// ClusterScopeNamespaces may acquire locks of spec.lock.scope Cluster; "*" allows every namespace.
 	// The LockedCronJob reconciler must be given the same gate.
 	ClusterScopeNamespaces ScopeGate
@@ -122,7 +123,7 @@ type LockedJobReconciler struct {
 	Clock     clock.PassiveClock
 
 	waiting waitBook
-	permits permitReader
+	permits locks.PermitReader
 }
 
 // pass is one run of Reconcile: the object as read, what it observed, and the status it records.
@@ -130,8 +131,8 @@ type pass struct {
 	lj     *batchv1alpha1.LockedJob
 	before *batchv1alpha1.LockedJob // what the API server has: base of the status patch
 	key    string                   // the lock's name in the lock library
-	// permits is how many may hold the lock at once (see permitReader), read by the passes that
-	// acquire; 0 in the others.
+	// permits is how many may hold the lock at once (see locks.PermitReader), read by the passes
+	// that acquire; 0 in the others.
 	permits int
 	obs     observation
 	// acquired tells the acquisition made by this pass; the JobCreated Event that follows in the
@@ -238,7 +239,7 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	// Without the Lock kinds every lock admits one holder; with them, a changed number of permits
 	// wakes the lock's waiters.
 	r.permits = newPermitReader(mgr)
-	if r.permits.served {
+	if r.permits.Served {
 		changed := builder.WithPredicates(permitsChanged)
 		b = b.Watches(&batchv1alpha1.Lock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeNamespace)), changed).
 			Watches(&batchv1alpha1.ClusterLock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeCluster)), changed)

@@ -18,6 +18,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -36,7 +37,7 @@ func (r *LockViewReconciler) refresh(ctx context.Context, obj client.Object, sta
 	base := obj.DeepCopyObject().(client.Object)
 	before := status.DeepCopy()
 	status.ObservedGeneration = obj.GetGeneration()
-	readErr := r.read(ctx, status, key, namespace, permitsIn(obj), admitted)
+	readErr := r.read(ctx, status, key, namespace, locks.Permits(obj), admitted)
 	status.ObservedAt = before.ObservedAt
 	if equality.Semantic.DeepEqual(before, status) {
 		return reconcile.Result{RequeueAfter: r.Resync}, readErr

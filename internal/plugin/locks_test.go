@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/controllers"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -83,7 +83,7 @@ func TestQueueCompareMatchesTheOperator(t *testing.T) {
 	for _, p := range ptrs {
 		byPlugin = append(byPlugin, p.Name)
 	}
-	var id controllers.Identity
+	var id locks.Identity
 	slices.SortStableFunc(ljs, func(a, b batchv1alpha1.LockedJob) int {
 		sa, sb := id.QueueScore(&a), id.QueueScore(&b)
 		switch {

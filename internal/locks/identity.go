@@ -1,6 +1,7 @@
-package controllers
+package locks
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -89,4 +90,17 @@ func (id Identity) Token(lj *batchv1alpha1.LockedJob) string {
 // [-1000, 1000] and creation times have second precision, so the score stays an exact float64.
 func (id Identity) QueueScore(lj *batchv1alpha1.LockedJob) float64 {
 	return float64(1000-int64(lj.Spec.Lock.Priority))*1e10 + float64(lj.CreationTimestamp.Unix())
+}
+
+// QueueCompare orders waiters as the lock library's queue serves them: by QueueScore, a sorted set
+// in Redis, which breaks equal scores by the member, the holder name cluster/namespace/name/uid;
+// within one cluster that is namespace, then name, then UID, which is what breaks ties here. It is
+// the order for readers without an Identity (the plugin); the operator hands the score itself to
+// the lock library.
+func QueueCompare(a, b *batchv1alpha1.LockedJob) int {
+	var id Identity // the score does not depend on the cluster or the key
+	return cmp.Or(
+		cmp.Compare(id.QueueScore(a), id.QueueScore(b)),
+		strings.Compare(a.Namespace+"/"+a.Name+"/"+string(a.UID), b.Namespace+"/"+b.Name+"/"+string(b.UID)),
+	)
 }

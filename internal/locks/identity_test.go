@@ -1,12 +1,22 @@
-package controllers
+package locks
 
 import (
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
+
+func lockedJob(ns, name, uid string, priority int32, created time.Time) *batchv1alpha1.LockedJob {
+	return &batchv1alpha1.LockedJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid), CreationTimestamp: metav1.NewTime(created)},
+		Spec:       batchv1alpha1.LockedJobSpec{Lock: batchv1alpha1.LockSpec{Name: "db", Priority: priority}},
+	}
+}
 
 func TestTokenIsDerivedAndSecret(t *testing.T) {
 	id := Identity{ClusterID: "c1", TokenKey: []byte("0123456789abcdef")}
