@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -153,11 +152,10 @@ func acquiredAt(h batchv1alpha1.LockHolder, otherwise time.Time) time.Time {
 // LockedJob (and, if the cache has it holding, when it acquired); another cluster's only by name.
 func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fence int64, slot int32, namespace string) batchv1alpha1.LockHolder {
 	h := batchv1alpha1.LockHolder{Holder: holderName, FencingToken: fence, Slot: slot}
-	parts := strings.SplitN(holderName, "/", 4)
-	if len(parts) != 4 || parts[0] != r.Identity.ClusterID {
+	cluster, ljNamespace, ljName, _, ok := locks.ParseHolder(holderName)
+	if !ok || cluster != r.Identity.ClusterID {
 		return h
 	}
-	ljNamespace, ljName := parts[1], parts[2]
 	switch namespace {
 	case "":
 		h.LockedJob = ljNamespace + "/" + ljName

@@ -79,6 +79,16 @@ func (id Identity) Holder(lj *batchv1alpha1.LockedJob) string {
 	return fmt.Sprintf("%s/%s/%s/%s", id.ClusterID, lj.Namespace, lj.Name, uid)
 }
 
+// ParseHolder inverts Holder for a holder of any cluster: its cluster ID, the LockedJob's namespace
+// and name, and the UID prefix; false for a name Holder does not make.
+func ParseHolder(holder string) (clusterID, namespace, name, uidPrefix string, ok bool) {
+	parts := strings.SplitN(holder, "/", 4)
+	if len(parts) != 4 {
+		return "", "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], parts[3], true
+}
+
 // Token is the lock token of the LockedJob: HMAC-SHA256 over cluster and UID. Never log it.
 func (id Identity) Token(lj *batchv1alpha1.LockedJob) string {
 	mac := hmac.New(sha256.New, id.TokenKey)

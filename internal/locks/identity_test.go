@@ -86,3 +86,16 @@ func TestQueueScoreOrdersByPriorityThenAge(t *testing.T) {
 		}
 	}
 }
+
+func TestParseHolderInvertsHolder(t *testing.T) {
+	lj := lockedJob("team-a", "x", "0123456789abcdef", 0, time.Unix(0, 0))
+	cluster, namespace, name, uid, ok := ParseHolder(Identity{ClusterID: "c"}.Holder(lj))
+	if !ok || cluster != "c" || namespace != "team-a" || name != "x" || uid != "01234567" {
+		t.Fatalf("ParseHolder = %q %q %q %q %v, want c team-a x 01234567 true", cluster, namespace, name, uid, ok)
+	}
+	for _, other := range []string{"", "c/team-a/x", "redis-cli"} {
+		if _, _, _, _, ok := ParseHolder(other); ok {
+			t.Errorf("ParseHolder(%q) is ok; Holder makes no such name", other)
+		}
+	}
+}

@@ -230,13 +230,13 @@ func lockedJobIn(lockedJob, namespace string) (ns, name string, ok bool) {
 	return namespace, lockedJob, true
 }
 
-// refOfHolderName names the LockedJob in ljs whose holder name (cluster/namespace/name/uid prefix,
-// locks.Identity.Holder) is holderName, or keeps the name as Redis has it.
+// refOfHolderName names the LockedJob in ljs whose holder name (locks.Identity.Holder, of any
+// cluster) is holderName, or keeps the name as Redis has it.
 func refOfHolderName(holderName string, ljs []batchv1alpha1.LockedJob) *Ref {
-	if parts := strings.SplitN(holderName, "/", 4); len(parts) == 4 {
+	if _, namespace, name, uid, ok := locks.ParseHolder(holderName); ok {
 		for i := range ljs {
 			lj := &ljs[i]
-			if lj.Namespace == parts[1] && lj.Name == parts[2] && parts[3] != "" && strings.HasPrefix(string(lj.UID), parts[3]) {
+			if lj.Namespace == namespace && lj.Name == name && uid != "" && strings.HasPrefix(string(lj.UID), uid) {
 				return &Ref{Namespace: lj.Namespace, Name: lj.Name}
 			}
 		}
