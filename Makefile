@@ -31,7 +31,7 @@ help: ## Display this help.
 
 .PHONY: manifests
 manifests: controller-gen ## Generate ClusterRole and CustomResourceDefinition objects.
-	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true,maxDescLen=0 paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases
+	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true,maxDescLen=0 paths="./api/..." paths="./controllers/..." paths="./internal/locks/..." output:crd:artifacts:config=config/crd/bases
 
 # The header hack/boilerplate.go.txt carries a fixed year, as kubebuilder's `init` writes it: a year
 # filled in at generation time rewrote every generated file on 1 January (test/generate checks).

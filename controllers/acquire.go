@@ -39,7 +39,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		return ctrl.Result{}, false, r.giveUp(ctx, p, t.Duration)
 	}
 
-	permits, err := r.permits.of(ctx, lj)
+	permits, err := r.permits.Of(ctx, lj)
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}

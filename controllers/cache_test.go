@@ -3,7 +3,6 @@ package controllers
 import (
 	"strings"
 	"testing"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,7 +32,7 @@ func TestCacheFollowsTheJobsTheOperatorCreates(t *testing.T) {
 		t.Fatal("no label selector on Jobs")
 	}
 	// A name too long for a label value, so the label carries a hash of it.
-	own, err := buildJob(lockedJob("n", strings.Repeat("a", 253), "uid", 0, time.Unix(0, 0)), "j", 7, "h", testSchemeForUnit(t))
+	own, err := buildJob(lockedJob(strings.Repeat("a", 253), "uid"), "j", 7, "h", testSchemeForUnit(t))
 	if err != nil {
 		t.Fatal(err)
 	}

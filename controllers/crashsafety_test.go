@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
@@ -69,7 +70,7 @@ func TestFenceIsStoredBeforeTheJob(t *testing.T) {
 
 	r := &LockedJobReconciler{
 		Client: fc, APIReader: fc, Scheme: fc.Scheme(), Locks: book, Clock: clock.RealClock{},
-		Config: Config{Identity: Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}},
+		Config: Config{Identity: locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}},
 	}
 	r.Config.defaults()
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}
@@ -135,7 +136,7 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			},
 		}).Build()
-	id := Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
+	id := locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
 	newReconciler := func() (*LockedJobReconciler, *LockBook) {
 		book := NewLockBook(lockClient)
 		r := &LockedJobReconciler{

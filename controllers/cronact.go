@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 )
 
 // Acting on a LockedCronJob's plan, and recording its status.
@@ -61,7 +62,7 @@ func (r *LockedCronJobReconciler) actCron(ctx context.Context, p *cronPass, plan
 // one of them (its name, never its token).
 func (r *LockedCronJobReconciler) lockHeld(ctx context.Context, cj *batchv1alpha1.LockedCronJob) (held bool, holder string, err error) {
 	lj := runLock(cj)
-	permits, err := r.permits.of(ctx, lj)
+	permits, err := r.permits.Of(ctx, lj)
 	if err != nil {
 		return false, "", err
 	}
@@ -139,7 +140,7 @@ func (r *LockedCronJobReconciler) lockedJobFor(cj *batchv1alpha1.LockedCronJob, 
 	if lj.Annotations == nil {
 		lj.Annotations = map[string]string{}
 	}
-	lj.Labels[batchv1alpha1.LabelLockedCronJob] = lockedJobLabel(cj.Name)
+	lj.Labels[batchv1alpha1.LabelLockedCronJob] = batchv1alpha1.NameLabelValue(cj.Name)
 	lj.Annotations[batchv1alpha1.AnnotationScheduledTime] = run.UTC().Format(time.RFC3339)
 	if err := controllerutil.SetControllerReference(cj, lj, r.Scheme); err != nil {
 		return nil, fmt.Errorf("own LockedJob %s: %w", lj.Name, err)
@@ -294,7 +295,7 @@ func (r *LockedCronJobReconciler) setScheduleValid(p *cronPass) {
 		Type:               batchv1alpha1.ConditionScheduleValid,
 		Status:             status,
 		Reason:             reason,
-		Message:            cutMessage(msg),
+		Message:            reconcile.CutMessage(msg),
 		ObservedGeneration: cj.Generation,
 		LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
@@ -319,7 +320,7 @@ func (r *LockedCronJobReconciler) setScopeAllowed(p *cronPass) {
 		Type:               batchv1alpha1.ConditionScopeAllowed,
 		Status:             status,
 		Reason:             reason,
-		Message:            cutMessage(msg),
+		Message:            reconcile.CutMessage(msg),
 		ObservedGeneration: cj.Generation,
 		LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})

@@ -93,7 +93,7 @@ func parseSchedule(spec batchv1alpha1.LockedCronJobSpec, now time.Time) (s cron.
 func (r *LockedCronJobReconciler) children(ctx context.Context, cj *batchv1alpha1.LockedCronJob) ([]cronChild, error) {
 	var list batchv1alpha1.LockedJobList
 	if err := r.List(ctx, &list, client.InNamespace(cj.Namespace),
-		client.MatchingLabels{batchv1alpha1.LabelLockedCronJob: lockedJobLabel(cj.Name)}); err != nil {
+		client.MatchingLabels{batchv1alpha1.LabelLockedCronJob: batchv1alpha1.NameLabelValue(cj.Name)}); err != nil {
 		return nil, fmt.Errorf("list LockedJobs of %s: %w", cj.Name, err)
 	}
 	var out []cronChild
@@ -118,7 +118,7 @@ func childOf(lj *batchv1alpha1.LockedJob) cronChild {
 		name:      lj.Name,
 		uid:       lj.UID,
 		scheduled: lj.CreationTimestamp.Time,
-		finished:  isTerminal(lj.Status.Phase),
+		finished:  lj.Status.Phase.IsTerminal(),
 		succeeded: lj.Status.Phase == batchv1alpha1.PhaseSucceeded,
 		deleting:  !lj.DeletionTimestamp.IsZero(),
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
@@ -48,7 +49,7 @@ func newCronUnitRig(t *testing.T, now time.Time, objs ...client.Object) *cronUni
 	}}
 	events := &reasonRecorder{}
 	r := &LockedCronJobReconciler{Client: interceptor.NewClient(api, staleList), Scheme: api.Scheme(), Recorder: events,
-		Identity: Identity{ClusterID: "c"}, Clock: clocktesting.NewFakePassiveClock(now), RedisTimeout: time.Second}
+		Identity: locks.Identity{ClusterID: "c"}, Clock: clocktesting.NewFakePassiveClock(now), RedisTimeout: time.Second}
 	return &cronUnitRig{t: t, api: api, r: r, events: events, cj: cj}
 }
 

@@ -144,7 +144,7 @@ func (r *LockedJobReconciler) releaseAfterEnd(ctx context.Context, p *pass) (ctr
 // still run unstopped is never left behind a terminal status.
 func (r *LockedJobReconciler) loseLock(ctx context.Context, p *pass, cause error) error {
 	lj := p.lj
-	policy := lossPolicy(lj)
+	policy := lj.Spec.Lock.OnLockLostOrDefault()
 	if job := p.obs.job; job != nil && !jobFinished(job) {
 		if err := r.stopJob(ctx, job, policy); err != nil {
 			return err

@@ -42,7 +42,7 @@ func buildJob(lj *batchv1alpha1.LockedJob, name string, fence int64, holder stri
 	if job.Labels == nil {
 		job.Labels = map[string]string{}
 	}
-	job.Labels[batchv1alpha1.LabelLockedJob] = lockedJobLabel(lj.Name)
+	job.Labels[batchv1alpha1.LabelLockedJob] = batchv1alpha1.NameLabelValue(lj.Name)
 	job.Annotations = merged(job.Annotations, lockInfo)
 	job.Annotations[batchv1alpha1.AnnotationLockedJob] = lj.Name
 	job.Spec.Template.Annotations = merged(job.Spec.Template.Annotations, lockInfo)

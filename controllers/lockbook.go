@@ -121,7 +121,7 @@ func (b *LockBook) BindJob(lj *batchv1alpha1.LockedJob) {
 }
 
 func workloadOf(lj *batchv1alpha1.LockedJob) Workload {
-	return Workload{LockedJob: client.ObjectKeyFromObject(lj), UID: lj.UID, Job: lj.Status.JobName, Policy: lossPolicy(lj)}
+	return Workload{LockedJob: client.ObjectKeyFromObject(lj), UID: lj.UID, Job: lj.Status.JobName, Policy: lj.Spec.Lock.OnLockLostOrDefault()}
 }
 
 // Holding returns the lock the LockedJob still holds in Redis as far as the book knows, healthy or

@@ -17,9 +17,9 @@ type claim struct {
 	key    string // the lock's name in the lock library (see lockName)
 	token  string // the LockedJob's derived token (Identity.Token)
 	holder string // its holder name, also its member in the lock's queue (Identity.Holder)
-	// permits is how many may hold the lock at once, as its Lock declares (see permitReader): an
-	// acquisition passes it when more than one, and it only lowers what Redis admits (never
-	// stored). 0 or 1: the library obeys what Redis keeps.
+	// permits is how many may hold the lock at once, as its Lock declares (see
+	// locks.PermitReader): an acquisition passes it when more than one, and it only lowers what
+	// Redis admits (never stored). 0 or 1: the library obeys what Redis keeps.
 	permits int
 	// slot is the semaphore slot status records this LockedJob holds (nil: a plain lock, slot 0).
 	slot *int32

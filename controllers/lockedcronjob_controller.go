@@ -31,6 +31,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // maxCronStepsPerPass bounds the steps one pass chains (ask Redis → skip, or replace → create →
@@ -46,7 +48,7 @@ type LockedCronJobReconciler struct {
 	// Locks and Identity are the LockedJob reconciler's: onBusy Skip asks the book whether the
 	// lock its LockedJobs would acquire is held, under the key they would acquire it with.
 	Locks    *LockBook
-	Identity Identity
+	Identity locks.Identity
 	// ClusterScopeNamespaces is the LockedJob reconciler's gate (Config.ClusterScopeNamespaces):
 	// where its LockedJobs may not use their lock, the LockedCronJob may not look at it either.
 	ClusterScopeNamespaces ScopeGate
@@ -54,7 +56,7 @@ type LockedCronJobReconciler struct {
 	RedisTimeout time.Duration
 	Clock        clock.PassiveClock
 
-	permits permitReader
+	permits locks.PermitReader
 }
 
 // cronPass is one run of Reconcile: the object as read, what it observed, and the status it records.
@@ -98,7 +100,7 @@ func (r *LockedCronJobReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 		if raced && reterr == nil {
-			result = ctrl.Result{RequeueAfter: conflictRequeue}
+			result = ctrl.Result{RequeueAfter: reconcile.ConflictRequeue}
 		}
 	}()
 
@@ -108,7 +110,7 @@ func (r *LockedCronJobReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		next, err := r.actCron(ctx, p, plan)
 		if err != nil {
 			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+				return ctrl.Result{RequeueAfter: reconcile.ConflictRequeue}, nil
 			}
 			return ctrl.Result{}, err
 		}
@@ -130,7 +132,7 @@ func (r *LockedCronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.RedisTimeout = cmpOr(r.RedisTimeout, 2*time.Second)
+	r.RedisTimeout = reconcile.DurationOr(r.RedisTimeout, 2*time.Second)
 	r.permits = newPermitReader(mgr)
 	if kind := unservedKind(mgr, "LockedCronJob"); kind != "" {
 		skipUnserved("LockedCronJob schedules", kind)
@@ -143,9 +145,9 @@ func (r *LockedCronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// event emits an Event with its note cut (cutMessage): the events API refuses a longer one.
+// event emits an Event with its note cut (reconcile.CutMessage): the events API refuses a longer one.
 func (r *LockedCronJobReconciler) event(cj *batchv1alpha1.LockedCronJob, eventType, reason, action, note string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(cj, nil, eventType, reason, action, "%s", cutMessage(fmt.Sprintf(note, args...)))
+		r.Recorder.Eventf(cj, nil, eventType, reason, action, "%s", reconcile.CutMessage(fmt.Sprintf(note, args...)))
 	}
 }

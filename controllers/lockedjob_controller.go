@@ -40,6 +40,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -48,9 +50,6 @@ const (
 	finalizer = "batch.lockedjob.dev/release-lock"
 
 	defaultTTL = batchv1alpha1.DefaultLockTTL // for objects stored before the CRD defaulted spec.lock.ttl
-	// conflictRequeue is how soon a pass whose write lost an optimistic-lock race runs again, with
-	// the object as the API server has it now.
-	conflictRequeue = 50 * time.Millisecond
 	// maxStepsPerPass bounds the steps one pass chains (add the finalizer → acquire → create the
 	// Job → running is the longest).
 	maxStepsPerPass = 5
@@ -59,7 +58,7 @@ const (
 // Config is the operator-wide behaviour of the reconciler.
 type Config struct {
 	// Identity derives lock keys, holder names and tokens.
-	Identity Identity
+	Identity locks.Identity
 	// ClusterScopeNamespaces may acquire locks of spec.lock.scope Cluster; "*" allows every namespace.
 	// The LockedCronJob reconciler must be given the same gate.
 	ClusterScopeNamespaces ScopeGate
@@ -98,11 +97,11 @@ func (c *Config) defaults() {
 	if c.WaitBackoffMax < c.WaitBackoffMin {
 		c.WaitBackoffMax = max(15*time.Second, c.WaitBackoffMin)
 	}
-	c.RedisTimeout = cmpOr(c.RedisTimeout, 2*time.Second)
+	c.RedisTimeout = reconcile.DurationOr(c.RedisTimeout, 2*time.Second)
 	if c.QueueRecheck <= 0 {
 		c.QueueRecheck = 20 * c.WaitBackoffMax
 	}
-	c.UnwatchedJobRecheck = cmpOr(c.UnwatchedJobRecheck, 30*time.Second)
+	c.UnwatchedJobRecheck = reconcile.DurationOr(c.UnwatchedJobRecheck, 30*time.Second)
 }
 
 // stuckRecheck is how often a running LockedJob without a ready pod looks for a stuck one.
@@ -126,7 +125,7 @@ type LockedJobReconciler struct {
 	Clock     clock.PassiveClock
 
 	waiting waitBook
-	permits permitReader
+	permits locks.PermitReader
 }
 
 // pass is one run of Reconcile: the object as read, what it observed, and the status it records.
@@ -134,8 +133,8 @@ type pass struct {
 	lj     *batchv1alpha1.LockedJob
 	before *batchv1alpha1.LockedJob // what the API server has: base of the status patch
 	key    string                   // the lock's name in the lock library
-	// permits is how many may hold the lock at once (see permitReader), read by the passes that
-	// acquire; 0 in the others.
+	// permits is how many may hold the lock at once (see locks.PermitReader), read by the passes
+	// that acquire; 0 in the others.
 	permits int
 	obs     observation
 	// acquired tells the acquisition made by this pass; the JobCreated Event that follows in the
@@ -175,7 +174,7 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 		if raced && reterr == nil {
-			result = ctrl.Result{RequeueAfter: conflictRequeue} // run again on the current object
+			result = ctrl.Result{RequeueAfter: reconcile.ConflictRequeue} // run again on the current object
 		}
 	}()
 
@@ -193,7 +192,7 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 	}
 	if apierrors.IsConflict(err) {
-		return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+		return ctrl.Result{RequeueAfter: reconcile.ConflictRequeue}, nil
 	}
 	return res, err
 }
@@ -247,7 +246,7 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	// Without the Lock kinds every lock admits one holder; with them, a changed number of permits
 	// wakes the lock's waiters.
 	r.permits = newPermitReader(mgr)
-	if r.permits.served {
+	if r.permits.Served {
 		changed := builder.WithPredicates(permitsChanged)
 		b = b.Watches(&batchv1alpha1.Lock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeNamespace)), changed).
 			Watches(&batchv1alpha1.ClusterLock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeCluster)), changed)
@@ -257,9 +256,9 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		Complete(r)
 }
 
-// event emits an Event with its note cut (cutMessage): the events API refuses a longer one.
+// event emits an Event with its note cut (reconcile.CutMessage): the events API refuses a longer one.
 func (r *LockedJobReconciler) event(lj *batchv1alpha1.LockedJob, eventType, reason, action, note string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(lj, nil, eventType, reason, action, "%s", cutMessage(fmt.Sprintf(note, args...)))
+		r.Recorder.Eventf(lj, nil, eventType, reason, action, "%s", reconcile.CutMessage(fmt.Sprintf(note, args...)))
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -37,7 +39,7 @@ import (
 type LockViewReconciler struct {
 	client.Client
 	Locks    *LockBook
-	Identity Identity
+	Identity locks.Identity
 	Clock    clock.PassiveClock
 	// MinInterval is the least time between two status writes of one lock (default 5s).
 	MinInterval time.Duration
@@ -75,10 +77,10 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.MinInterval = cmpOr(r.MinInterval, 5*time.Second)
-	r.Resync = cmpOr(r.Resync, 2*time.Minute)
-	r.RedisTimeout = cmpOr(r.RedisTimeout, 2*time.Second)
-	r.Announce = cmpOr(r.Announce, 30*time.Second)
+	r.MinInterval = sreconcile.DurationOr(r.MinInterval, 5*time.Second)
+	r.Resync = sreconcile.DurationOr(r.Resync, 2*time.Minute)
+	r.RedisTimeout = sreconcile.DurationOr(r.RedisTimeout, 2*time.Second)
+	r.Announce = sreconcile.DurationOr(r.Announce, 30*time.Second)
 	if r.Member == "" {
 		host, _ := os.Hostname()
 		r.Member = r.Identity.ClusterID + "/" + host
@@ -122,7 +124,7 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 func viewOf(cache client.Reader, scope batchv1alpha1.LockScope) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		lj, ok := o.(*batchv1alpha1.LockedJob)
-		if !ok || lockScope(lj) != scope {
+		if !ok || lj.Spec.Lock.ScopeOrDefault() != scope {
 			return nil
 		}
 		name := types.NamespacedName{Name: lj.Spec.Lock.Name}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -17,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -35,7 +36,7 @@ func (r *LockViewReconciler) refresh(ctx context.Context, obj client.Object, sta
 	base := obj.DeepCopyObject().(client.Object)
 	before := status.DeepCopy()
 	status.ObservedGeneration = obj.GetGeneration()
-	readErr := r.read(ctx, status, key, namespace, permitsIn(obj), admitted)
+	readErr := r.read(ctx, status, key, namespace, locks.Permits(obj), admitted)
 	status.ObservedAt = before.ObservedAt
 	if equality.Semantic.DeepEqual(before, status) {
 		return reconcile.Result{RequeueAfter: r.Resync}, readErr
@@ -105,7 +106,7 @@ func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewS
 			permits, behind[0].Member, behind[0].Protocol, redislock.SemaphoreProtocol)
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: cutMessage(msg),
+		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: sreconcile.CutMessage(msg),
 		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
 }
@@ -151,11 +152,10 @@ func acquiredAt(h batchv1alpha1.LockHolder, otherwise time.Time) time.Time {
 // LockedJob (and, if the cache has it holding, when it acquired); another cluster's only by name.
 func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fence int64, slot int32, namespace string) batchv1alpha1.LockHolder {
 	h := batchv1alpha1.LockHolder{Holder: holderName, FencingToken: fence, Slot: slot}
-	parts := strings.SplitN(holderName, "/", 4)
-	if len(parts) != 4 || parts[0] != r.Identity.ClusterID {
+	cluster, ljNamespace, ljName, _, ok := locks.ParseHolder(holderName)
+	if !ok || cluster != r.Identity.ClusterID {
 		return h
 	}
-	ljNamespace, ljName := parts[1], parts[2]
 	switch namespace {
 	case "":
 		h.LockedJob = ljNamespace + "/" + ljName
@@ -173,7 +173,7 @@ func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fenc
 
 func (r *LockViewReconciler) setRedis(status *batchv1alpha1.LockViewStatus, s metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: batchv1alpha1.ConditionRedisAvailable, Status: s, Reason: reason, Message: cutMessage(msg),
+		Type: batchv1alpha1.ConditionRedisAvailable, Status: s, Reason: reason, Message: sreconcile.CutMessage(msg),
 		ObservedGeneration: status.ObservedGeneration, LastTransitionTime: metav1.NewTime(r.Clock.Now().Truncate(time.Second)),
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -29,7 +30,7 @@ import (
 // generation, so Redis comes back to the declaration whatever changed it behind the view's back (a
 // Redis that lost its data, an older operator's acquisition that wrote its own number).
 func (r *LockViewReconciler) settlePermits(ctx context.Context, obj client.Object, key string) (admitted int, err error) {
-	n := permitsIn(obj)
+	n := locks.Permits(obj)
 	if n > 1 && !controllerutil.ContainsFinalizer(obj, permitsFinalizer) {
 		controllerutil.AddFinalizer(obj, permitsFinalizer)
 		if err := r.Update(ctx, obj); err != nil {
@@ -127,9 +128,9 @@ func (r *LockViewReconciler) setOlderClients(behind []redislock.Announced) bool 
 
 // settleAll sends every declared Lock and ClusterLock to its controller.
 func (r *LockViewReconciler) settleAll(ctx context.Context) {
-	var locks batchv1alpha1.LockList
+	var lockList batchv1alpha1.LockList
 	var clusterLocks batchv1alpha1.ClusterLockList
-	if err := r.List(ctx, &locks); err != nil {
+	if err := r.List(ctx, &lockList); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing Locks to settle failed")
 	}
 	if err := r.List(ctx, &clusterLocks); err != nil {
@@ -143,8 +144,8 @@ func (r *LockViewReconciler) settleAll(ctx context.Context) {
 			return false
 		}
 	}
-	for i := range locks.Items {
-		if !send(r.orphanLocks, &locks.Items[i]) {
+	for i := range lockList.Items {
+		if !send(r.orphanLocks, &lockList.Items[i]) {
 			return
 		}
 	}

@@ -27,7 +27,7 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 	p.obs = observation{
 		deleting:     !lj.DeletionTimestamp.IsZero(),
 		hasFinalizer: controllerutil.ContainsFinalizer(lj, finalizer),
-		terminal:     isTerminal(lj.Status.Phase),
+		terminal:     lj.Status.Phase.IsTerminal(),
 		lockRecorded: conditionTrue(lj, batchv1alpha1.ConditionLockAcquired),
 		scopeAllowed: r.Config.ClusterScopeNamespaces.Allows(lj),
 		holding:      book.lock,

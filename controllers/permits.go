@@ -2,10 +2,7 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -14,64 +11,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
-// Semaphores (docs/design.md, "Semaphores and the per-lock view"): a lock admits as many holders
-// as the Lock (scope Namespace) or ClusterLock (scope Cluster) named after it declares in
-// spec.permits; a lock nobody declares admits one. Redis keeps the number the view controller wrote,
-// its one writer (see LockViewReconciler.settlePermits), and the lock library obeys what Redis
-// keeps, also for a caller that does not pass it; the number an acquisition passes can only lower
-// it.
+// Waking waiters when a lock's permits change. How many a lock admits is read by
+// locks.PermitReader, from the Lock or ClusterLock that declares it.
 
-// declaredLock returns the Lock or ClusterLock that declares lj's lock, and its name.
-func declaredLock(lj *batchv1alpha1.LockedJob) (client.Object, types.NamespacedName) {
-	if lockScope(lj) == batchv1alpha1.LockScopeCluster {
-		return &batchv1alpha1.ClusterLock{}, types.NamespacedName{Name: lj.Spec.Lock.Name}
-	}
-	return &batchv1alpha1.Lock{}, types.NamespacedName{Namespace: lj.Namespace, Name: lj.Spec.Lock.Name}
-}
-
-// permitReader reads how many may hold a lock at once, for the reconcilers that acquire or look.
-type permitReader struct {
-	reader client.Reader // the manager's cache
-	served bool          // the Lock and ClusterLock CRDs are installed
-}
-
-func newPermitReader(mgr ctrl.Manager) permitReader {
-	return permitReader{reader: mgr.GetClient(), served: unservedKind(mgr, "Lock", "ClusterLock") == ""}
-}
-
-// of returns how many may hold lj's lock at once: the declaring object's spec.permits, or 1 when
-// nothing declares it, the declaring object is being deleted, or the Lock kinds are not installed.
-func (p permitReader) of(ctx context.Context, lj *batchv1alpha1.LockedJob) (int, error) {
-	if !p.served {
-		return 1, nil
-	}
-	obj, name := declaredLock(lj)
-	err := p.reader.Get(ctx, name, obj)
-	if apierrors.IsNotFound(err) {
-		return 1, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("get the permits of lock %s: %w", lj.Spec.Lock.Name, err)
-	}
-	if !obj.GetDeletionTimestamp().IsZero() {
-		return 1, nil // being deleted: its lock goes back to one permit (LockViewReconciler.retire)
-	}
-	return permitsIn(obj), nil
-}
-
-// permitsIn reads spec.permits of a Lock or ClusterLock; an object stored without spec (the
-// default applies only when spec is present) admits one.
-func permitsIn(obj client.Object) int {
-	var n int32
-	switch l := obj.(type) {
-	case *batchv1alpha1.Lock:
-		n = l.Spec.Permits
-	case *batchv1alpha1.ClusterLock:
-		n = l.Spec.Permits
-	}
-	return max(int(n), 1)
+// newPermitReader reads the permits of locks from the manager's cache, and answers 1 for every lock
+// while the Lock kinds are not served.
+func newPermitReader(mgr ctrl.Manager) locks.PermitReader {
+	return locks.PermitReader{Reader: mgr.GetClient(), Served: unservedKind(mgr, "Lock", "ClusterLock") == ""}
 }
 
 // permitsChanged passes a Lock or ClusterLock whose spec changed, or whose status.permits did: the

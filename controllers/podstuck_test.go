@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 )
 
 var _ = Describe("A pod that cannot start", func() {
@@ -58,7 +59,7 @@ var _ = Describe("A pod that cannot start", func() {
 			got := fetch(lj)
 			g.Expect(condition(got, batchv1alpha1.ConditionJobRunning).Reason).To(Equal(batchv1alpha1.ReasonPodStuck))
 			g.Expect(got.Status.Message).To(ContainSubstring("ErrImagePull: Fehler beim Abrufen des Abbilds: "))
-			g.Expect(got.Status.Message).To(HaveSuffix(ellipsis))
+			g.Expect(got.Status.Message).To(HaveSuffix(reconcile.Ellipsis))
 			g.Expect(len(got.Status.Message)).To(BeNumerically("<=", apiLimit))
 			g.Expect(utf8.ValidString(got.Status.Message)).To(BeTrue())
 		}).Should(Succeed())

@@ -17,7 +17,7 @@ import (
 
 // acquireOwn acquires or re-adopts the lock with this LockedJob's own token (no queue).
 func (r *LockedJobReconciler) acquireOwn(ctx context.Context, p *pass) (*redislock.Lock, error) {
-	permits, err := r.permits.of(ctx, p.lj)
+	permits, err := r.permits.Of(ctx, p.lj)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -30,7 +31,7 @@ const (
 // lock. Redis pub/sub may drop a message; the waiters' re-checks stay as the safety net.
 type releaseWaker struct {
 	locks    *LockBook
-	identity Identity
+	identity locks.Identity
 	reader   client.Reader
 	waiting  *waitBook
 	handed   chan event.GenericEvent
@@ -148,7 +149,7 @@ func (w *releaseWaker) send(ctx context.Context, ch chan event.GenericEvent, ljs
 }
 
 // wakeupIndexes are the cache indexes the release waker looks LockedJobs up by.
-func wakeupIndexes(id Identity) map[string]client.IndexerFunc {
+func wakeupIndexes(id locks.Identity) map[string]client.IndexerFunc {
 	return map[string]client.IndexerFunc{
 		indexLockKey: func(o client.Object) []string {
 			return []string{o.(*batchv1alpha1.LockedJob).Status.LockKey}
@@ -161,7 +162,7 @@ func wakeupIndexes(id Identity) map[string]client.IndexerFunc {
 }
 
 // indexForWakeups adds the wakeupIndexes to the manager's cache.
-func indexForWakeups(ctx context.Context, indexer client.FieldIndexer, id Identity) error {
+func indexForWakeups(ctx context.Context, indexer client.FieldIndexer, id locks.Identity) error {
 	for name, index := range wakeupIndexes(id) {
 		if err := indexer.IndexField(ctx, &batchv1alpha1.LockedJob{}, name, index); err != nil {
 			return fmt.Errorf("index %s: %w", name, err)

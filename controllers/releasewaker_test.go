@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
@@ -22,7 +23,7 @@ import (
 // waiter of the lock. Waking them all on every handoff cost a queue of D waiters D Redis calls and
 // up to D status writes per release (issue 13).
 func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
-	id := Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
+	id := locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
 	const key = "lockedjob:{ns/c/ns/db}"
 	var objs []client.Object
 	for _, name := range []string{"head", "second", "third"} {
@@ -72,7 +73,7 @@ func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
 
 // wakerOver is a release waker over a fake cache holding objs, with the manager's indexes, and a
 // real redis-server behind its lock book.
-func wakerOver(t *testing.T, id Identity, objs ...client.Object) (*releaseWaker, client.Client) {
+func wakerOver(t *testing.T, id locks.Identity, objs ...client.Object) (*releaseWaker, client.Client) {
 	t.Helper()
 	api := withWakeupIndexes(fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).WithObjects(objs...), id).Build()
 	lockClient, err := redislock.New(redisserver.Start(t).Client(t))
@@ -84,7 +85,7 @@ func wakerOver(t *testing.T, id Identity, objs ...client.Object) (*releaseWaker,
 }
 
 // withWakeupIndexes gives a fake cache the indexes the manager's cache has.
-func withWakeupIndexes(b *fake.ClientBuilder, id Identity) *fake.ClientBuilder {
+func withWakeupIndexes(b *fake.ClientBuilder, id locks.Identity) *fake.ClientBuilder {
 	for name, index := range wakeupIndexes(id) {
 		b = b.WithIndex(&batchv1alpha1.LockedJob{}, name, index)
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -58,7 +59,7 @@ var _ = Describe("LockedJob safety", func() {
 		failed := waitPhase(lj, batchv1alpha1.PhaseFailed)
 		Expect(condition(failed, batchv1alpha1.ConditionFailed).Reason).To(Equal(batchv1alpha1.ReasonJobInvalid))
 		Expect(condition(failed, batchv1alpha1.ConditionFinished).Status).To(Equal(metav1.ConditionTrue), "kubectl wait --for=condition=Finished returns")
-		Expect(failed.Status.Message).To(HaveSuffix(ellipsis), "the refusal is quoted, cut")
+		Expect(failed.Status.Message).To(HaveSuffix(reconcile.Ellipsis), "the refusal is quoted, cut")
 		Expect(len(failed.Status.Message)).To(BeNumerically("<=", apiLimit))
 		Expect(utf8.ValidString(failed.Status.Message)).To(BeTrue())
 		Eventually(func(g Gomega) {
@@ -68,7 +69,7 @@ var _ = Describe("LockedJob safety", func() {
 					notes = append(notes, e.Note)
 				}
 			}
-			g.Expect(notes).To(ConsistOf(HaveSuffix(ellipsis)), "the Event is told, its note cut")
+			g.Expect(notes).To(ConsistOf(HaveSuffix(reconcile.Ellipsis)), "the Event is told, its note cut")
 		}).Should(Succeed())
 	})
 

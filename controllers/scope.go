@@ -17,7 +17,7 @@ type ScopeGate []string
 // Allows reports whether lj's namespace may use lj's lock. Namespace scope is always allowed: its
 // key carries the namespace, so nobody else shares it.
 func (g ScopeGate) Allows(lj *batchv1alpha1.LockedJob) bool {
-	if lockScope(lj) != batchv1alpha1.LockScopeCluster {
+	if lj.Spec.Lock.ScopeOrDefault() != batchv1alpha1.LockScopeCluster {
 		return true
 	}
 	return slices.Contains(g, "*") || slices.Contains(g, lj.Namespace)

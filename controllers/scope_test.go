@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -51,7 +52,7 @@ func TestWaiterRefusedItsScopeNamesNoHolder(t *testing.T) {
 		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(lj).Build()
 	r := &LockedJobReconciler{Client: api, APIReader: api, Scheme: api.Scheme(), Locks: book,
 		Recorder: &reasonRecorder{}, Clock: clock.RealClock{},
-		Config: Config{Identity: Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}, ClusterScopeNamespaces: ScopeGate{"*"}}}
+		Config: Config{Identity: locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}, ClusterScopeNamespaces: ScopeGate{"*"}}}
 	r.Config.defaults()
 	u := &unitRig{t: t, api: api, r: r, lj: lj, req: ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}}
 	const other = "c/trusted/holder/uid-hold"

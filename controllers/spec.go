@@ -22,17 +22,6 @@ func renewIntervalOf(lj *batchv1alpha1.LockedJob) time.Duration {
 	return 0 // the keeper's default: a third of the lease
 }
 
-func lossPolicy(lj *batchv1alpha1.LockedJob) batchv1alpha1.LockLostPolicy {
-	if lj.Spec.Lock.OnLockLost == "" {
-		return batchv1alpha1.DefaultLockLostPolicy
-	}
-	return lj.Spec.Lock.OnLockLost
-}
-
-func isTerminal(p batchv1alpha1.LockedJobPhase) bool {
-	return p == batchv1alpha1.PhaseSucceeded || p == batchv1alpha1.PhaseFailed || p == batchv1alpha1.PhaseLockLost
-}
-
 func derefInt32(p *int32) int32 {
 	if p == nil {
 		return 0
@@ -45,20 +34,4 @@ func derefInt64(p *int64) int64 {
 		return 0
 	}
 	return *p
-}
-
-// lockScope is a LockedJob's scope, Namespace when unset (objects stored before the CRD default).
-func lockScope(lj *batchv1alpha1.LockedJob) batchv1alpha1.LockScope {
-	if lj.Spec.Lock.Scope == "" {
-		return batchv1alpha1.LockScopeNamespace
-	}
-	return lj.Spec.Lock.Scope
-}
-
-// cmpOr returns d, or def when d is not positive.
-func cmpOr(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
 }

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
@@ -87,7 +88,7 @@ func newUnitRig(t *testing.T, funcs interceptor.Funcs) *unitRig {
 	r := &LockedJobReconciler{
 		Client: interceptor.NewClient(api, funcs), APIReader: api, Scheme: api.Scheme(), Locks: book,
 		Recorder: events, Clock: clock.RealClock{},
-		Config: Config{Identity: Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}},
+		Config: Config{Identity: locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}},
 	}
 	r.Config.defaults()
 	return &unitRig{t: t, api: api, r: r, events: events, lj: lj, req: ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}}
@@ -198,7 +199,7 @@ func TestLockNameFollowsTheRecordedKey(t *testing.T) {
 	}
 	book := NewLockBook(lockClient)
 	t.Cleanup(book.Stop)
-	r := &LockedJobReconciler{Locks: book, Config: Config{Identity: Identity{ClusterID: "c"}}}
+	r := &LockedJobReconciler{Locks: book, Config: Config{Identity: locks.Identity{ClusterID: "c"}}}
 	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"},
 		Spec: batchv1alpha1.LockedJobSpec{Lock: batchv1alpha1.LockSpec{Name: "db"}}}
 	derived := r.Config.Identity.LockKey(lj)
@@ -328,7 +329,7 @@ func TestFinishedLockedJobIsLetGo(t *testing.T) {
 			return c.Patch(ctx, obj, patch, opts...)
 		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			if lj, ok := obj.(*batchv1alpha1.LockedJob); ok && isTerminal(lj.Status.Phase) {
+			if lj, ok := obj.(*batchv1alpha1.LockedJob); ok && lj.Status.Phase.IsTerminal() {
 				writes = append(writes, "outcome")
 			}
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
@@ -390,7 +391,7 @@ func TestLockLostWithARunningJobKeepsItsFinalizer(t *testing.T) {
 func TestAStalePassWritesNoPermitsBack(t *testing.T) {
 	u := newUnitRig(t, interceptor.Funcs{})
 	stale := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"}, Spec: batchv1alpha1.LockViewSpec{Permits: 3}}
-	u.r.permits = permitReader{reader: fake.NewClientBuilder().WithScheme(u.api.Scheme()).WithObjects(stale).Build(), served: true}
+	u.r.permits = locks.PermitReader{Reader: fake.NewClientBuilder().WithScheme(u.api.Scheme()).WithObjects(stale).Build(), Served: true}
 	ctx := context.Background()
 	key, lib := u.r.Config.Identity.LockKey(u.lj), u.r.Locks.redis
 	if err := lib.SetPermits(ctx, key, 3); err != nil {

@@ -2,49 +2,21 @@ package controllers
 
 import (
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 )
-
-// maxMessage bounds every free-text string the operator writes: status.message (the CRD's
-// maxLength 1024), the Event note (events.k8s.io refuses more than 1024 bytes) and condition
-// messages, which quote status.message. Messages quote foreign text (the Job API's field errors, a
-// kubelet's waiting message, Redis errors) of any length, and one string over its bound makes the
-// API server refuse the whole status write or Event.
-const maxMessage = 1024
-
-// ellipsis ends a message that was cut.
-const ellipsis = "..."
-
-// cutMessage is the one cut of every status string and Event note: at most maxMessage bytes, cut on
-// a rune boundary and marked with an ellipsis. Bytes, not characters: the Event note's bound counts
-// bytes, and a schema's maxLength counts characters, of which there are never more than bytes.
-// Invalid UTF-8 is replaced before measuring: JSON encoding would replace it after the cut, and
-// with longer sequences.
-func cutMessage(s string) string {
-	s = strings.ToValidUTF8(s, string(utf8.RuneError))
-	if len(s) <= maxMessage {
-		return s
-	}
-	end := maxMessage - len(ellipsis)
-	for end > 0 && !utf8.RuneStart(s[end]) {
-		end--
-	}
-	return s[:end] + ellipsis
-}
 
 // setCondition sets one condition, stamped with the object's generation. LastTransitionTime is
 // truncated to seconds, as it will be after a round trip through the API server, so comparing the
 // object before and after a pass does not see a change that is not there.
 func setCondition(lj *batchv1alpha1.LockedJob, condType string, status metav1.ConditionStatus, reason, message string) {
-	message = cutMessage(message)
+	message = reconcile.CutMessage(message)
 	meta.SetStatusCondition(&lj.Status.Conditions, metav1.Condition{
 		Type:               condType,
 		Status:             status,
@@ -66,7 +38,7 @@ func conditionFalse(lj *batchv1alpha1.LockedJob, condType string) bool {
 // summarize sets the conditions that sum up the others, before every status write. It cuts
 // status.message there, the one place every writer's message passes.
 func summarize(lj *batchv1alpha1.LockedJob) {
-	lj.Status.Message = cutMessage(lj.Status.Message)
+	lj.Status.Message = reconcile.CutMessage(lj.Status.Message)
 	setReady(lj)
 	setFinished(lj)
 }
@@ -99,7 +71,7 @@ func setFinished(lj *batchv1alpha1.LockedJob) {
 func setReady(lj *batchv1alpha1.LockedJob) {
 	msg := lj.Status.Message
 	if c := meta.FindStatusCondition(lj.Status.Conditions, batchv1alpha1.ConditionRedisAvailable); c != nil &&
-		c.Status == metav1.ConditionFalse && !isTerminal(lj.Status.Phase) {
+		c.Status == metav1.ConditionFalse && !lj.Status.Phase.IsTerminal() {
 		setCondition(lj, batchv1alpha1.ConditionReady, metav1.ConditionFalse, batchv1alpha1.ReasonRedisUnavailable, c.Message)
 		return
 	}

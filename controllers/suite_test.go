@@ -38,6 +38,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
@@ -128,7 +129,7 @@ type operator struct {
 }
 
 // testIdentity is fixed, so a second operator (a "restart") derives the same tokens.
-var testIdentity = Identity{ClusterID: "envtest", TokenKey: []byte("envtest-token-key-0123456789")}
+var testIdentity = locks.Identity{ClusterID: "envtest", TokenKey: []byte("envtest-token-key-0123456789")}
 
 // startOperator starts a manager against the suite's API server and Redis. Waiting LockedJobs
 // re-check only every 30s, so a spec that sees a handoff sooner proves the release wake-up.

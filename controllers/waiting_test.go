@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
@@ -54,7 +55,7 @@ func scriptCalls(t *testing.T, rc *redis.Client) int {
 func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	ctx := context.Background()
 	book, lockClient, rc := unitLocks(t)
-	id := Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
+	id := locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
 	const n = 13
 	var objs []client.Object
 	for i := range n {

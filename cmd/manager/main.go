@@ -16,7 +16,7 @@ limitations under the License.
 
 // Command manager runs the lockedjob operator. It only wires things together: the flags
 // (options.go), the lock client over the Redis mode they name (redis.go), the operator's identity
-// (controllers.LoadIdentity), the manager and its reconciler, and the health and metrics
+// (locks.LoadIdentity), the manager and its reconciler, and the health and metrics
 // endpoints. Secrets (Redis password, token key) come from files or a Kubernetes Secret, never
 // from flags.
 package main
@@ -49,6 +49,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers"
 	"github.com/lockedjob/lockedjob/internal/campaign"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	// +kubebuilder:scaffold:imports
 )
@@ -127,12 +128,12 @@ func kubeConfig(o options) (*rest.Config, error) {
 // loadIdentity loads the cluster ID and token key through a client of its own: the manager's
 // client reads from a cache that has not started yet, and these one-off reads and the Secret's
 // create go straight to the API server.
-func loadIdentity(ctx context.Context, cfg *rest.Config, o options) (controllers.Identity, error) {
+func loadIdentity(ctx context.Context, cfg *rest.Config, o options) (locks.Identity, error) {
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return controllers.Identity{}, fmt.Errorf("kubernetes client: %w", err)
+		return locks.Identity{}, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return controllers.LoadIdentity(ctx, direct, controllers.IdentitySource{
+	return locks.LoadIdentity(ctx, direct, locks.IdentitySource{
 		ClusterID: o.clusterID, TokenKeyFile: o.tokenKeyFile, Namespace: o.namespace,
 	})
 }
@@ -152,7 +153,7 @@ func leaseNamespaceOf(o options) string {
 
 // newManager builds one manager with its reconciler over the process's lock book. Everything it
 // registers belongs to this manager, so the next one (after a lost leadership) registers it again.
-func newManager(ctx context.Context, cfg *rest.Config, o options, leaseNamespace string, id controllers.Identity, book *controllers.LockBook) (ctrl.Manager, error) {
+func newManager(ctx context.Context, cfg *rest.Config, o options, leaseNamespace string, id locks.Identity, book *controllers.LockBook) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		Cache:  controllers.CacheOptions(),
@@ -179,7 +180,7 @@ func newManager(ctx context.Context, cfg *rest.Config, o options, leaseNamespace
 	return mgr, nil
 }
 
-func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id controllers.Identity, book *controllers.LockBook) error {
+func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id locks.Identity, book *controllers.LockBook) error {
 	// One gate for every reconciler that touches a lock for a namespace.
 	scope := controllers.ScopeGate(splitList(o.clusterScopeNamespaces))
 	r := &controllers.LockedJobReconciler{

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/lockedjob/lockedjob/controllers"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
@@ -46,7 +46,7 @@ func TestTokenKeyOnlyInAToldNamespace(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, o) }()
 
-	secret := client.ObjectKey{Namespace: kubeconfigNS, Name: controllers.TokenSecretName}
+	secret := client.ObjectKey{Namespace: kubeconfigNS, Name: locks.TokenSecretName}
 	poll := time.NewTicker(50 * time.Millisecond)
 	defer poll.Stop()
 	for {

@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/lockedjob/lockedjob/controllers"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // options are the command-line settings.
@@ -77,7 +77,7 @@ func parseFlags() (options, zap.Options) {
 	flag.StringVar(&o.keyPrefix, "key-prefix", "lockedjob:", "Prefix of every Redis key the operator writes.")
 	flag.StringVar(&o.releaseChannel, "release-channel", "lockedjob:released", "Redis pub/sub channel that announces releases, so waiters start at once.")
 	flag.StringVar(&o.clusterID, "cluster-id", "", "Name of this cluster in holder names and tokens. Default: the UID of the kube-system namespace.")
-	flag.StringVar(&o.tokenKeyFile, "token-key-file", "", "File holding the HMAC key for lock tokens. Default: the Secret "+controllers.TokenSecretName+" in --namespace, created on first start.")
+	flag.StringVar(&o.tokenKeyFile, "token-key-file", "", "File holding the HMAC key for lock tokens. Default: the Secret "+locks.TokenSecretName+" in --namespace, created on first start.")
 	flag.StringVar(&o.clusterScopeNamespaces, "cluster-scope-namespaces", "", "Comma-separated namespaces allowed to use spec.lock.scope Cluster; \"*\" allows all.")
 	flag.DurationVar(&o.statusInterval, "status-interval", 0, "Deprecated and ignored: renewals are no longer written to status.")
 	flag.DurationVar(&o.waitBackoffMax, "wait-backoff-max", 15*time.Second, "Longest pause between two lock attempts of the LockedJob at the head of a lock's queue (release wake-ups come sooner).")

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Declared locks: a Lock or ClusterLock (issue 11, part 2) whose status the operator reads from
@@ -30,10 +31,9 @@ type Declared struct {
 	Status  batchv1alpha1.LockViewStatus
 }
 
-// permits is how many the declaration admits; an object stored without spec (the API default
-// applies only when spec is present) admits one, as the operator reads it (controllers.permitsIn).
+// permits is how many the declaration admits, as the operator reads it (locks.Admits).
 func (d *Declared) permits() int {
-	return max(int(d.Permits), 1)
+	return locks.Admits(d.Permits)
 }
 
 // listDeclared reads the Locks of namespace ("" for all) and the ClusterLocks of the Cluster-scoped
@@ -55,11 +55,11 @@ func listDeclared(ctx context.Context, c client.Reader, namespace string, views 
 		}
 		return true, fmt.Errorf("list %ss: %w", kind, err)
 	}
-	var locks batchv1alpha1.LockList
-	if skipped, err := skip(sourceLock, c.List(ctx, &locks, client.InNamespace(namespace))); err != nil {
+	var lockList batchv1alpha1.LockList
+	if skipped, err := skip(sourceLock, c.List(ctx, &lockList, client.InNamespace(namespace))); err != nil {
 		return nil, nil, err
 	} else if !skipped {
-		for _, l := range locks.Items {
+		for _, l := range lockList.Items {
 			declared = append(declared, Declared{Scope: batchv1alpha1.LockScopeNamespace, Namespace: l.Namespace, Name: l.Name, Permits: l.Spec.Permits, Status: l.Status})
 		}
 	}
@@ -94,29 +94,21 @@ func listDeclared(ctx context.Context, c client.Reader, namespace string, views 
 // lock: 1 when none declares it or the operator has no such kinds, 0 with a warning when the user
 // may not read it.
 func declaredPermits(ctx context.Context, c client.Reader, lj *batchv1alpha1.LockedJob) (int, []string, error) {
-	id := lockOf(lj)
-	kind, key := sourceLock, client.ObjectKey{Namespace: id.namespace, Name: id.name}
-	var obj client.Object = &batchv1alpha1.Lock{}
-	if id.scope == batchv1alpha1.LockScopeCluster {
-		kind, obj = sourceClusterLock, &batchv1alpha1.ClusterLock{}
+	obj, key := locks.Declaration(lj)
+	kind := sourceLock
+	if _, ok := obj.(*batchv1alpha1.ClusterLock); ok {
+		kind = sourceClusterLock
 	}
 	err := c.Get(ctx, key, obj)
 	switch {
 	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
 		return 1, nil, nil
 	case apierrors.IsForbidden(err):
-		return 0, []string{fmt.Sprintf("cannot read %s %s, so how many permits the lock has is not known: %v", kind, id.name, err)}, nil
+		return 0, []string{fmt.Sprintf("cannot read %s %s, so how many permits the lock has is not known: %v", kind, key.Name, err)}, nil
 	case err != nil:
-		return 0, nil, fmt.Errorf("get %s %s: %w", kind, id.name, err)
+		return 0, nil, fmt.Errorf("get %s %s: %w", kind, key.Name, err)
 	}
-	d := Declared{}
-	switch l := obj.(type) {
-	case *batchv1alpha1.Lock:
-		d.Permits = l.Spec.Permits
-	case *batchv1alpha1.ClusterLock:
-		d.Permits = l.Spec.Permits
-	}
-	return d.permits(), nil, nil
+	return locks.Permits(obj), nil, nil
 }
 
 // OverlayDeclared takes, for each declared lock, its permits (spec.permits, which is where the
@@ -238,13 +230,13 @@ func lockedJobIn(lockedJob, namespace string) (ns, name string, ok bool) {
 	return namespace, lockedJob, true
 }
 
-// refOfHolderName names the LockedJob in ljs whose holder name (cluster/namespace/name/uid prefix,
-// controllers.Identity.Holder) is holderName, or keeps the name as Redis has it.
+// refOfHolderName names the LockedJob in ljs whose holder name (locks.Identity.Holder, of any
+// cluster) is holderName, or keeps the name as Redis has it.
 func refOfHolderName(holderName string, ljs []batchv1alpha1.LockedJob) *Ref {
-	if parts := strings.SplitN(holderName, "/", 4); len(parts) == 4 {
+	if _, namespace, name, uid, ok := locks.ParseHolder(holderName); ok {
 		for i := range ljs {
 			lj := &ljs[i]
-			if lj.Namespace == parts[1] && lj.Name == parts[2] && parts[3] != "" && strings.HasPrefix(string(lj.UID), parts[3]) {
+			if lj.Namespace == namespace && lj.Name == name && uid != "" && strings.HasPrefix(string(lj.UID), uid) {
 				return &Ref{Namespace: lj.Namespace, Name: lj.Name}
 			}
 		}

@@ -68,7 +68,7 @@ func cond(condType string, status metav1.ConditionStatus, reason, msg string, t 
 	return metav1.Condition{Type: condType, Status: status, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(t)}
 }
 
-// holderName is the operator's holder name of lj (controllers.Identity.Holder) in cluster "envtest".
+// holderName is the operator's holder name of lj (locks.Identity.Holder) in cluster "envtest".
 func holderName(lj *batchv1alpha1.LockedJob) string {
 	return fmt.Sprintf("envtest/%s/%s/%s", lj.Namespace, lj.Name, string(lj.UID)[:8])
 }

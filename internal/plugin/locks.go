@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // LockView is one lock as `kubectl lockedjob locks` shows it. It has no token field on purpose:
@@ -277,7 +277,7 @@ func fence(lj *batchv1alpha1.LockedJob) int64 {
 }
 
 // waitersInQueueOrder are the members in phase Waiting, in the order the operator's queue serves
-// them (queueCompare).
+// them (locks.QueueCompare).
 func waitersInQueueOrder(members []*batchv1alpha1.LockedJob) []*batchv1alpha1.LockedJob {
 	var waiters []*batchv1alpha1.LockedJob
 	for _, lj := range members {
@@ -285,20 +285,8 @@ func waitersInQueueOrder(members []*batchv1alpha1.LockedJob) []*batchv1alpha1.Lo
 			waiters = append(waiters, lj)
 		}
 	}
-	slices.SortFunc(waiters, queueCompare)
+	slices.SortFunc(waiters, locks.QueueCompare)
 	return waiters
-}
-
-// queueCompare orders waiters as the operator's queue in Redis does (controllers.Identity.QueueScore,
-// a sorted set): higher spec.lock.priority first, then older first by creation time in whole
-// seconds. Redis breaks equal scores by the member, the holder name cluster/namespace/name/uid;
-// within one cluster that is namespace, then name, then UID, which is what this compares.
-func queueCompare(a, b *batchv1alpha1.LockedJob) int {
-	return cmp.Or(
-		cmp.Compare(b.Spec.Lock.Priority, a.Spec.Lock.Priority),
-		cmp.Compare(a.CreationTimestamp.Unix(), b.CreationTimestamp.Unix()),
-		strings.Compare(a.Namespace+"/"+a.Name+"/"+string(a.UID), b.Namespace+"/"+b.Name+"/"+string(b.UID)),
-	)
 }
 
 // lastHandoff is the latest acquisition by a LockedJob that was already waiting when another

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/controllers"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -59,50 +57,6 @@ func ran(waitingSince, acquired, released time.Duration) func(*batchv1alpha1.Loc
 		if released != 0 {
 			o.Status.ReleasedAt = at(t0.Add(released))
 		}
-	}
-}
-
-// TestQueueCompareMatchesTheOperator checks the plugin orders waiters as the operator's queue
-// scores them (controllers.Identity.QueueScore, lower first).
-func TestQueueCompareMatchesTheOperator(t *testing.T) {
-	ljs := []batchv1alpha1.LockedJob{
-		lj("old-low", priority(-5), created(-time.Hour)),
-		lj("new-high", priority(10), created(time.Minute)),
-		lj("old-high", priority(10), created(-time.Minute)),
-		lj("mid", created(0)),
-		lj("mid-later", created(1500*time.Millisecond)),
-		lj("max", priority(1000), created(time.Hour)),
-		lj("min", priority(-1000), created(-24*time.Hour)),
-	}
-	var byPlugin, byOperator []string
-	ptrs := make([]*batchv1alpha1.LockedJob, len(ljs))
-	for i := range ljs {
-		ptrs[i] = &ljs[i]
-	}
-	slices.SortFunc(ptrs, queueCompare)
-	for _, p := range ptrs {
-		byPlugin = append(byPlugin, p.Name)
-	}
-	var id controllers.Identity
-	slices.SortStableFunc(ljs, func(a, b batchv1alpha1.LockedJob) int {
-		sa, sb := id.QueueScore(&a), id.QueueScore(&b)
-		switch {
-		case sa < sb:
-			return -1
-		case sa > sb:
-			return 1
-		}
-		return 0
-	})
-	for _, o := range ljs {
-		byOperator = append(byOperator, o.Name)
-	}
-	want := []string{"max", "old-high", "new-high", "mid", "mid-later", "old-low", "min"}
-	if diff := cmp.Diff(want, byOperator); diff != "" {
-		t.Fatalf("operator order (-want,+got):\n%s", diff)
-	}
-	if diff := cmp.Diff(byOperator, byPlugin); diff != "" {
-		t.Errorf("plugin order differs from the operator's (-operator,+plugin):\n%s", diff)
 	}
 }
 

@@ -1,15 +1,12 @@
-package controllers
+package locks
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
-	"strconv"
 	"strings"
-
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -82,6 +79,16 @@ func (id Identity) Holder(lj *batchv1alpha1.LockedJob) string {
 	return fmt.Sprintf("%s/%s/%s/%s", id.ClusterID, lj.Namespace, lj.Name, uid)
 }
 
+// ParseHolder inverts Holder for a holder of any cluster: its cluster ID, the LockedJob's namespace
+// and name, and the UID prefix; false for a name Holder does not make.
+func ParseHolder(holder string) (clusterID, namespace, name, uidPrefix string, ok bool) {
+	parts := strings.SplitN(holder, "/", 4)
+	if len(parts) != 4 {
+		return "", "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], parts[3], true
+}
+
 // Token is the lock token of the LockedJob: HMAC-SHA256 over cluster and UID. Never log it.
 func (id Identity) Token(lj *batchv1alpha1.LockedJob) string {
 	mac := hmac.New(sha256.New, id.TokenKey)
@@ -95,61 +102,15 @@ func (id Identity) QueueScore(lj *batchv1alpha1.LockedJob) float64 {
 	return float64(1000-int64(lj.Spec.Lock.Priority))*1e10 + float64(lj.CreationTimestamp.Unix())
 }
 
-// jobName derives the Job's name from the LockedJob and the fencing token, so that a second create
-// for the same acquisition (a restarted or paused operator) fails with AlreadyExists instead of
-// starting a second Job, while a new acquisition gets a new name.
-//
-// The name is a DNS-1123 label, not just a subdomain: the Job API copies it into the pods' labels
-// and, for Indexed Jobs, their host names, and would refuse it only after the lock is acquired. When
-// the LockedJob's name does not fit (dots, or too long), a hash of the whole name keeps two
-// LockedJobs that share a prefix apart.
-func jobName(lj *batchv1alpha1.LockedJob, fence int64) string {
-	suffix := "-" + strconv.FormatInt(fence, 36)
-	if name := lj.Name + suffix; len(validation.IsDNS1123Label(name)) == 0 {
-		return name
-	}
-	tag := nameHash(lj.Name)
-	prefix := dnsLabelPrefix(lj.Name, validation.DNS1123LabelMaxLength-len(suffix)-len(tag)-1)
-	if prefix == "" {
-		return tag + suffix
-	}
-	return prefix + "-" + tag + suffix
-}
-
-// lockedJobLabel is the value of the LabelLockedJob label for a LockedJob name: the name itself if
-// it is a valid label value (at most 63 characters), else a prefix and a hash of the whole name.
-// The Job's AnnotationLockedJob keeps the full name.
-func lockedJobLabel(name string) string {
-	if len(validation.IsValidLabelValue(name)) == 0 {
-		return name
-	}
-	tag := nameHash(name)
-	prefix := name[:min(len(name), validation.LabelValueMaxLength-len(tag)-1)]
-	// A label value must end in an alphanumeric character.
-	prefix = strings.TrimRight(prefix, "-._")
-	return prefix + "-" + tag
-}
-
-// nameHash tells apart names that were cut to the same prefix: 8 hex digits of SHA-256.
-func nameHash(name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return hex.EncodeToString(sum[:4])
-}
-
-// dnsLabelPrefix is at most max characters of name made fit for a DNS-1123 label: lower case, '-'
-// for anything but letters and digits, and no '-' at either end.
-func dnsLabelPrefix(name string, max int) string {
-	b := []byte(strings.ToLower(name))
-	for i, c := range b {
-		if !dnsLabelChar(c) {
-			b[i] = '-'
-		}
-	}
-	return strings.Trim(string(b[:min(len(b), max)]), "-")
-}
-
-// dnsLabelChar reports whether c may stay in a DNS-1123 label once lower-cased: the label takes
-// '-' too, but dnsLabelPrefix writes that itself.
-func dnsLabelChar(c byte) bool {
-	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+// QueueCompare orders waiters as the lock library's queue serves them: by QueueScore, a sorted set
+// in Redis, which breaks equal scores by the member, the holder name cluster/namespace/name/uid;
+// within one cluster that is namespace, then name, then UID, which is what breaks ties here. It is
+// the order for readers without an Identity (the plugin); the operator hands the score itself to
+// the lock library.
+func QueueCompare(a, b *batchv1alpha1.LockedJob) int {
+	var id Identity // the score does not depend on the cluster or the key
+	return cmp.Or(
+		cmp.Compare(id.QueueScore(a), id.QueueScore(b)),
+		strings.Compare(a.Namespace+"/"+a.Name+"/"+string(a.UID), b.Namespace+"/"+b.Name+"/"+string(b.UID)),
+	)
 }

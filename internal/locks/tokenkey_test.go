@@ -1,4 +1,4 @@
-package controllers
+package locks
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -154,7 +155,7 @@ func startTokenKeyAPIServer(t *testing.T) client.WithWatch {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: testSchemeForUnit(t)})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
