@@ -230,16 +230,16 @@ const (
 	// ReasonTTLBelowRoundTrip: spec.lock.ttl leaves too little time for the round trips to Redis
 	// the operator measures (a renewal may not be answered before the lease is at risk).
 	ReasonTTLBelowRoundTrip = "TTLBelowRoundTrip"
-	ReasonLockTimeout      = "LockTimeout"
-	ReasonLockLost         = "LockLost"
-	ReasonReleased         = "Released"
-	ReasonRenewFailed      = "RenewFailed"
-	ReasonRedisUnavailable = "RedisUnavailable"
-	ReasonRedisOK          = "RedisOK"
-	ReasonScopeNotAllowed  = "ScopeNotAllowed"
-	ReasonPending          = "Pending"
-	ReasonInProgress       = "InProgress"
-	ReasonPermitsSupported = "PermitsSupported"
+	ReasonLockTimeout       = "LockTimeout"
+	ReasonLockLost          = "LockLost"
+	ReasonReleased          = "Released"
+	ReasonRenewFailed       = "RenewFailed"
+	ReasonRedisUnavailable  = "RedisUnavailable"
+	ReasonRedisOK           = "RedisOK"
+	ReasonScopeNotAllowed   = "ScopeNotAllowed"
+	ReasonPending           = "Pending"
+	ReasonInProgress        = "InProgress"
+	ReasonPermitsSupported  = "PermitsSupported"
 	// ReasonPermitsUnsupported: a lock declares more than one permit on Redlock; its LockedJobs wait.
 	ReasonPermitsUnsupported = "PermitsUnsupported"
 	// ReasonOlderOperators: a lock declares more than one permit, and an operator sharing the Redis
