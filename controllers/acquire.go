@@ -153,7 +153,7 @@ func (r *LockedJobReconciler) legacyHolder(ctx context.Context, p *pass) (holder
 		return "", false, err
 	}
 	old := r.claim(p)
-	old.key = legacy
+	old.Key = legacy
 	err = r.Locks.Release(rctx, old)
 	switch {
 	case err == nil:

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
@@ -137,8 +137,8 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 			},
 		}).Build()
 	id := locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
-	newReconciler := func() (*LockedJobReconciler, *LockBook) {
-		book := NewLockBook(lockClient)
+	newReconciler := func() (*LockedJobReconciler, *lockbook.Book) {
+		book := lockbook.New(lockClient)
 		r := &LockedJobReconciler{
 			Client: fc, APIReader: fc, Scheme: fc.Scheme(), Locks: book, Clock: clock.RealClock{},
 			Config: Config{Identity: id},
@@ -175,36 +175,5 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 	}
 	if err := fc.Get(ctx, req.NamespacedName, &batchv1alpha1.LockedJob{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the LockedJob should be gone with its finalizer, got %v", err)
-	}
-}
-
-// TestLostLockStopsTheJobOutsideTheQueue (#26): the book stops the Job of a lost lock itself,
-// before the reconciler runs, so a loss never waits for a free reconcile worker.
-func TestLostLockStopsTheJobOutsideTheQueue(t *testing.T) {
-	book, lockClient, rdb := unitLocks(t)
-	stopped := make(chan Workload, 1)
-	book.StopWorkload = func(_ context.Context, w Workload, _ error) { stopped <- w }
-
-	ctx := context.Background()
-	lock := trackedLock(t, book, lockClient, 3*time.Second)
-	if err := rdb.Del(ctx, lock.RedisKey()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	var w Workload
-	select {
-	case w = <-stopped:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the Job of the lost lock was not stopped")
-	}
-	if w.Job != "n-1" || w.Policy != batchv1alpha1.LockLostSuspend {
-		t.Fatalf("stopped %+v, want Job n-1 with the default policy Suspend", w)
-	}
-	select {
-	case <-book.Events():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the reconciler was not woken after the stop")
-	}
-	if book.Lost("u") == nil || book.Holding("u") != nil {
-		t.Fatal("the book must remember the loss until the status shows it")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -88,7 +89,7 @@ func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 		// The lock in hand names its slot, also when it is not the slot status records (a lease
 		// that ran out while the operator was away, granted afresh on re-adoption).
 		slot := int32(lock.Slot())
-		c.slot = &slot
+		c.Slot = &slot
 	}
 	rctx, cancel := r.redisCtx(ctx)
 	err := r.Locks.Release(rctx, c)
@@ -185,7 +186,7 @@ func (r *LockedJobReconciler) stopJob(ctx context.Context, job *batchv1.Job, pol
 
 // stopWorkload is the lock book's way to stop the Job of a lost lock at once, without waiting for a
 // reconcile worker. The reconciler that runs afterwards finds the Job stopped and records LockLost.
-func (r *LockedJobReconciler) stopWorkload(ctx context.Context, w Workload, cause error) {
+func (r *LockedJobReconciler) stopWorkload(ctx context.Context, w lockbook.Workload, cause error) {
 	lj := &batchv1alpha1.LockedJob{}
 	lj.Namespace, lj.Name, lj.UID = w.LockedJob.Namespace, w.LockedJob.Name, w.UID
 	job, err := r.findJob(ctx, lj, w.Job)

@@ -32,6 +32,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
@@ -47,7 +48,7 @@ type LockedCronJobReconciler struct {
 	Recorder events.EventRecorder
 	// Locks and Identity are the LockedJob reconciler's: onBusy Skip asks the book whether the
 	// lock its LockedJobs would acquire is held, under the key they would acquire it with.
-	Locks    *LockBook
+	Locks    *lockbook.Book
 	Identity locks.Identity
 	// ClusterScopeNamespaces is the LockedJob reconciler's gate (Config.ClusterScopeNamespaces):
 	// where its LockedJobs may not use their lock, the LockedCronJob may not look at it either.

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -542,7 +543,7 @@ var _ = Describe("LockedJob controller", func() {
 
 	It("exports the lock metrics", func() {
 		acquired := testutil.ToFloat64(locksAcquiredTotal)
-		renewed := testutil.ToFloat64(lockRenewalsTotal.WithLabelValues("success"))
+		renewed := testutil.ToFloat64(lockbook.LockRenewalsTotal.WithLabelValues("success"))
 		lj := create(newLockedJob(ns, "measured", "metrics", func(lj *batchv1alpha1.LockedJob) {
 			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}
 			lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: 200 * time.Millisecond}
@@ -552,9 +553,9 @@ var _ = Describe("LockedJob controller", func() {
 		waitPhase(waiter, batchv1alpha1.PhaseWaiting)
 
 		Expect(testutil.ToFloat64(locksAcquiredTotal)).To(BeNumerically(">=", acquired+1))
-		Expect(testutil.ToFloat64(locksHeld)).To(BeNumerically(">=", 1))
+		Expect(testutil.ToFloat64(lockbook.LocksHeld)).To(BeNumerically(">=", 1))
 		Expect(testutil.ToFloat64(lockedJobsWaiting)).To(BeNumerically(">=", 1))
-		Eventually(func() float64 { return testutil.ToFloat64(lockRenewalsTotal.WithLabelValues("success")) }).
+		Eventually(func() float64 { return testutil.ToFloat64(lockbook.LockRenewalsTotal.WithLabelValues("success")) }).
 			Should(BeNumerically(">=", renewed+2))
 
 		handoffs := sampleCount(handoffSeconds)

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // Naming a LockedJob's lock for the lock library.
@@ -36,7 +37,7 @@ func libraryKey(redisKey, empty string) (string, bool) {
 }
 
 // claim names this pass's LockedJob's lock for the lock book's Redis calls.
-func (r *LockedJobReconciler) claim(p *pass) claim {
+func (r *LockedJobReconciler) claim(p *pass) lockbook.Claim {
 	id := r.Config.Identity
-	return claim{key: p.key, token: id.Token(p.lj), holder: id.Holder(p.lj), permits: p.permits, slot: p.lj.Status.Slot}
+	return lockbook.Claim{Key: p.key, Token: id.Token(p.lj), Holder: id.Holder(p.lj), Permits: p.permits, Slot: p.lj.Status.Slot}
 }

@@ -22,6 +22,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
@@ -38,7 +39,7 @@ import (
 // LockViewReconciler keeps the status of Lock and ClusterLock objects.
 type LockViewReconciler struct {
 	client.Client
-	Locks    *LockBook
+	Locks    *lockbook.Book
 	Identity locks.Identity
 	Clock    clock.PassiveClock
 	// MinInterval is the least time between two status writes of one lock (default 5s).

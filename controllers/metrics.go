@@ -4,14 +4,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 var (
-	locksHeld = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "lockedjob_locks_held",
-		Help: "Locks this operator holds now.",
-	})
 	lockedJobsWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockedjob_lockedjobs_waiting",
 		Help: "LockedJobs waiting for their lock.",
@@ -31,29 +27,13 @@ var (
 		// From a millisecond (a quiet operator) to a minute (a work queue under a burst).
 		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
 	})
-	lockRenewalsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lockedjob_lock_renewals_total",
-		Help: "Lock renewals by result: success, or error (a transport failure that will be retried).",
-	}, []string{"result"})
-	lockLostTotal = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "lockedjob_lock_lost_total",
-		Help: "Locks lost while their Job ran.",
-	})
 )
 
-// operatorMetrics are the operator's own metrics; config/grafana/custom-metrics/config.yaml has a
-// panel for each (TestEveryMetricHasAPanel).
-var operatorMetrics = []prometheus.Collector{locksHeld, lockedJobsWaiting, locksAcquiredTotal, lockWaitSeconds, handoffSeconds, lockRenewalsTotal, lockLostTotal,
+// operatorMetrics are the operator's own metrics, the lock book's among them;
+// config/grafana/custom-metrics/config.yaml has a panel for each (TestEveryMetricHasAPanel).
+var operatorMetrics = []prometheus.Collector{lockbook.LocksHeld, lockedJobsWaiting, locksAcquiredTotal, lockWaitSeconds, handoffSeconds, lockbook.LockRenewalsTotal, lockbook.LockLostTotal,
 	cronRunsTotal, cronReplacedTotal}
 
 func init() {
 	metrics.Registry.MustRegister(operatorMetrics...)
-}
-
-func onRenewMetric(_ *redislock.Lock, err error) {
-	if err != nil {
-		lockRenewalsTotal.WithLabelValues("error").Inc()
-		return
-	}
-	lockRenewalsTotal.WithLabelValues("success").Inc()
 }

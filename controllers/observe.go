@@ -23,21 +23,21 @@ import (
 // created (or is about to be stopped) is never taken for a missing one.
 func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 	lj := p.lj
-	book := r.Locks.recordOf(lj.UID)
+	book := r.Locks.RecordOf(lj.UID)
 	p.obs = observation{
 		deleting:     !lj.DeletionTimestamp.IsZero(),
 		hasFinalizer: controllerutil.ContainsFinalizer(lj, finalizer),
 		terminal:     lj.Status.Phase.IsTerminal(),
 		lockRecorded: conditionTrue(lj, batchv1alpha1.ConditionLockAcquired),
 		scopeAllowed: r.Config.ClusterScopeNamespaces.Allows(lj),
-		holding:      book.lock,
-		lost:         book.lost,
-		released:     book.released,
+		holding:      book.Lock,
+		lost:         book.Lost,
+		released:     book.Released,
 		jobCreated:   lj.Status.JobUID != "",
 	}
 	name := lj.Status.JobName
 	if name == "" {
-		name = book.job // a stale object may lack what an earlier pass recorded
+		name = book.Job // a stale object may lack what an earlier pass recorded
 	}
 	if name == "" {
 		return nil

@@ -6,6 +6,8 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // The queue keeper keeps this operator's waiters queued in Redis (see waiting.go).
@@ -14,7 +16,7 @@ import (
 // as the keeper renews held locks: one call per lock every third of the waiters' liveness. A waiter
 // that is not queued any more (handed the lock, or dropped while nobody kept it) is woken to ask.
 type queueKeeper struct {
-	locks    *LockBook
+	locks    *lockbook.Book
 	waiting  *waitBook
 	liveness time.Duration
 	timeout  time.Duration // of one call

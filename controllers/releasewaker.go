@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
@@ -30,7 +31,7 @@ const (
 // handoff) wakes every waiter of the lock, and so does a broken subscription (Missed) for every
 // lock. Redis pub/sub may drop a message; the waiters' re-checks stay as the safety net.
 type releaseWaker struct {
-	locks    *LockBook
+	locks    *lockbook.Book
 	identity locks.Identity
 	reader   client.Reader
 	waiting  *waitBook

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
@@ -73,6 +74,7 @@ type unitRig struct {
 	t      *testing.T
 	api    client.WithWatch
 	r      *LockedJobReconciler
+	lib    *redislock.Client // the book's lock client, for a test that sets Redis up
 	events *reasonRecorder
 	lj     *batchv1alpha1.LockedJob
 	req    ctrl.Request
@@ -80,7 +82,7 @@ type unitRig struct {
 
 func newUnitRig(t *testing.T, funcs interceptor.Funcs) *unitRig {
 	t.Helper()
-	book, _, _ := unitLocks(t)
+	book, lib, _ := unitLocks(t)
 	lj := unitLockedJob("unit", "uid-unit")
 	api := fake.NewClientBuilder().WithScheme(testSchemeForUnit(t)).
 		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(lj).Build()
@@ -91,7 +93,7 @@ func newUnitRig(t *testing.T, funcs interceptor.Funcs) *unitRig {
 		Config: Config{Identity: locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}},
 	}
 	r.Config.defaults()
-	return &unitRig{t: t, api: api, r: r, events: events, lj: lj, req: ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}}
+	return &unitRig{t: t, api: api, r: r, lib: lib, events: events, lj: lj, req: ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}}
 }
 
 func (u *unitRig) reconcile() {
@@ -197,7 +199,7 @@ func TestLockNameFollowsTheRecordedKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	book := NewLockBook(lockClient)
+	book := lockbook.New(lockClient)
 	t.Cleanup(book.Stop)
 	r := &LockedJobReconciler{Locks: book, Config: Config{Identity: locks.Identity{ClusterID: "c"}}}
 	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"},
@@ -225,7 +227,7 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 	u := newUnitRig(t, interceptor.Funcs{})
 	u.r.Config.LegacyLockKeys = true
 	ctx := context.Background()
-	rdb := u.r.Locks.redis
+	rdb := u.lib
 	legacy, _ := u.r.Config.Identity.LegacyLockKey(u.lj)
 	other, err := rdb.Acquire(ctx, legacy, time.Minute, redislock.WithMetadata("old-holder"))
 	if err != nil {
@@ -393,7 +395,7 @@ func TestAStalePassWritesNoPermitsBack(t *testing.T) {
 	stale := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"}, Spec: batchv1alpha1.LockViewSpec{Permits: 3}}
 	u.r.permits = locks.PermitReader{Reader: fake.NewClientBuilder().WithScheme(u.api.Scheme()).WithObjects(stale).Build(), Served: true}
 	ctx := context.Background()
-	key, lib := u.r.Config.Identity.LockKey(u.lj), u.r.Locks.redis
+	key, lib := u.r.Config.Identity.LockKey(u.lj), u.lib
 	if err := lib.SetPermits(ctx, key, 3); err != nil {
 		t.Fatal(err)
 	}

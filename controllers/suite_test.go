@@ -38,6 +38,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
@@ -122,7 +123,7 @@ var _ = AfterSuite(func() {
 
 // operator is one running manager with its own lock book, as one operator process would have.
 type operator struct {
-	book   *LockBook
+	book   *lockbook.Book
 	cache  client.Reader // what the manager's cache holds
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -159,7 +160,7 @@ func startOperatorOn(addrs []string, mutate ...func(*Config)) *operator {
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	book := NewLockBook(lockClient)
+	book := lockbook.New(lockClient)
 	r := &LockedJobReconciler{
 		Client:   mgr.GetClient(),
 		Scheme:   mgr.GetScheme(),

@@ -2,13 +2,12 @@ package controllers
 
 import (
 	"testing"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/redis/go-redis/v9"
@@ -29,7 +28,7 @@ func testSchemeForUnit(t *testing.T) *runtime.Scheme {
 
 // unitLocks starts a real redis-server and returns a lock client over it, a lock book stopped at
 // the end of the test, and a plain client for looking at Redis directly.
-func unitLocks(t *testing.T) (*LockBook, *redislock.Client, *redis.Client) {
+func unitLocks(t *testing.T) (*lockbook.Book, *redislock.Client, *redis.Client) {
 	t.Helper()
 	rc := redisserver.Start(t).Client(t)
 	lockClient, err := redislock.New(rc)
@@ -40,25 +39,9 @@ func unitLocks(t *testing.T) (*LockBook, *redislock.Client, *redis.Client) {
 }
 
 // bookOver returns a lock book over c, stopped at the end of the test.
-func bookOver(t *testing.T, c *redislock.Client) *LockBook {
+func bookOver(t *testing.T, c *redislock.Client) *lockbook.Book {
 	t.Helper()
-	book := NewLockBook(c)
+	book := lockbook.New(c)
 	t.Cleanup(book.Stop)
 	return book
-}
-
-// trackedLock acquires lock "k" for ttl and has book renew it every 200ms for a LockedJob whose Job
-// is n-1, as an acquisition does.
-func trackedLock(t *testing.T, book *LockBook, c *redislock.Client, ttl time.Duration) *redislock.Lock {
-	t.Helper()
-	lock, err := c.Acquire(t.Context(), "k", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "u"}}
-	lj.Status.JobName = "n-1"
-	if err := book.Track(lj, lock, 200*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	return lock
 }

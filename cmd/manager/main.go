@@ -49,6 +49,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers"
 	"github.com/lockedjob/lockedjob/internal/campaign"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	// +kubebuilder:scaffold:imports
@@ -93,7 +94,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	book := controllers.NewLockBook(lockClient)
+	book := lockbook.New(lockClient)
 	defer book.Stop()
 
 	ctx, stop := context.WithCancelCause(ctx)
@@ -153,7 +154,7 @@ func leaseNamespaceOf(o options) string {
 
 // newManager builds one manager with its reconciler over the process's lock book. Everything it
 // registers belongs to this manager, so the next one (after a lost leadership) registers it again.
-func newManager(ctx context.Context, cfg *rest.Config, o options, leaseNamespace string, id locks.Identity, book *controllers.LockBook) (ctrl.Manager, error) {
+func newManager(ctx context.Context, cfg *rest.Config, o options, leaseNamespace string, id locks.Identity, book *lockbook.Book) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		Cache:  controllers.CacheOptions(),
@@ -180,7 +181,7 @@ func newManager(ctx context.Context, cfg *rest.Config, o options, leaseNamespace
 	return mgr, nil
 }
 
-func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id locks.Identity, book *controllers.LockBook) error {
+func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id locks.Identity, book *lockbook.Book) error {
 	// One gate for every reconciler that touches a lock for a namespace.
 	scope := controllers.ScopeGate(splitList(o.clusterScopeNamespaces))
 	r := &controllers.LockedJobReconciler{
@@ -267,7 +268,7 @@ func healthProbeServer(addr string, c *redislock.Client) (manager.Runnable, erro
 		mux.Handle(path+"/", h) // one check by name: /readyz/redis
 	}
 	handle("/healthz", map[string]healthz.Checker{"healthz": healthz.Ping})
-	handle("/readyz", map[string]healthz.Checker{"redis": controllers.RedisReadyCheck(c)})
+	handle("/readyz", map[string]healthz.Checker{"redis": lockbook.RedisReadyCheck(c)})
 	return &manager.Server{Name: "health probe", Listener: ln,
 		Server: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
 }

@@ -1,4 +1,4 @@
-package controllers
+package lockbook
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 // RedisReadyCheck is a readiness check that fails while the lock backend cannot acquire locks (the
 // only node, or a Redlock majority, does not answer): a replica that cannot reach Redis can
 // neither acquire nor renew locks, so it should not be counted as ready.
-// It takes anything that pings (the lock client, from main) rather than the client itself: in this
-// package only the lock book calls the lock library.
+// It takes anything that pings (the lock client, from main) rather than the client itself: the
+// check needs nothing else of it.
 func RedisReadyCheck(c interface{ Ping(context.Context) error }) healthz.Checker {
 	return func(req *http.Request) error {
 		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)

@@ -1,4 +1,4 @@
-package controllers
+package lockbook
 
 import (
 	"context"
@@ -23,7 +23,7 @@ type bookWitness struct {
 	renewFailed []types.UID
 }
 
-func (w *bookWitness) attach(b *LockBook) {
+func (w *bookWitness) attach(b *Book) {
 	b.SetHandlers(func(lj *batchv1alpha1.LockedJob, _ error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -85,7 +85,7 @@ func TestRenewOnlyBookDropsLossesQuietly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			book := NewLockBook(lockClient)
+			book := New(lockClient)
 			t.Cleanup(book.Stop)
 			var w bookWitness
 			w.attach(book)

@@ -1,4 +1,4 @@
-package controllers
+package lockbook
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 const maxConcurrentStops = 16
 
 // onRenew runs on the keeper's goroutine: count, and report the start of a run of failures.
-func (b *LockBook) onRenew(l *redislock.Lock, err error) {
+func (b *Book) onRenew(l *redislock.Lock, err error) {
 	onRenewMetric(l, err)
 	b.mu.Lock()
 	e, ok := b.byLk[l]
@@ -42,7 +42,7 @@ func (b *LockBook) onRenew(l *redislock.Lock, err error) {
 // onShortLease runs on the keeper's goroutine: a held lock whose lease is too short for the round
 // trip the keeper measures is told to the user through OnRenewFailed, once per lock (the keeper
 // calls once), by the leader only.
-func (b *LockBook) onShortLease(l *redislock.Lock, err error) {
+func (b *Book) onShortLease(l *redislock.Lock, err error) {
 	b.mu.Lock()
 	e, ok := b.byLk[l]
 	var obj *batchv1alpha1.LockedJob
@@ -69,7 +69,7 @@ func (e *bookEntry) object() *batchv1alpha1.LockedJob {
 //
 // While the book does not lead, the loss is dropped quietly instead: most often the new leader
 // released a lock whose Job ended, and this process's compare-and-expire found another value.
-func (b *LockBook) onLost(l *redislock.Lock, err error) {
+func (b *Book) onLost(l *redislock.Lock, err error) {
 	b.mu.Lock()
 	e, ok := b.byLk[l]
 	leading := b.term != 0
@@ -92,7 +92,7 @@ func (b *LockBook) onLost(l *redislock.Lock, err error) {
 //
 // While the book does not lead it cannot stop the Job: it drops the lock quietly, and the leader
 // finds it lost (or re-adopts it, if Redis came back in time) when it re-observes the LockedJob.
-func (b *LockBook) onAtRisk(l *redislock.Lock, err error) {
+func (b *Book) onAtRisk(l *redislock.Lock, err error) {
 	b.mu.Lock()
 	e, ok := b.byLk[l]
 	leading := b.term != 0
@@ -108,7 +108,7 @@ func (b *LockBook) onAtRisk(l *redislock.Lock, err error) {
 }
 
 // reportLoss records the first loss of an entry, stops its Job and wakes the reconciler.
-func (b *LockBook) reportLoss(e *bookEntry, cause error) {
+func (b *Book) reportLoss(e *bookEntry, cause error) {
 	b.mu.Lock()
 	first := e.lost == nil
 	if first {
@@ -121,7 +121,7 @@ func (b *LockBook) reportLoss(e *bookEntry, cause error) {
 	if !first {
 		return
 	}
-	lockLostTotal.Inc()
+	LockLostTotal.Inc()
 	go func() {
 		if stopWorkload != nil && w.Job != "" && w.Policy != batchv1alpha1.LockLostIgnore {
 			b.stops <- struct{}{}

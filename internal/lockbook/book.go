@@ -1,4 +1,4 @@
-package controllers
+package lockbook
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
-// LockBook is the operator's record of the locks it holds and of the outcomes it has not yet seen
+// Book is the operator's record of the locks it holds and of the outcomes it has not yet seen
 // written to status. It owns the Keeper that renews the locks, so renewal runs on its own schedule,
 // independent of API-server traffic and reconcile queues; it stops the Job of a lost lock at once,
 // outside the reconcile queue; and it turns a loss into an event for the LockedJob's reconciler.
@@ -23,7 +23,7 @@ import (
 // The book outlives a leadership: it keeps renewing its locks while the process does not lead
 // (renew-only mode, see Leadership), and acts on a loss only while it leads (docs/design.md,
 // "Leadership").
-type LockBook struct {
+type Book struct {
 	redis  *redislock.Client
 	keeper *redislock.Keeper
 
@@ -76,12 +76,12 @@ type bookEntry struct {
 	released bool
 }
 
-// NewLockBook starts a book (and its keeper) over c. Stop it when the manager stops.
+// New starts a book (and its keeper) over c. Stop it when the manager stops.
 //
 // A new book leads: without leader election (tests, --leader-elect=false) it always acts. Adding
 // its Leadership runnable to a manager makes it follow that manager's election.
-func NewLockBook(c *redislock.Client) *LockBook {
-	b := &LockBook{
+func New(c *redislock.Client) *Book {
+	b := &Book{
 		term:    -1,
 		redis:   c,
 		entries: map[types.UID]*bookEntry{},
@@ -94,11 +94,11 @@ func NewLockBook(c *redislock.Client) *LockBook {
 }
 
 // Events delivers a generic event for every LockedJob whose lock was lost.
-func (b *LockBook) Events() <-chan event.GenericEvent { return b.events }
+func (b *Book) Events() <-chan event.GenericEvent { return b.events }
 
 // Track records l as held by the LockedJob and starts renewing it every interval (0 = ttl/3). The
 // LockedJob's status.jobName, if set, names the Job to stop should the lock be lost.
-func (b *LockBook) Track(lj *batchv1alpha1.LockedJob, l *redislock.Lock, interval time.Duration) error {
+func (b *Book) Track(lj *batchv1alpha1.LockedJob, l *redislock.Lock, interval time.Duration) error {
 	e := &bookEntry{Workload: workloadOf(lj), lock: l}
 	b.mu.Lock()
 	if old, ok := b.entries[lj.UID]; ok && old.lock != nil && old.lock != l {
@@ -112,7 +112,7 @@ func (b *LockBook) Track(lj *batchv1alpha1.LockedJob, l *redislock.Lock, interva
 }
 
 // BindJob tells the book the name of the Job that the LockedJob's lock protects.
-func (b *LockBook) BindJob(lj *batchv1alpha1.LockedJob) {
+func (b *Book) BindJob(lj *batchv1alpha1.LockedJob) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if e, ok := b.entries[lj.UID]; ok {
@@ -126,7 +126,7 @@ func workloadOf(lj *batchv1alpha1.LockedJob) Workload {
 
 // Holding returns the lock the LockedJob still holds in Redis as far as the book knows, healthy or
 // at risk, or nil.
-func (b *LockBook) Holding(uid types.UID) *redislock.Lock {
+func (b *Book) Holding(uid types.UID) *redislock.Lock {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if e, ok := b.entries[uid]; ok {
@@ -136,7 +136,7 @@ func (b *LockBook) Holding(uid types.UID) *redislock.Lock {
 }
 
 // Lost returns why the LockedJob's lock was lost or put at risk, or nil.
-func (b *LockBook) Lost(uid types.UID) error {
+func (b *Book) Lost(uid types.UID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if e, ok := b.entries[uid]; ok {
@@ -145,28 +145,28 @@ func (b *LockBook) Lost(uid types.UID) error {
 	return nil
 }
 
-// bookRecord is what the book knows of one LockedJob, read at once.
-type bookRecord struct {
-	lock     *redislock.Lock // held, healthy or at risk
-	lost     error
-	released bool
-	job      string
+// Record is what the book knows of one LockedJob, read at once.
+type Record struct {
+	Lock     *redislock.Lock // held, healthy or at risk
+	Lost     error
+	Released bool
+	Job      string
 }
 
-// recordOf returns the book's record of the LockedJob (the zero record if it has none).
-func (b *LockBook) recordOf(uid types.UID) bookRecord {
+// RecordOf returns the book's record of the LockedJob (the zero Record if it has none).
+func (b *Book) RecordOf(uid types.UID) Record {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.entries[uid]
 	if !ok {
-		return bookRecord{}
+		return Record{}
 	}
-	return bookRecord{lock: e.lock, lost: e.lost, released: e.released, job: e.Job}
+	return Record{Lock: e.lock, Lost: e.lost, Released: e.released, Job: e.Job}
 }
 
 // MarkLost records that the LockedJob's lock is lost (found gone by the reconciler), stops renewing
 // it and keeps the record until Forget.
-func (b *LockBook) MarkLost(lj *batchv1alpha1.LockedJob, cause error) {
+func (b *Book) MarkLost(lj *batchv1alpha1.LockedJob, cause error) {
 	b.mu.Lock()
 	e := b.entryFor(lj)
 	if e.lost == nil {
@@ -179,7 +179,7 @@ func (b *LockBook) MarkLost(lj *batchv1alpha1.LockedJob, cause error) {
 
 // MarkAtRisk records that the LockedJob's lock cannot be trusted (cause) while it is still held and
 // renewed: it covers the Job's pods until they are gone and is released after that.
-func (b *LockBook) MarkAtRisk(uid types.UID, cause error) {
+func (b *Book) MarkAtRisk(uid types.UID, cause error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if e, ok := b.entries[uid]; ok && e.lost == nil {
@@ -189,7 +189,7 @@ func (b *LockBook) MarkAtRisk(uid types.UID, cause error) {
 
 // Untrack stops renewing the LockedJob's lock before a release and returns it (nil if none). The
 // record stays: call MarkReleased after the release, or Track again if it failed.
-func (b *LockBook) Untrack(uid types.UID) *redislock.Lock {
+func (b *Book) Untrack(uid types.UID) *redislock.Lock {
 	b.mu.Lock()
 	var l *redislock.Lock
 	if e, ok := b.entries[uid]; ok {
@@ -201,7 +201,7 @@ func (b *LockBook) Untrack(uid types.UID) *redislock.Lock {
 }
 
 // MarkReleased records that the LockedJob's lock was released, until Forget.
-func (b *LockBook) MarkReleased(lj *batchv1alpha1.LockedJob) {
+func (b *Book) MarkReleased(lj *batchv1alpha1.LockedJob) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.entryFor(lj).released = true
@@ -209,7 +209,7 @@ func (b *LockBook) MarkReleased(lj *batchv1alpha1.LockedJob) {
 
 // Forget drops every record of the LockedJob and stops renewing its lock (without releasing it in
 // Redis). Call it once the outcome is in the status the reconciler reads, or the object is gone.
-func (b *LockBook) Forget(uid types.UID) {
+func (b *Book) Forget(uid types.UID) {
 	b.mu.Lock()
 	var l *redislock.Lock
 	if e, ok := b.entries[uid]; ok {
@@ -221,7 +221,7 @@ func (b *LockBook) Forget(uid types.UID) {
 }
 
 // entryFor returns the LockedJob's entry, made if it has none; b.mu is held.
-func (b *LockBook) entryFor(lj *batchv1alpha1.LockedJob) *bookEntry {
+func (b *Book) entryFor(lj *batchv1alpha1.LockedJob) *bookEntry {
 	e, ok := b.entries[lj.UID]
 	if !ok {
 		e = &bookEntry{Workload: workloadOf(lj)}
@@ -232,7 +232,7 @@ func (b *LockBook) entryFor(lj *batchv1alpha1.LockedJob) *bookEntry {
 
 // detach removes the lock from an entry and returns it (nil if none); b.mu is held. The caller
 // stops renewing it after unlocking, since the keeper may be calling back into the book.
-func (b *LockBook) detach(e *bookEntry) *redislock.Lock {
+func (b *Book) detach(e *bookEntry) *redislock.Lock {
 	l := e.lock
 	e.lock = nil
 	if l != nil {
@@ -242,14 +242,14 @@ func (b *LockBook) detach(e *bookEntry) *redislock.Lock {
 	return l
 }
 
-func (b *LockBook) stopRenewing(l *redislock.Lock) {
+func (b *Book) stopRenewing(l *redislock.Lock) {
 	if l != nil {
 		b.keeper.Remove(l)
 	}
 }
 
 // ForgetObject drops the record of a LockedJob that is gone, by name.
-func (b *LockBook) ForgetObject(name types.NamespacedName) {
+func (b *Book) ForgetObject(name types.NamespacedName) {
 	b.mu.Lock()
 	var uids []types.UID
 	for uid, e := range b.entries {
@@ -264,16 +264,16 @@ func (b *LockBook) ForgetObject(name types.NamespacedName) {
 }
 
 // Len returns the number of locks held.
-func (b *LockBook) Len() int {
+func (b *Book) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.byLk)
 }
 
 // setGauge updates lockedjob_locks_held; b.mu is held.
-func (b *LockBook) setGauge() { locksHeld.Set(float64(len(b.byLk))) }
+func (b *Book) setGauge() { LocksHeld.Set(float64(len(b.byLk))) }
 
 // Stop stops renewing. Locks stay in Redis until they expire, so a successor can re-adopt them.
-func (b *LockBook) Stop() { b.keeper.Stop() }
+func (b *Book) Stop() { b.keeper.Stop() }
 
 var _ manager.LeaderElectionRunnable = (*leadership)(nil)

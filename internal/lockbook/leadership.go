@@ -1,4 +1,4 @@
-package controllers
+package lockbook
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // SetHandlers replaces OnRenewFailed and StopWorkload while the keeper may be calling back: each
 // manager a process builds after losing its leadership brings a reconciler of its own, and the
 // book must stop Jobs through that one's clients, not through a stopped manager's cache.
-func (b *LockBook) SetHandlers(onRenewFailed func(*batchv1alpha1.LockedJob, error), stop func(context.Context, Workload, error)) {
+func (b *Book) SetHandlers(onRenewFailed func(*batchv1alpha1.LockedJob, error), stop func(context.Context, Workload, error)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.OnRenewFailed, b.StopWorkload = onRenewFailed, stop
@@ -24,7 +24,7 @@ func (b *LockBook) SetHandlers(onRenewFailed func(*batchv1alpha1.LockedJob, erro
 
 // Leading reports whether the book acts on losses (stops Jobs, emits, wakes the reconciler) or
 // only renews.
-func (b *LockBook) Leading() bool {
+func (b *Book) Leading() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.term != 0
@@ -33,7 +33,7 @@ func (b *LockBook) Leading() bool {
 // Leadership returns a runnable for a manager with leader election: the book leads from the
 // moment the manager is elected (the runnable starts) until the manager stops (its context ends),
 // and renews only before and after. From this call on the book no longer leads until then.
-func (b *LockBook) Leadership() manager.Runnable {
+func (b *Book) Leadership() manager.Runnable {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.terms++
@@ -43,7 +43,7 @@ func (b *LockBook) Leadership() manager.Runnable {
 
 // leadership is the runnable of one manager's term; it needs the leader election.
 type leadership struct {
-	book *LockBook
+	book *Book
 	term int64
 }
 
@@ -71,7 +71,7 @@ func (l *leadership) Start(ctx context.Context) error {
 // since a process that does not lead must not write to the API server. The leader (this process
 // again, or another) re-observes the LockedJob on its start: it re-adopts the lock or finds it lost.
 // b.mu is held; the caller stops renewing the returned lock after unlocking.
-func (b *LockBook) dropQuietly(e *bookEntry, why string, cause error) *redislock.Lock {
+func (b *Book) dropQuietly(e *bookEntry, why string, cause error) *redislock.Lock {
 	l := b.detach(e)
 	if b.entries[e.UID] == e {
 		delete(b.entries, e.UID)

@@ -1,4 +1,4 @@
-package controllers
+package lockbook
 
 import (
 	"net/http/httptest"
