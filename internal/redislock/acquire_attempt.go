@@ -12,8 +12,49 @@ import (
 
 // attemptAcquire makes one acquisition attempt on every node; the lease is counted from start.
 func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *acquireOptions) (*Lock, error) {
+	replies := c.sendAcquire(ctx, k, ttl, o)
+
+	// fresh are the nodes that granted the lock to this attempt, readopted those where it already
+	// held our token. unsure are the nodes that did not answer: they may still apply the acquisition
+	// late, so a failed attempt undoes there too (a node that answered "busy" cannot hold our token).
+	// They, and errs, are filled here rather than by count: a slice a helper filled or returned would
+	// cost an allocation every Acquire, where these stay on the stack.
+	var fresh, readopted, unsure []int
+	var errs []error
+	var t acquireTally
+	for i, r := range replies {
+		switch node, err := t.count(c, i, r); node {
+		case nodeSemaphore:
+			return nil, errSemaphore // one node, whose script wrote nothing: nothing to undo
+		case nodeUnsure:
+			unsure = append(unsure, i)
+			errs = append(errs, err)
+		case nodeFailed:
+			errs = append(errs, err)
+		case nodeReadopted:
+			readopted = append(readopted, i)
+		case nodeFresh:
+			fresh = append(fresh, i)
+		}
+	}
+
+	// Only what this attempt created is undone: a re-adopted lock was held before and stays held.
+	undo := func() {
+		c.undoQuietly(ctx, k, o.token, o.attempt, fresh)
+		c.releaseLate(k, o.token, o.attempt, unsure, ttl)
+	}
+	if granted := len(fresh) + len(readopted); granted < c.quorum {
+		undo()
+		return nil, c.refusal(o, &t, granted, errs)
+	}
+	return c.settleGrant(ctx, start, key, k, ttl, o, &t, fresh, readopted, undo)
+}
+
+// sendAcquire runs the attempt's acquire script on every node: the semaphore's, the queue's or the
+// plain lock's.
+func (c *Client) sendAcquire(ctx context.Context, k keys, ttl time.Duration, o *acquireOptions) []nodeReply {
 	ttlMs := ttl.Milliseconds()
-	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+	return c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.semaphore() {
 			var liveness int64
 			if o.queueMember != "" {
@@ -28,77 +69,89 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 		}
 		return c.runAcquire(ctx, n, scriptAcquire, k, k.withFence(), o.token, ttlMs, o.metadata, o.attempt)
 	})
+}
 
-	// fresh are the nodes that granted the lock to this attempt, readopted those where it already
-	// held our token. unsure are the nodes that did not answer: they may still apply the acquisition
-	// late, so a failed attempt undoes there too (a node that answered "busy" cannot hold our token).
-	var fresh, readopted, unsure []int
-	var freshFence, readoptedFence int64
-	slot := 0 // a semaphore's: only on one deployment, so one node answers
-	busy, position, holder := 0, 0, ""
-	var errs []error
-	for i, r := range replies {
-		if r.err != nil {
-			errs = append(errs, r.err)
-			if isTimeout(r.err) {
-				unsure = append(unsure, i)
-			}
-			continue
-		}
-		if isSemaphoreReply(r.val) {
-			if c.handsOff() {
-				return nil, errSemaphore // one node, whose script wrote nothing: nothing to undo
-			}
-			errs = append(errs, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: errRedlockSemaphore})
-			continue
-		}
-		g, err := acquireReply(r.val)
-		if err != nil {
-			errs = append(errs, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err})
-			continue
-		}
-		if g.ok {
-			slot = g.slot
-		}
-		switch {
-		case !g.ok:
-			busy++
-			position = max(position, g.position)
-			if g.holder != "" {
-				holder = g.holder
-			}
-		case g.readopted:
-			readopted = append(readopted, i)
-			readoptedFence = max(readoptedFence, g.fence)
-		default:
-			fresh = append(fresh, i)
-			freshFence = max(freshFence, g.fence)
-		}
-	}
+// nodeOutcome is what one node's reply to an attempt makes of that node.
+type nodeOutcome uint8
 
-	// Only what this attempt created is undone: a re-adopted lock was held before and stays held.
-	undo := func() {
-		c.undoQuietly(ctx, k, o.token, o.attempt, fresh)
-		c.releaseLate(k, o.token, o.attempt, unsure, ttl)
-	}
-	granted := len(fresh) + len(readopted)
-	if granted < c.quorum {
-		undo()
-		if granted+busy >= c.quorum || (busy > 0 && len(errs) == 0) {
-			if o.queueMember != "" {
-				return nil, &QueuedError{Position: max(position, 1), Holder: holder}
-			}
-			return nil, ErrNotAcquired
-		}
-		return nil, c.unavailable(granted+busy, errs)
-	}
+const (
+	nodeFailed    nodeOutcome = iota // no answer that counts: an error, or a reply not understood
+	nodeUnsure                       // failed by a timeout: the node may still apply the attempt late
+	nodeBusy                         // held by another, or not this waiter's turn
+	nodeReadopted                    // granted, and it already held our token
+	nodeFresh                        // granted to this attempt
+	nodeSemaphore                    // a single deployment's plain script found a semaphore
+)
 
-	fence, isReadoption, err := c.settleFence(ctx, k, o.token, fresh, readopted, freshFence, readoptedFence)
+// acquireTally is what an attempt's replies say, but for which nodes granted or failed (see
+// attemptAcquire): the fences of the grants, a semaphore's slot, and, for a refusal, how many
+// nodes were busy, the place in the queue and the holder.
+type acquireTally struct {
+	freshFence, readoptedFence int64
+	slot                       int // a semaphore's: only on one deployment, so one node answers
+	busy, position             int
+	holder                     string
+}
+
+// count reads node i's reply r into t and says what it makes of the node; err is why it failed.
+func (t *acquireTally) count(c *Client, i int, r nodeReply) (nodeOutcome, error) {
+	if r.err != nil {
+		if isTimeout(r.err) {
+			return nodeUnsure, r.err
+		}
+		return nodeFailed, r.err
+	}
+	if isSemaphoreReply(r.val) {
+		if c.handsOff() {
+			return nodeSemaphore, nil
+		}
+		return nodeFailed, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: errRedlockSemaphore}
+	}
+	g, err := acquireReply(r.val)
+	if err != nil {
+		return nodeFailed, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err}
+	}
+	switch {
+	case !g.ok:
+		t.busy++
+		t.position = max(t.position, g.position)
+		if g.holder != "" {
+			t.holder = g.holder
+		}
+		return nodeBusy, nil
+	case g.readopted:
+		t.slot = g.slot
+		t.readoptedFence = max(t.readoptedFence, g.fence)
+		return nodeReadopted, nil
+	default:
+		t.slot = g.slot
+		t.freshFence = max(t.freshFence, g.fence)
+		return nodeFresh, nil
+	}
+}
+
+// refusal is the error of an attempt that fewer than a quorum of nodes granted: not acquired (a
+// *QueuedError with a queue) when the busy and granting nodes make a quorum, or every node answered
+// and at least one was busy; else Redis unavailable, with the nodes' errors.
+func (c *Client) refusal(o *acquireOptions, t *acquireTally, granted int, errs []error) error {
+	if granted+t.busy >= c.quorum || (t.busy > 0 && len(errs) == 0) {
+		if o.queueMember != "" {
+			return &QueuedError{Position: max(t.position, 1), Holder: t.holder}
+		}
+		return ErrNotAcquired
+	}
+	return c.unavailable(granted+t.busy, errs)
+}
+
+// settleGrant turns a quorum's grant into the held Lock: it settles the fencing token (settleFence)
+// and checks that the lease outlived the attempt. When either fails, it undoes the attempt first.
+func (c *Client) settleGrant(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *acquireOptions,
+	t *acquireTally, fresh, readopted []int, undo func()) (*Lock, error) {
+	fence, isReadoption, err := c.settleFence(ctx, k, o.token, fresh, readopted, t.freshFence, t.readoptedFence)
 	if err != nil {
 		undo()
 		return nil, err
 	}
-
 	validUntil := c.validUntil(start, ttl)
 	if !time.Now().Before(validUntil) {
 		// The acquisition took longer than the lease (a slow node, a paused process): the lock may
@@ -110,7 +163,7 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 		queued: o.queueMember != "" && c.handsOff(), readopted: isReadoption,
 		ttl: ttl, leaseStart: start, validUntil: validUntil}
 	if o.semaphore() {
-		l.keys, l.slot = k.slot(slot), uint8(slot)
+		l.keys, l.slot = k.slot(t.slot), uint8(t.slot)
 	}
 	return l, nil
 }
