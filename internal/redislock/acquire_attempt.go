@@ -1,0 +1,264 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// attemptAcquire makes one acquisition attempt on every node; the lease is counted from start.
+func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *acquireOptions) (*Lock, error) {
+	replies := c.sendAcquire(ctx, k, ttl, o)
+
+	// fresh are the nodes that granted the lock to this attempt, readopted those where it already
+	// held our token. unsure are the nodes that did not answer: they may still apply the acquisition
+	// late, so a failed attempt undoes there too (a node that answered "busy" cannot hold our token).
+	// They, and errs, are filled here rather than by count: a slice a helper filled or returned would
+	// cost an allocation every Acquire, where these stay on the stack.
+	var fresh, readopted, unsure []int
+	var errs []error
+	var t acquireTally
+	for i, r := range replies {
+		switch node, err := t.count(c, i, r); node {
+		case nodeSemaphore:
+			return nil, errSemaphore // one node, whose script wrote nothing: nothing to undo
+		case nodeUnsure:
+			unsure = append(unsure, i)
+			errs = append(errs, err)
+		case nodeFailed:
+			errs = append(errs, err)
+		case nodeReadopted:
+			readopted = append(readopted, i)
+		case nodeFresh:
+			fresh = append(fresh, i)
+		}
+	}
+
+	// Only what this attempt created is undone: a re-adopted lock was held before and stays held.
+	undo := func() {
+		c.undoQuietly(ctx, k, o.token, o.attempt, fresh)
+		c.releaseLate(k, o.token, o.attempt, unsure, ttl)
+	}
+	if granted := len(fresh) + len(readopted); granted < c.quorum {
+		undo()
+		return nil, c.refusal(o, &t, granted, errs)
+	}
+	return c.settleGrant(ctx, start, key, k, ttl, o, &t, fresh, readopted, undo)
+}
+
+// sendAcquire runs the attempt's acquire script on every node: the semaphore's, the queue's or the
+// plain lock's.
+func (c *Client) sendAcquire(ctx context.Context, k keys, ttl time.Duration, o *acquireOptions) []nodeReply {
+	ttlMs := ttl.Milliseconds()
+	return c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		if o.semaphore() {
+			var liveness int64
+			if o.queueMember != "" {
+				liveness = o.queueLiveness.Milliseconds()
+			}
+			return c.runAcquire(ctx, n, scriptAcquireSlots, k, k,
+				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, liveness, o.permits)
+		}
+		if o.queueMember != "" {
+			return c.runAcquire(ctx, n, scriptAcquireQueued, k, k.withQueue(),
+				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds())
+		}
+		return c.runAcquire(ctx, n, scriptAcquire, k, k.withFence(), o.token, ttlMs, o.metadata, o.attempt)
+	})
+}
+
+// nodeOutcome is what one node's reply to an attempt makes of that node.
+type nodeOutcome uint8
+
+const (
+	nodeFailed    nodeOutcome = iota // no answer that counts: an error, or a reply not understood
+	nodeUnsure                       // failed by a timeout: the node may still apply the attempt late
+	nodeBusy                         // held by another, or not this waiter's turn
+	nodeReadopted                    // granted, and it already held our token
+	nodeFresh                        // granted to this attempt
+	nodeSemaphore                    // a single deployment's plain script found a semaphore
+)
+
+// acquireTally is what an attempt's replies say, but for which nodes granted or failed (see
+// attemptAcquire): the fences of the grants, a semaphore's slot, and, for a refusal, how many
+// nodes were busy, the place in the queue and the holder.
+type acquireTally struct {
+	freshFence, readoptedFence int64
+	slot                       int // a semaphore's: only on one deployment, so one node answers
+	busy, position             int
+	holder                     string
+}
+
+// count reads node i's reply r into t and says what it makes of the node; err is why it failed.
+func (t *acquireTally) count(c *Client, i int, r nodeReply) (nodeOutcome, error) {
+	if r.err != nil {
+		if isTimeout(r.err) {
+			return nodeUnsure, r.err
+		}
+		return nodeFailed, r.err
+	}
+	if isSemaphoreReply(r.val) {
+		if c.handsOff() {
+			return nodeSemaphore, nil
+		}
+		return nodeFailed, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: errRedlockSemaphore}
+	}
+	g, err := acquireReply(r.val)
+	if err != nil {
+		return nodeFailed, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err}
+	}
+	switch {
+	case !g.ok:
+		t.busy++
+		t.position = max(t.position, g.position)
+		if g.holder != "" {
+			t.holder = g.holder
+		}
+		return nodeBusy, nil
+	case g.readopted:
+		t.slot = g.slot
+		t.readoptedFence = max(t.readoptedFence, g.fence)
+		return nodeReadopted, nil
+	default:
+		t.slot = g.slot
+		t.freshFence = max(t.freshFence, g.fence)
+		return nodeFresh, nil
+	}
+}
+
+// refusal is the error of an attempt that fewer than a quorum of nodes granted: not acquired (a
+// *QueuedError with a queue) when the busy and granting nodes make a quorum, or every node answered
+// and at least one was busy; else Redis unavailable, with the nodes' errors.
+func (c *Client) refusal(o *acquireOptions, t *acquireTally, granted int, errs []error) error {
+	if granted+t.busy >= c.quorum || (t.busy > 0 && len(errs) == 0) {
+		if o.queueMember != "" {
+			return &QueuedError{Position: max(t.position, 1), Holder: t.holder}
+		}
+		return ErrNotAcquired
+	}
+	return c.unavailable(granted+t.busy, errs)
+}
+
+// settleGrant turns a quorum's grant into the held Lock: it settles the fencing token (settleFence)
+// and checks that the lease outlived the attempt. When either fails, it undoes the attempt first.
+func (c *Client) settleGrant(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *acquireOptions,
+	t *acquireTally, fresh, readopted []int, undo func()) (*Lock, error) {
+	fence, isReadoption, err := c.settleFence(ctx, k, o.token, fresh, readopted, t.freshFence, t.readoptedFence)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	validUntil := c.validUntil(start, ttl)
+	if !time.Now().Before(validUntil) {
+		// The acquisition took longer than the lease (a slow node, a paused process): the lock may
+		// already have expired somewhere, so it cannot be trusted.
+		undo()
+		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotAcquired, ttl, time.Since(start))
+	}
+	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence,
+		queued: o.queueMember != "" && c.handsOff(), readopted: isReadoption,
+		ttl: ttl, leaseStart: start, validUntil: validUntil}
+	if o.semaphore() {
+		l.keys, l.slot = k.slot(t.slot), uint8(t.slot)
+	}
+	return l, nil
+}
+
+// settleFence decides the fencing token of a quorum grant and whether it is a re-adoption.
+// A re-adoption needs a quorum of nodes that still held our token: they all store the fence of the
+// acquisition being re-adopted, so it keeps that fence, and nodes that granted afresh (one that lost
+// its data) are raised to it and keep the lock. With fewer, it is a fresh acquisition: the highest
+// token among the granting nodes, written back to them so every later quorum hands out a higher one.
+func (c *Client) settleFence(ctx context.Context, k keys, token string, fresh, readopted []int, freshFence, readoptedFence int64) (fence int64, isReadoption bool, err error) {
+	if len(readopted) >= c.quorum {
+		if len(fresh) > 0 {
+			// Best effort: the re-adopting quorum already holds the fence, and the fresh nodes'
+			// counters (started from their clocks) are normally above it anyway.
+			_ = c.raiseFence(ctx, k, token, readoptedFence, fresh, len(fresh))
+		}
+		return readoptedFence, true, nil
+	}
+	fence = max(freshFence, readoptedFence)
+	if len(c.nodes) == 1 {
+		return fence, false, nil
+	}
+	granted := append(slices.Clone(fresh), readopted...)
+	if err := c.raiseFence(ctx, k, token, fence, granted, c.quorum); err != nil {
+		return 0, false, err
+	}
+	return fence, false, nil
+}
+
+// runAcquire runs an acquire script on one node and, with WithWaitReplicas, WAITs for replicas in
+// the same pipeline: WAIT counts the writes of its own connection only, so it must share one.
+// args are the script's: token, ttl, metadata, attempt id, then the queue's.
+func (c *Client) runAcquire(ctx context.Context, n redis.UniversalClient, script *redis.Script, k keys, scriptKeys []string, args ...any) (any, error) {
+	if c.waitReplicas <= 0 {
+		return runScript(ctx, n, script, scriptKeys, args...).Result()
+	}
+	var cmds []redis.Cmder
+	err := withScript(ctx, n, script, func() (err error) {
+		cmds, err = n.Pipelined(ctx, func(p redis.Pipeliner) error {
+			script.EvalSha(ctx, p, scriptKeys, args...)
+			p.Do(ctx, "WAIT", c.waitReplicas, c.waitTimeout.Milliseconds())
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	val, _ := cmds[0].(*redis.Cmd).Result()
+	acks, err := cmds[1].(*redis.Cmd).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("wait for replicas: %w", err)
+	}
+	g, _ := acquireReply(val)
+	if !g.ok || acks >= int64(c.waitReplicas) {
+		return val, nil
+	}
+	if g.readopted {
+		// The lock was ours before this attempt and still is: undoing it would remove it
+		// from under a holder that may be running, for nothing. Report the risk, keep the lock.
+		return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v (re-adopted: kept)", acks, c.waitReplicas, c.waitTimeout)
+	}
+	// Granted on the primary but not replicated in time: undo it, it would not survive a
+	// failover.
+	undo, undoKeys := k.undoCall()
+	_ = runScript(context.WithoutCancel(ctx), n, undo, undoKeys, args[0], args[3]).Err()
+	return nil, fmt.Errorf("only %d of %d replicas acknowledged the lock within %v", acks, c.waitReplicas, c.waitTimeout)
+}
+
+// raiseFence writes fence back to the given nodes (see fence.lua); at least need of them must still
+// hold the lock.
+func (c *Client) raiseFence(ctx context.Context, k keys, token string, fence int64, nodes []int, need int) error {
+	replies := c.onNodes(ctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		return runScript(ctx, n, scriptFence, k.withFence(), token, strconv.FormatInt(fence, 10)).Result()
+	})
+	t := tallyInts(replies)
+	if t.ok >= need {
+		return nil
+	}
+	if len(t.errs) == 0 {
+		return fmt.Errorf("%w: lost the lock on %d nodes while fencing", ErrNotAcquired, t.no)
+	}
+	return c.unavailable(t.ok, t.errs)
+}
+
+// undoQuietly undoes this attempt's fresh grants on the given nodes. It uses a context that survives
+// the caller's cancellation, since leaving the keys behind would block others for a whole TTL.
+func (c *Client) undoQuietly(ctx context.Context, k keys, token, attempt string, nodes []int) {
+	if len(nodes) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.nodeTimeout, time.Second))
+	defer cancel()
+	c.onNodes(rctx, nodes, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+		undo, undoKeys := k.undoCall()
+		return runScript(ctx, n, undo, undoKeys, token, attempt).Result()
+	})
+}

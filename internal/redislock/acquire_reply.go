@@ -1,0 +1,46 @@
+package redislock
+
+import (
+	"fmt"
+)
+
+// grant is one node's answer to an acquisition attempt (acquire.lua, acquirequeued.lua).
+type grant struct {
+	ok        bool
+	fence     int64
+	readopted bool   // ok, and the lock already held our token
+	slot      int    // ok: the semaphore's slot (acquireslots.lua); 0 for a plain lock
+	position  int    // not ok: place in the queue (0 without one)
+	holder    string // not ok: the holder's metadata
+}
+
+// acquireReply parses the acquire scripts' reply: {1, fence, readopted[, slot]} when acquired,
+// {0, position[, holder]} when not.
+func acquireReply(v any) (grant, error) {
+	vals, isSlice := v.([]any)
+	if !isSlice || len(vals) < 2 || len(vals) > 4 {
+		return grant{}, fmt.Errorf("unexpected acquire reply %v", v)
+	}
+	flag, ok1 := vals[0].(int64)
+	n, ok2 := vals[1].(int64)
+	if !ok1 || !ok2 {
+		return grant{}, fmt.Errorf("unexpected acquire reply %v", v)
+	}
+	if flag == 1 {
+		g := grant{ok: true, fence: n}
+		if len(vals) >= 3 {
+			readopted, _ := vals[2].(int64)
+			g.readopted = readopted == 1
+		}
+		if len(vals) == 4 {
+			slot, _ := vals[3].(int64)
+			g.slot = int(slot)
+		}
+		return g, nil
+	}
+	var holder string
+	if len(vals) == 3 {
+		holder, _ = vals[2].(string)
+	}
+	return grant{position: int(n), holder: holder}, nil
+}
