@@ -89,12 +89,19 @@ redis: ## Make sure redis-server is installed (installs the Debian package when 
 	@bash hack/ensure-redis.sh
 
 .PHONY: test
-test: test-unit test-e2e test-fault ## Run every test: lock library on real Redis, envtest, local cluster, end to end, faults.
+test: test-unit test-race test-e2e test-fault ## Run every test: lock library on real Redis, envtest, local cluster, the race detector, end to end, faults.
 
 .PHONY: test-unit
 test-unit: manifests generate lint redis k8s-bin kustomize helm ## Run unit and envtest tests (real Redis, real kube-apiserver), the local-cluster smoke test and the deploy tests (test/deploy).
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" go test $(GO_TEST_ARGS) $$(go list ./... | grep -v /test/e2e)
 	cd hack/imgtool && GOWORK=off go test -mod=readonly $(GO_TEST_ARGS) ./...
+
+# The race detector over the code that is shared between goroutines: the lock library (keeper, release
+# channel), the lock book, and the controllers' unit tests. The envtest suite (TestControllers) runs
+# without it in test-unit: under the race detector a real kube-apiserver on 2 cores takes too long.
+.PHONY: test-race
+test-race: redis ## Run the lock library's, the lock book's and the controllers' unit tests with the race detector.
+	go test -race -count=1 $(GO_TEST_ARGS) ./internal/redislock/ ./internal/lockbook/ ./controllers/... -skip 'TestControllers$$'
 
 # E2E_KUBECONFIG: run the e2e suite against that cluster instead of a local control plane it starts itself.
 # E2E_IMG / E2E_WORKLOAD_IMG: the manager and workload images of the in-cluster lane (loaded into the
