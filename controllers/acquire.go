@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // Acquiring (stepAcquire): validate the Job once, then ask for the lock as a queued waiter, or give
@@ -53,7 +53,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		switch what, hint, left, priority := r.waiting.next(r.Config.Identity.Holder(lj), now); what {
 		case askHint:
 			// The place comes from Redis (the lineup); the holder stays what Redis last told.
-			return r.wait(p, &redislock.QueuedError{Position: hint.position, Holder: lj.Status.BlockedBy}, waited), false, nil
+			return r.wait(p, &lockbook.QueuedError{Position: hint.position, Holder: lj.Status.BlockedBy}, waited), false, nil
 		case askNothing:
 			return ctrl.Result{RequeueAfter: left, Priority: &priority}, false, nil
 		}
@@ -62,13 +62,13 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	if holder, busy, err := r.legacyHolder(ctx, p); err != nil {
 		return ctrl.Result{}, false, r.redisDown(p, err)
 	} else if busy {
-		return r.wait(p, &redislock.QueuedError{Position: 1, Holder: holder}, waited), false, nil
+		return r.wait(p, &lockbook.QueuedError{Position: 1, Holder: holder}, waited), false, nil
 	}
 
 	rctx, cancel := r.redisCtx(ctx)
 	lock, err := r.Locks.Acquire(rctx, r.claim(p), ttlOf(lj), r.Config.Identity.QueueScore(lj), r.Config.waiterLiveness())
 	cancel()
-	if errors.Is(err, redislock.ErrNotAcquired) {
+	if errors.Is(err, lockbook.ErrNotAcquired) {
 		return r.wait(p, err, waited), false, nil
 	}
 	if err != nil {
@@ -115,7 +115,7 @@ func (r *LockedJobReconciler) startWaiting(ctx context.Context, p *pass, now tim
 }
 
 // holdAcquired records a fresh acquisition and has the book renew the lock from now on.
-func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *redislock.Lock, waited time.Duration) error {
+func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *lockbook.Lock, waited time.Duration) error {
 	lj := p.lj
 	r.redisUp(p)
 	if gap, handed := r.waiting.acquired(r.Config.Identity.Holder(lj), time.Now()); handed {
@@ -158,7 +158,7 @@ func (r *LockedJobReconciler) legacyHolder(ctx context.Context, p *pass) (holder
 	switch {
 	case err == nil:
 		return "", false, nil
-	case errors.Is(err, redislock.ErrNotHeld):
+	case errors.Is(err, lockbook.ErrNotHeld):
 		return st.Metadata, true, nil
 	default:
 		return "", false, err

@@ -3,7 +3,7 @@ package controllers
 import (
 	batchv1 "k8s.io/api/batch/v1"
 
-	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // observation is everything one pass of Reconcile sees before it decides anything: the LockedJob's
@@ -18,9 +18,9 @@ type observation struct {
 	lockRecorded bool
 	scopeAllowed bool // the operator lets this namespace acquire a lock of its scope
 
-	holding  *redislock.Lock // the book's lock, healthy or at risk
-	lost     error           // the book's record of a loss (or a lease at risk)
-	released bool            // the book released the lock after the Job ended
+	holding  *lockbook.Lock // the book's lock, healthy or at risk
+	lost     error          // the book's record of a loss (or a lease at risk)
+	released bool           // the book released the lock after the Job ended
 
 	job        *batchv1.Job // the Job of this acquisition, from the cache or else the API server
 	jobCreated bool         // status records the Job's UID: it was created

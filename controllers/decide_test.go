@@ -9,13 +9,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // TestDecide walks the state machine through every combination that matters. Each row names the
 // hole it closes where one was reported (issue 9).
 func TestDecide(t *testing.T) {
-	lock := &redislock.Lock{}
+	lock := &lockbook.Lock{}
 	lost := errors.New("lost")
 	running := &batchv1.Job{}
 	finished := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{
@@ -140,7 +140,7 @@ func TestDecide(t *testing.T) {
 // Job is created only when none was created before and the lock is in hand and healthy, and nothing
 // is acquired while a lock is in hand, recorded, or lost.
 func TestDecideNeverCreatesBesideAJob(t *testing.T) {
-	lock := &redislock.Lock{}
+	lock := &lockbook.Lock{}
 	jobs := []*batchv1.Job{nil, {}, {Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{
 		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}}
 	for bits := range 1 << 9 {
@@ -173,7 +173,7 @@ func TestDecideNeverCreatesBesideAJob(t *testing.T) {
 
 // TestMayHoldOrWait: deleting a finished LockedJob costs no Redis call unless a release failed.
 func TestMayHoldOrWait(t *testing.T) {
-	lock := &redislock.Lock{}
+	lock := &lockbook.Lock{}
 	for _, tc := range []struct {
 		name string
 		obs  observation

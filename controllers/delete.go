@@ -11,7 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // Deleting (stepDeleteJob, stepDeleteRelease): the lock is held until the Job's pods are gone.
@@ -36,7 +36,7 @@ func (r *LockedJobReconciler) deleteRelease(ctx context.Context, p *pass) (ctrl.
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
 	if mayHoldOrWait(p.obs) {
-		if err := r.releaseAndTell(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+		if err := r.releaseAndTell(ctx, p); err != nil && !errors.Is(err, lockbook.ErrNotHeld) {
 			return ctrl.Result{}, err
 		}
 		if err := r.dequeue(ctx, p); err != nil {

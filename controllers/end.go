@@ -15,7 +15,6 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
-	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // Ending (stepFinish, stepLoseLock, stepReleaseAfterEnd, stepJobGone): release the lock when the Job
@@ -28,8 +27,8 @@ func (r *LockedJobReconciler) finish(ctx context.Context, p *pass) (next bool, e
 	lj := p.lj
 	if !p.obs.released {
 		err := r.release(ctx, p)
-		if errors.Is(err, redislock.ErrNotHeld) {
-			cause := fmt.Errorf("the lock was not ours when the Job ended; another holder may have run during the Job: %w", redislock.ErrLockLost)
+		if errors.Is(err, lockbook.ErrNotHeld) {
+			cause := fmt.Errorf("the lock was not ours when the Job ended; another holder may have run during the Job: %w", lockbook.ErrLockLost)
 			r.Locks.MarkLost(lj, cause)
 			p.obs.lost = cause
 			return true, nil
@@ -94,7 +93,7 @@ func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	rctx, cancel := r.redisCtx(ctx)
 	err := r.Locks.Release(rctx, c)
 	cancel()
-	if errors.Is(err, redislock.ErrNotHeld) {
+	if errors.Is(err, lockbook.ErrNotHeld) {
 		r.redisUp(p)
 		return err
 	}
@@ -130,7 +129,7 @@ func (r *LockedJobReconciler) releaseAfterEnd(ctx context.Context, p *pass) (ctr
 	}
 	err := r.releaseAndTell(ctx, p)
 	switch {
-	case errors.Is(err, redislock.ErrNotHeld):
+	case errors.Is(err, lockbook.ErrNotHeld):
 		// Expired or held by another meanwhile: nothing is ours to release, and status must stop saying so.
 		setCondition(p.lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonReleased, "Lock no longer held")
 	case err != nil:
@@ -207,7 +206,7 @@ func (r *LockedJobReconciler) jobGone(ctx context.Context, p *pass) (ctrl.Result
 	if wait, err := r.waitForPods(ctx, p); err != nil || wait {
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
-	if err := r.releaseAndTell(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+	if err := r.releaseAndTell(ctx, p); err != nil && !errors.Is(err, lockbook.ErrNotHeld) {
 		return ctrl.Result{}, err
 	}
 	msg := fmt.Sprintf("Job %s was deleted before it finished; it is not created again", lj.Status.JobName)

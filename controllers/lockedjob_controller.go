@@ -43,7 +43,6 @@ import (
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
-	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 const (
@@ -211,7 +210,7 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		r.APIReader = mgr.GetAPIReader()
 	}
 	r.Locks.SetHandlers(func(lj *batchv1alpha1.LockedJob, err error) {
-		if errors.Is(err, redislock.ErrLeaseTooShort) {
+		if errors.Is(err, lockbook.ErrLeaseTooShort) {
 			r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonTTLBelowRoundTrip, "Renew",
 				"spec.lock.ttl is too short for the round trip to Redis (%v): a renewal may not be answered before the lease is at risk; raise spec.lock.ttl", err)
 			return

@@ -24,7 +24,6 @@ import (
 	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
-	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // The per-lock view (docs/design.md, "Semaphores and the per-lock view"): a declared Lock or
@@ -58,8 +57,8 @@ type LockViewReconciler struct {
 	mu      sync.Mutex
 	written map[types.NamespacedName]time.Time // last status write, by object (namespace "" for ClusterLock)
 	// behind are the clients of the Redis that announce an older lock protocol than
-	// redislock.SemaphoreProtocol, as of the last announcement; nil before the first (see announce).
-	behind *[]redislock.Announced
+	// lockbook.SemaphoreProtocol, as of the last announcement; nil before the first (see announce).
+	behind *[]lockbook.Announced
 	// announced is closed by the first announcement that Redis answered.
 	announced chan struct{}
 

@@ -17,8 +17,8 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
-	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // The view as a reader: what Redis holds of a declared lock, written to its status.
@@ -103,7 +103,7 @@ func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewS
 	case permits > 1 && len(behind) > 0:
 		s, reason = metav1.ConditionFalse, batchv1alpha1.ReasonOlderOperators
 		msg = fmt.Sprintf("spec.permits is %d, but %s shares this Redis and speaks lock protocol %d, which would not honour them (%d needed): the lock admits one holder until it is upgraded or gone",
-			permits, behind[0].Member, behind[0].Protocol, redislock.SemaphoreProtocol)
+			permits, behind[0].Member, behind[0].Protocol, lockbook.SemaphoreProtocol)
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 		Type: batchv1alpha1.ConditionPermitsSupported, Status: s, Reason: reason, Message: sreconcile.CutMessage(msg),

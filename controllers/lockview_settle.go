@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
-	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // The view as the one writer of a lock's permits in Redis: settling them from the declaration,
@@ -51,7 +51,7 @@ func (r *LockViewReconciler) settlePermits(ctx context.Context, obj client.Objec
 	return n, r.setPermits(ctx, key, n)
 }
 
-// announce tells the Redis, every Announce, that this process speaks redislock.Protocol, and
+// announce tells the Redis, every Announce, that this process speaks lockbook.Protocol, and
 // learns who speaks an older one. When that changes (and after the first announcement), every
 // declared lock is settled again: a semaphore's permits are stored only while no client of the
 // Redis announces a protocol that would not honour them. A client that never announces (one from
@@ -97,13 +97,13 @@ func (r *LockViewReconciler) awaitAnnouncement(ctx context.Context) error {
 }
 
 // older keeps the clients whose protocol cannot honour a semaphore.
-func older(all []redislock.Announced) []redislock.Announced {
-	return slices.DeleteFunc(slices.Clone(all), func(a redislock.Announced) bool { return a.Protocol >= redislock.SemaphoreProtocol })
+func older(all []lockbook.Announced) []lockbook.Announced {
+	return slices.DeleteFunc(slices.Clone(all), func(a lockbook.Announced) bool { return a.Protocol >= lockbook.SemaphoreProtocol })
 }
 
 // olderClients returns the clients of older lock protocols as of the last announcement (none
 // before the first: settlePermits waits for it).
-func (r *LockViewReconciler) olderClients() []redislock.Announced {
+func (r *LockViewReconciler) olderClients() []lockbook.Announced {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.behind == nil {
@@ -113,7 +113,7 @@ func (r *LockViewReconciler) olderClients() []redislock.Announced {
 }
 
 // setOlderClients records behind and reports whether it changed (or was not known before).
-func (r *LockViewReconciler) setOlderClients(behind []redislock.Announced) bool {
+func (r *LockViewReconciler) setOlderClients(behind []lockbook.Announced) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.behind != nil && slices.Equal(*r.behind, behind) {
@@ -190,7 +190,7 @@ func (r *LockViewReconciler) retireKey(ctx context.Context, key string) (reconci
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("inspect lock %s: %w", key, err)
 	}
-	if slices.ContainsFunc(slots[1:], func(st redislock.State) bool { return st.Held }) {
+	if slices.ContainsFunc(slots[1:], func(st lockbook.State) bool { return st.Held }) {
 		return reconcile.Result{RequeueAfter: r.MinInterval}, nil
 	}
 	if err := r.setPermits(ctx, key, 1); err != nil { // the upper slots drained since the first write

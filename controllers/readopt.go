@@ -9,14 +9,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // Re-adopting (stepReadopt, stepDeleteReadopt): picking up a lock status says this LockedJob holds
 // when the book does not know it (a restart, a new leader).
 
 // acquireOwn acquires or re-adopts the lock with this LockedJob's own token (no queue).
-func (r *LockedJobReconciler) acquireOwn(ctx context.Context, p *pass) (*redislock.Lock, error) {
+func (r *LockedJobReconciler) acquireOwn(ctx context.Context, p *pass) (*lockbook.Lock, error) {
 	permits, err := r.permits.Of(ctx, p.lj)
 	if err != nil {
 		return nil, err
@@ -38,7 +38,7 @@ func (r *LockedJobReconciler) acquireOwn(ctx context.Context, p *pass) (*redislo
 func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	lj := p.lj
 	lock, err := r.acquireOwn(ctx, p)
-	if errors.Is(err, redislock.ErrNotAcquired) {
+	if errors.Is(err, lockbook.ErrNotAcquired) {
 		r.lostWhileAway(p)
 		return ctrl.Result{}, true, nil
 	}
@@ -50,7 +50,7 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 		// The lease ran out while nobody renewed it and this Acquire took it afresh: someone may have
 		// held it in between, so the running Job was not protected. Keep the fresh lock until the
 		// Job is stopped and its pods are gone; it is released after that.
-		cause := fmt.Errorf("lease of fencing token %d expired while the operator was away: %w", derefInt64(lj.Status.FencingToken), redislock.ErrLockLost)
+		cause := fmt.Errorf("lease of fencing token %d expired while the operator was away: %w", derefInt64(lj.Status.FencingToken), lockbook.ErrLockLost)
 		if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
 			return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.key, err)
 		}
@@ -70,14 +70,14 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 // lostWhileAway records that a lock this LockedJob held is now held by someone else, in the book
 // and in p.obs.lost.
 func (r *LockedJobReconciler) lostWhileAway(p *pass) {
-	cause := fmt.Errorf("lock held by another holder while the operator was away: %w", redislock.ErrLockLost)
+	cause := fmt.Errorf("lock held by another holder while the operator was away: %w", lockbook.ErrLockLost)
 	r.Locks.MarkLost(p.lj, cause)
 	p.obs.lost = cause
 }
 
 // readopted reports whether lock continues the acquisition that status records: found held with
 // our token (not granted afresh) under the recorded fencing token, in the recorded slot.
-func readopted(lock *redislock.Lock, lj *batchv1alpha1.LockedJob) bool {
+func readopted(lock *lockbook.Lock, lj *batchv1alpha1.LockedJob) bool {
 	return lock.Readopted() && lj.Status.FencingToken != nil && lock.Fence() == *lj.Status.FencingToken &&
 		lock.Slot() == int(derefInt32(lj.Status.Slot))
 }
@@ -87,7 +87,7 @@ func readopted(lock *redislock.Lock, lj *batchv1alpha1.LockedJob) bool {
 func (r *LockedJobReconciler) deleteReadopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	lj := p.lj
 	lock, err := r.acquireOwn(ctx, p)
-	if errors.Is(err, redislock.ErrNotAcquired) {
+	if errors.Is(err, lockbook.ErrNotAcquired) {
 		r.lostWhileAway(p)
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonLockLost, "Readopt",
 			"Could not re-adopt lock %s while deleting (%v): the Job's pods may overlap the next holder", lj.Spec.Lock.Name, p.obs.lost)

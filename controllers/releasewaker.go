@@ -12,7 +12,6 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
-	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 const (
@@ -57,7 +56,7 @@ func (w *releaseWaker) Start(ctx context.Context) error {
 	}
 }
 
-func (w *releaseWaker) wake(ctx context.Context, r redislock.Released) {
+func (w *releaseWaker) wake(ctx context.Context, r lockbook.Released) {
 	if r.Missed {
 		// Releases went unannounced: every waiter asks Redis once, as after a restart.
 		w.waiting.wakeAll()
@@ -90,7 +89,7 @@ var placesTold = func() []int {
 
 // tellPlaces reads who now stands at placesTold, one Redis call for the whole queue, and wakes
 // those waiters of this operator with a hint of their place.
-func (w *releaseWaker) tellPlaces(ctx context.Context, r redislock.Released) {
+func (w *releaseWaker) tellPlaces(ctx context.Context, r lockbook.Released) {
 	key, ok := libraryKey(r.Key, w.locks.RedisKey(""))
 	if !ok {
 		return

@@ -12,7 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // Running (stepCreateJob, stepRunning): the Job of an acquisition, created once under its fencing
@@ -53,7 +53,7 @@ func (r *LockedJobReconciler) createJob(ctx context.Context, p *pass) (ctrl.Resu
 		job = existing
 	case isRefusal(err):
 		r.failJobInvalid(p, err)
-		if err := r.releaseAndTell(ctx, p); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+		if err := r.releaseAndTell(ctx, p); err != nil && !errors.Is(err, lockbook.ErrNotHeld) {
 			return ctrl.Result{}, false, err
 		}
 		return ctrl.Result{}, false, nil
@@ -89,7 +89,7 @@ func (r *LockedJobReconciler) recordRunning(p *pass) {
 
 // recordHeld writes the holder's view of the lock into status: what changes only with a new grant,
 // so a pass over a held lock that merely renews writes nothing.
-func (r *LockedJobReconciler) recordHeld(p *pass, lock *redislock.Lock) {
+func (r *LockedJobReconciler) recordHeld(p *pass, lock *lockbook.Lock) {
 	lj := p.lj
 	fence := lock.Fence()
 	lj.Status.FencingToken = &fence

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // Waiting: what a LockedJob that did not get its lock records, and when it asks again.
@@ -25,7 +25,7 @@ func (r *LockedJobReconciler) wait(p *pass, notAcquired error, waited time.Durat
 	// round trip per pass.
 	var blockedBy string
 	place := "in queue"
-	var qe *redislock.QueuedError
+	var qe *lockbook.QueuedError
 	if errors.As(notAcquired, &qe) {
 		blockedBy = qe.Holder
 		shown, exact := shownPosition(qe.Position)

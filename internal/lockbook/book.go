@@ -68,8 +68,8 @@ type Workload struct {
 // a lock that is already lost or released (re-adopt it, release it twice, report another outcome).
 type bookEntry struct {
 	Workload
-	lock    *redislock.Lock // nil once released
-	failing bool            // the last renewal failed in transport
+	lock    *Lock // nil once released
+	failing bool  // the last renewal failed in transport
 	// lost is why the lock was lost (or its lease is at risk); nil while it is healthy.
 	lost error
 	// released is set once the lock was released after the Job ended.
@@ -98,17 +98,17 @@ func (b *Book) Events() <-chan event.GenericEvent { return b.events }
 
 // Track records l as held by the LockedJob and starts renewing it every interval (0 = ttl/3). The
 // LockedJob's status.jobName, if set, names the Job to stop should the lock be lost.
-func (b *Book) Track(lj *batchv1alpha1.LockedJob, l *redislock.Lock, interval time.Duration) error {
+func (b *Book) Track(lj *batchv1alpha1.LockedJob, l *Lock, interval time.Duration) error {
 	e := &bookEntry{Workload: workloadOf(lj), lock: l}
 	b.mu.Lock()
-	if old, ok := b.entries[lj.UID]; ok && old.lock != nil && old.lock != l {
-		b.keeper.Remove(old.lock)
-		delete(b.byLk, old.lock)
+	if old, ok := b.entries[lj.UID]; ok && old.lock != nil && old.lock.l != l.l {
+		b.keeper.Remove(old.lock.l)
+		delete(b.byLk, old.lock.l)
 	}
-	b.entries[lj.UID], b.byLk[l] = e, e
+	b.entries[lj.UID], b.byLk[l.l] = e, e
 	b.setGauge()
 	b.mu.Unlock()
-	return b.keeper.Add(l, interval)
+	return b.keeper.Add(l.l, interval)
 }
 
 // BindJob tells the book the name of the Job that the LockedJob's lock protects.
@@ -126,7 +126,7 @@ func workloadOf(lj *batchv1alpha1.LockedJob) Workload {
 
 // Holding returns the lock the LockedJob still holds in Redis as far as the book knows, healthy or
 // at risk, or nil.
-func (b *Book) Holding(uid types.UID) *redislock.Lock {
+func (b *Book) Holding(uid types.UID) *Lock {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if e, ok := b.entries[uid]; ok {
@@ -147,7 +147,7 @@ func (b *Book) Lost(uid types.UID) error {
 
 // Record is what the book knows of one LockedJob, read at once.
 type Record struct {
-	Lock     *redislock.Lock // held, healthy or at risk
+	Lock     *Lock // held, healthy or at risk
 	Lost     error
 	Released bool
 	Job      string
@@ -189,9 +189,9 @@ func (b *Book) MarkAtRisk(uid types.UID, cause error) {
 
 // Untrack stops renewing the LockedJob's lock before a release and returns it (nil if none). The
 // record stays: call MarkReleased after the release, or Track again if it failed.
-func (b *Book) Untrack(uid types.UID) *redislock.Lock {
+func (b *Book) Untrack(uid types.UID) *Lock {
 	b.mu.Lock()
-	var l *redislock.Lock
+	var l *Lock
 	if e, ok := b.entries[uid]; ok {
 		l = b.detach(e)
 	}
@@ -211,7 +211,7 @@ func (b *Book) MarkReleased(lj *batchv1alpha1.LockedJob) {
 // Redis). Call it once the outcome is in the status the reconciler reads, or the object is gone.
 func (b *Book) Forget(uid types.UID) {
 	b.mu.Lock()
-	var l *redislock.Lock
+	var l *Lock
 	if e, ok := b.entries[uid]; ok {
 		delete(b.entries, uid)
 		l = b.detach(e)
@@ -232,19 +232,19 @@ func (b *Book) entryFor(lj *batchv1alpha1.LockedJob) *bookEntry {
 
 // detach removes the lock from an entry and returns it (nil if none); b.mu is held. The caller
 // stops renewing it after unlocking, since the keeper may be calling back into the book.
-func (b *Book) detach(e *bookEntry) *redislock.Lock {
+func (b *Book) detach(e *bookEntry) *Lock {
 	l := e.lock
 	e.lock = nil
 	if l != nil {
-		delete(b.byLk, l)
+		delete(b.byLk, l.l)
 	}
 	b.setGauge()
 	return l
 }
 
-func (b *Book) stopRenewing(l *redislock.Lock) {
+func (b *Book) stopRenewing(l *Lock) {
 	if l != nil {
-		b.keeper.Remove(l)
+		b.keeper.Remove(l.l)
 	}
 }
 

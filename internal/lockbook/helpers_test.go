@@ -36,7 +36,7 @@ func trackedLock(t *testing.T, book *Book, c *redislock.Client, ttl time.Duratio
 	}
 	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "u"}}
 	lj.Status.JobName = "n-1"
-	if err := book.Track(lj, lock, 200*time.Millisecond); err != nil {
+	if err := book.Track(lj, &Lock{l: lock}, 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	return lock

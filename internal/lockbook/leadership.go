@@ -8,7 +8,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // The book across leaderships: it renews always, and acts on losses only while its manager leads.
@@ -71,7 +70,7 @@ func (l *leadership) Start(ctx context.Context) error {
 // since a process that does not lead must not write to the API server. The leader (this process
 // again, or another) re-observes the LockedJob on its start: it re-adopts the lock or finds it lost.
 // b.mu is held; the caller stops renewing the returned lock after unlocking.
-func (b *Book) dropQuietly(e *bookEntry, why string, cause error) *redislock.Lock {
+func (b *Book) dropQuietly(e *bookEntry, why string, cause error) *Lock {
 	l := b.detach(e)
 	if b.entries[e.UID] == e {
 		delete(b.entries, e.UID)

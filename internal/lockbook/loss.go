@@ -96,7 +96,7 @@ func (b *Book) onAtRisk(l *redislock.Lock, err error) {
 	b.mu.Lock()
 	e, ok := b.byLk[l]
 	leading := b.term != 0
-	var dropped *redislock.Lock
+	var dropped *Lock
 	if ok && !leading {
 		dropped = b.dropQuietly(e, "lease at risk", err)
 	}

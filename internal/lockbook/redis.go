@@ -10,7 +10,8 @@ import (
 // The book is the operator's one door to Redis: every acquisition, re-adoption, release, queue
 // call and read goes through the methods below, so what the operator asks of the lock library can
 // be read, counted and changed in one place. The book's client is its own (cmd/manager builds it
-// and hands it to New); the reconcilers use the library's types and errors only.
+// and hands it to New); the reconcilers know the library only by the names in outcomes.go and by
+// the Lock of lock.go, which reaches no Redis. door_test.go keeps every other package off the library.
 
 // Claim names one LockedJob's lock as the lock library knows it: what every call about it carries.
 type Claim struct {
@@ -38,15 +39,17 @@ func (c Claim) acquireOptions() []redislock.AcquireOption {
 // only, and a waiter that is not the head gets a *redislock.QueuedError (ErrNotAcquired) with its
 // place and the holder. score orders the queue; liveness is how long the waiter stays queued
 // without a call that keeps it.
-func (b *Book) Acquire(ctx context.Context, c Claim, ttl time.Duration, score float64, liveness time.Duration) (*redislock.Lock, error) {
-	return b.redis.Acquire(ctx, c.Key, ttl, append(c.acquireOptions(), redislock.WithQueue(c.Holder, score, liveness))...)
+func (b *Book) Acquire(ctx context.Context, c Claim, ttl time.Duration, score float64, liveness time.Duration) (*Lock, error) {
+	l, err := b.redis.Acquire(ctx, c.Key, ttl, append(c.acquireOptions(), redislock.WithQueue(c.Holder, score, liveness))...)
+	return held(l), err
 }
 
 // Readopt asks for the lock with the LockedJob's own token, outside the queue: it finds a lock
 // that is still ours (Lock.Readopted), acquires it afresh if it is free, and returns ErrNotAcquired
 // if another holder has it.
-func (b *Book) Readopt(ctx context.Context, c Claim, ttl time.Duration) (*redislock.Lock, error) {
-	return b.redis.Acquire(ctx, c.Key, ttl, c.acquireOptions()...)
+func (b *Book) Readopt(ctx context.Context, c Claim, ttl time.Duration) (*Lock, error) {
+	l, err := b.redis.Acquire(ctx, c.Key, ttl, c.acquireOptions()...)
+	return held(l), err
 }
 
 // Release deletes the lock if it is held with the claim's token (no *Lock needed, so it works after

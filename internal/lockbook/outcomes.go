@@ -1,0 +1,38 @@
+package lockbook
+
+import "github.com/lockedjob/lockedjob/internal/redislock"
+
+// The lock library's outcomes and the values it reports, under the names the reconcilers use, so
+// that they need no import of the library itself. They are the library's own (aliases, not
+// copies): errors.Is and errors.As match what the library returns, and its documentation holds.
+
+var (
+	// ErrNotAcquired: another holder has the lock (a *QueuedError says who, and the place in line).
+	ErrNotAcquired = redislock.ErrNotAcquired
+	// ErrNotHeld: a release with the claim's token found the lock not held with it.
+	ErrNotHeld = redislock.ErrNotHeld
+	// ErrLockLost: a held lease ended under its holder.
+	ErrLockLost = redislock.ErrLockLost
+	// ErrLeaseTooShort: the lease is too short for the round trips the keeper measures.
+	ErrLeaseTooShort = redislock.ErrLeaseTooShort
+)
+
+type (
+	// QueuedError is a waiter's answer: its place in line and who holds the lock.
+	QueuedError = redislock.QueuedError
+	// State is one lock (or slot) as Redis has it, read without acquiring it.
+	State = redislock.State
+	// QueueState is a lock's queue as Redis has it.
+	QueueState = redislock.QueueState
+	// Announced is one operator's announcement of the lock protocol it speaks.
+	Announced = redislock.Announced
+	// Released is one message of the release channel.
+	Released = redislock.Released
+)
+
+const (
+	// Protocol is the lock protocol this build speaks.
+	Protocol = redislock.Protocol
+	// SemaphoreProtocol is the oldest protocol under which more than one permit is safe.
+	SemaphoreProtocol = redislock.SemaphoreProtocol
+)
