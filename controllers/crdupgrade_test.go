@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/unit"
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
 )
 
@@ -41,7 +42,7 @@ func TestCRDUpgradeKeepsOldObjectsWritable(t *testing.T) {
 	cfg, err := env.Start()
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = env.Stop() })
-	scheme := testSchemeForUnit(t)
+	scheme := unit.Scheme(t)
 	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -69,7 +70,7 @@ func TestCRDUpgradeKeepsOldObjectsWritable(t *testing.T) {
 		if o.edit != nil {
 			o.edit(jobSpec, pod)
 		}
-		g.Expect(c.Create(ctx, lockedJobObject(name, []any{finalizer}, map[string]any{
+		g.Expect(c.Create(ctx, lockedJobObject(name, []any{batchv1alpha1.FinalizerReleaseLock}, map[string]any{
 			"lock": lock, "jobTemplate": map[string]any{"spec": jobSpec},
 		}))).To(Succeed(), "create %s under the old CRD", name)
 	}

@@ -9,7 +9,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -26,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/lockedcronjob"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -52,7 +52,7 @@ func startCronController(start time.Time) *cronRig {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	rig := &cronRig{clock: clocktesting.NewFakePassiveClock(start), done: make(chan struct{})}
-	r := &LockedCronJobReconciler{
+	r := &lockedcronjob.LockedCronJobReconciler{
 		Client:   mgr.GetClient(),
 		Scheme:   mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("lockedcronjob"),
@@ -145,7 +145,7 @@ func waitRun(cj *batchv1alpha1.LockedCronJob, t time.Time) *batchv1alpha1.Locked
 	GinkgoHelper()
 	lj := &batchv1alpha1.LockedJob{}
 	Eventually(func() error {
-		return k8sClient.Get(ctx, types.NamespacedName{Namespace: cj.Namespace, Name: runName(cj.Name, t)}, lj)
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: cj.Namespace, Name: lockedcronjob.RunName(cj.Name, t)}, lj)
 	}).Should(Succeed())
 	return lj
 }
@@ -300,7 +300,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		}))
 		held := holdFromOutside(cj)
 
-		skippedBefore := testutil.ToFloat64(cronRunsTotal.WithLabelValues("skipped"))
+		skippedBefore := exported("lockedjob_cron_runs_total", "result", "skipped")
 		rig.at(cj, r1.Add(time.Second))
 		Eventually(func(g Gomega) {
 			st := fetchCron(cj).Status
@@ -308,7 +308,7 @@ var _ = Describe("LockedCronJob controller", func() {
 			g.Expect(st.LastSkippedTime.Time).To(BeTemporally("==", r1))
 		}).Should(Succeed())
 		Expect(runsOf(ns)).To(BeEmpty())
-		Expect(testutil.ToFloat64(cronRunsTotal.WithLabelValues("skipped")) - skippedBefore).To(BeNumerically("==", 1))
+		Expect(exported("lockedjob_cron_runs_total", "result", "skipped") - skippedBefore).To(BeNumerically("==", 1))
 		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("Skipped: Skipped the run scheduled at " + r1.UTC().Format(time.RFC3339) + ": lock db is held")))
 
 		// Free: the next run is created.
@@ -416,7 +416,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		rig.at(cj, r1.Add(time.Second))
 		first := waitPhase(waitRun(cj, r1), batchv1alpha1.PhaseWaiting)
 
-		replacedBefore := testutil.ToFloat64(cronReplacedTotal)
+		replacedBefore := exported("lockedjob_cron_replaced_total")
 		rig.at(cj, r2.Add(time.Second))
 		second := waitRun(cj, r2)
 		Eventually(func() bool {
@@ -428,7 +428,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		Expect(got.DeletionTimestamp).To(BeNil(), "another owner's LockedJob is never replaced")
 		Expect(got.Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
 		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("Replaced: Deleted unfinished LockedJob " + first.Name)))
-		Expect(testutil.ToFloat64(cronReplacedTotal) - replacedBefore).To(BeNumerically("==", 1))
+		Expect(exported("lockedjob_cron_replaced_total") - replacedBefore).To(BeNumerically("==", 1))
 	})
 
 	It("keeps finished LockedJobs within the history limits", func() {
@@ -453,7 +453,7 @@ var _ = Describe("LockedCronJob controller", func() {
 				names = append(names, name)
 			}
 			return names
-		}).Should(ConsistOf(runName(cj.Name, r2), runName(cj.Name, r3)), "the oldest success goes; one success and one failure stay")
+		}).Should(ConsistOf(lockedcronjob.RunName(cj.Name, r2), lockedcronjob.RunName(cj.Name, r3)), "the oldest success goes; one success and one failure stay")
 		Expect(fetchCron(cj).Status.LastSuccessfulTime).NotTo(BeNil())
 	})
 

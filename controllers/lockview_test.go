@@ -80,7 +80,7 @@ var _ = Describe("Lock view", func() {
 
 	It("shows a ClusterLock's holder by namespace and name", func() {
 		op.stop()
-		op = startOperator(func(c *Config) { c.ClusterScopeNamespaces = []string{"*"} })
+		op = startOperator(func(o *Options) { o.ClusterScopeNamespaces = []string{"*"} })
 		DeferCleanup(func() { op.stop(); op = startOperator() })
 		name := "view-" + ns // cluster-wide, so unique per run
 		view := &batchv1alpha1.ClusterLock{ObjectMeta: metav1.ObjectMeta{Name: name}}

@@ -1,38 +1,18 @@
 package controllers
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
+	"slices"
+
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/lockedjob/lockedjob/controllers/lockedcronjob"
+	"github.com/lockedjob/lockedjob/controllers/lockedjob"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
-var (
-	lockedJobsWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "lockedjob_lockedjobs_waiting",
-		Help: "LockedJobs waiting for their lock.",
-	})
-	locksAcquiredTotal = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "lockedjob_locks_acquired_total",
-		Help: "Locks acquired (fresh acquisitions, not re-adoptions).",
-	})
-	lockWaitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "lockedjob_lock_wait_seconds",
-		Help:    "Time from a LockedJob's first attempt to acquiring its lock.",
-		Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
-	})
-	handoffSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "lockedjob_handoff_seconds",
-		Help: "Time from a release that handed the lock to one of this operator's waiters to that waiter's acquisition, whose pass creates the Job (handoffs announced on the release channel only).",
-		// From a millisecond (a quiet operator) to a minute (a work queue under a burst).
-		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
-	})
-)
-
-// operatorMetrics are the operator's own metrics, the lock book's among them;
+// operatorMetrics are the operator's own metrics, the reconcilers' and the lock book's;
 // config/grafana/custom-metrics/config.yaml has a panel for each (TestEveryMetricHasAPanel).
-var operatorMetrics = []prometheus.Collector{lockbook.LocksHeld, lockedJobsWaiting, locksAcquiredTotal, lockWaitSeconds, handoffSeconds, lockbook.LockRenewalsTotal, lockbook.LockLostTotal,
-	cronRunsTotal, cronReplacedTotal}
+var operatorMetrics = slices.Concat(lockbook.Metrics, lockedjob.Metrics, lockedcronjob.Metrics)
 
 func init() {
 	metrics.Registry.MustRegister(operatorMetrics...)

@@ -11,6 +11,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/controllers/internal/unit"
 )
 
 var _ = Describe("A pod that cannot start", func() {
@@ -60,7 +61,7 @@ var _ = Describe("A pod that cannot start", func() {
 			g.Expect(condition(got, batchv1alpha1.ConditionJobRunning).Reason).To(Equal(batchv1alpha1.ReasonPodStuck))
 			g.Expect(got.Status.Message).To(ContainSubstring("ErrImagePull: Fehler beim Abrufen des Abbilds: "))
 			g.Expect(got.Status.Message).To(HaveSuffix(reconcile.Ellipsis))
-			g.Expect(len(got.Status.Message)).To(BeNumerically("<=", apiLimit))
+			g.Expect(len(got.Status.Message)).To(BeNumerically("<=", unit.APILimit))
 			g.Expect(utf8.ValidString(got.Status.Message)).To(BeTrue())
 		}).Should(Succeed())
 	})

@@ -14,6 +14,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/controllers/internal/unit"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -60,7 +61,7 @@ var _ = Describe("LockedJob safety", func() {
 		Expect(condition(failed, batchv1alpha1.ConditionFailed).Reason).To(Equal(batchv1alpha1.ReasonJobInvalid))
 		Expect(condition(failed, batchv1alpha1.ConditionFinished).Status).To(Equal(metav1.ConditionTrue), "kubectl wait --for=condition=Finished returns")
 		Expect(failed.Status.Message).To(HaveSuffix(reconcile.Ellipsis), "the refusal is quoted, cut")
-		Expect(len(failed.Status.Message)).To(BeNumerically("<=", apiLimit))
+		Expect(len(failed.Status.Message)).To(BeNumerically("<=", unit.APILimit))
 		Expect(utf8.ValidString(failed.Status.Message)).To(BeTrue())
 		Eventually(func(g Gomega) {
 			var notes []string
@@ -101,7 +102,7 @@ var _ = Describe("LockedJob safety", func() {
 
 	It("keeps renewing a held lock after Cluster scope is revoked (#15)", func() {
 		op.stop()
-		op = startOperator(func(c *Config) { c.ClusterScopeNamespaces = []string{"*"} })
+		op = startOperator(func(o *Options) { o.ClusterScopeNamespaces = []string{"*"} })
 		lj := create(newLockedJob(ns, "shared", "revoked", func(lj *batchv1alpha1.LockedJob) {
 			lj.Spec.Lock.Scope = batchv1alpha1.LockScopeCluster
 			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}
@@ -139,7 +140,7 @@ var _ = Describe("LockedJob safety", func() {
 
 	It("warns when the ttl is shorter than the operator's failover time (#22)", func() {
 		op.stop()
-		op = startOperator(func(c *Config) { c.FailoverTime = 15 * time.Second })
+		op = startOperator(func(o *Options) { o.LockedJob.FailoverTime = 15 * time.Second })
 		lj := create(newLockedJob(ns, "brief", "short", func(lj *batchv1alpha1.LockedJob) {
 			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 3 * time.Second}
 		}))

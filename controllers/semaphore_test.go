@@ -120,7 +120,7 @@ var _ = Describe("Semaphores", func() {
 		key := testIdentity.LockKey(a)
 		for _, holder := range []*batchv1alpha1.LockedJob{a, b} {
 			Expect(holder.Status.LockKey).To(Equal(op.book.RedisKey(key)), "slot %d", *holder.Status.Slot)
-			name, ok := libraryKey(holder.Status.LockKey, op.book.RedisKey(""))
+			name, ok := op.book.LibraryKey(holder.Status.LockKey)
 			Expect(ok).To(BeTrue(), "slot %d: %s names no lock", *holder.Status.Slot, holder.Status.LockKey)
 			Expect(name).To(Equal(key))
 		}

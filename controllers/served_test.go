@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/controllers/internal/unit"
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
 )
 
@@ -38,23 +40,22 @@ func TestOptionalKindsAreLeftOutWhileTheirCRDsAreMissing(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(func() { _ = env.Stop() })
 			// A short cache-sync timeout: a watch of a kind nobody serves fails the manager within it.
-			mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testSchemeForUnit(t), Metrics: metricsserver.Options{BindAddress: "0"},
+			mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: unit.Scheme(t), Metrics: metricsserver.Options{BindAddress: "0"},
 				Controller: config.Controller{CacheSyncTimeout: 2 * time.Second, SkipNameValidation: ptr.To(true)}})
 			g.Expect(err).NotTo(HaveOccurred())
 
-			missing := unservedKind(mgr, "Lock", "ClusterLock", "LockedCronJob")
+			missing := sreconcile.UnservedKind(mgr, "Lock", "ClusterLock", "LockedCronJob")
 			if crds != bases {
 				g.Expect(missing).To(Equal("Lock"))
-				g.Expect(unservedKind(mgr, "LockedCronJob")).To(Equal("LockedCronJob"))
+				g.Expect(sreconcile.UnservedKind(mgr, "LockedCronJob")).To(Equal("LockedCronJob"))
 			} else {
 				g.Expect(missing).To(BeEmpty())
 			}
-			g.Expect(unservedKind(mgr, "LockedJob")).To(BeEmpty())
+			g.Expect(sreconcile.UnservedKind(mgr, "LockedJob")).To(BeEmpty())
 
-			book, _, _ := unitLocks(t)
-			g.Expect((&LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: testIdentity}).SetupWithManager(mgr)).To(Succeed())
-			g.Expect((&LockedCronJobReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Locks: book, Identity: testIdentity}).SetupWithManager(mgr)).To(Succeed())
+			book, _, _ := unit.Locks(t)
 			ctx, cancel := context.WithCancel(context.Background())
+			g.Expect(Setup(ctx, mgr, book, Options{Identity: testIdentity, Controllers: []string{LockView, LockedCronJob}})).To(Succeed())
 			var startErr error
 			stopped := make(chan struct{})
 			go func() { startErr = mgr.Start(ctx); close(stopped) }()

@@ -38,6 +38,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/lockedjob"
+	"github.com/lockedjob/lockedjob/controllers/lockview"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
@@ -134,13 +136,15 @@ var testIdentity = locks.Identity{ClusterID: "envtest", TokenKey: []byte("envtes
 
 // startOperator starts a manager against the suite's API server and Redis. Waiting LockedJobs
 // re-check only every 30s, so a spec that sees a handoff sooner proves the release wake-up.
-func startOperator(mutate ...func(*Config)) *operator {
+func startOperator(mutate ...func(*Options)) *operator {
 	GinkgoHelper()
 	return startOperatorOn([]string{redisSrv.Addr()}, mutate...)
 }
 
-// startOperatorOn is startOperator on the Redis servers at addrs: more than one is Redlock.
-func startOperatorOn(addrs []string, mutate ...func(*Config)) *operator {
+// startOperatorOn is startOperator on the Redis servers at addrs: more than one is Redlock. It
+// sets up the LockedJob reconciler and the per-lock view as the operator does (Setup); the
+// LockedCronJob specs run their reconciler on a fake clock of their own (startCronController).
+func startOperatorOn(addrs []string, mutate ...func(*Options)) *operator {
 	GinkgoHelper()
 	var nodes []redis.UniversalClient
 	for _, addr := range addrs {
@@ -161,34 +165,29 @@ func startOperatorOn(addrs []string, mutate ...func(*Config)) *operator {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	book := lockbook.New(lockClient)
-	r := &LockedJobReconciler{
-		Client:   mgr.GetClient(),
-		Scheme:   mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("lockedjob"),
-		Locks:    book,
-		Config: Config{
-			Identity:               testIdentity,
-			ClusterScopeNamespaces: []string{"trusted"},
-			WaitBackoffMin:         30 * time.Second,
-			WaitBackoffMax:         30 * time.Second,
-			UnwatchedJobRecheck:    time.Second,
+	o := Options{
+		Identity:               testIdentity,
+		ClusterScopeNamespaces: []string{"trusted"},
+		LockedJob: lockedjob.Config{
+			WaitBackoffMin:      30 * time.Second,
+			WaitBackoffMax:      30 * time.Second,
+			UnwatchedJobRecheck: time.Second,
 		},
+		View:        lockview.Timing{MinInterval: 200 * time.Millisecond, Resync: 300 * time.Millisecond, Announce: 200 * time.Millisecond},
+		Controllers: []string{LockedJob, LockView},
 	}
 	for _, m := range mutate {
-		m(&r.Config)
+		m(&o)
 	}
 	mctx, mcancel := context.WithCancel(ctx)
-	Expect(r.SetupWithManager(mctx, mgr)).To(Succeed())
-	view := &LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: testIdentity,
-		MinInterval: 200 * time.Millisecond, Resync: 300 * time.Millisecond, Announce: 200 * time.Millisecond}
-	Expect(view.SetupWithManager(mgr)).To(Succeed())
-	o := &operator{book: book, cache: mgr.GetCache(), cancel: mcancel, done: make(chan struct{})}
+	Expect(Setup(mctx, mgr, book, o)).To(Succeed())
+	started := &operator{book: book, cache: mgr.GetCache(), cancel: mcancel, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()
-		defer close(o.done)
+		defer close(started.done)
 		Expect(mgr.Start(mctx)).To(Succeed())
 	}()
-	return o
+	return started
 }
 
 // stop ends the manager the way a crash would, as far as Redis is concerned: renewals stop and no

@@ -267,6 +267,16 @@ const (
 	AnnotationLockedJob = "batch.lockedjob.dev/lockedjob"
 )
 
+// Finalizers the operator sets.
+const (
+	// FinalizerReleaseLock keeps a LockedJob until its lock is released and its Job's pods are gone.
+	FinalizerReleaseLock = "batch.lockedjob.dev/release-lock"
+	// FinalizerPermits keeps a Lock or ClusterLock that declared more than one permit until the
+	// operator has set its lock back to one in Redis: the number lives there, and a deleted Lock
+	// means one holder.
+	FinalizerPermits = "batch.lockedjob.dev/permits"
+)
+
 // LockedJobStatus is what the operator observed and did, so `kubectl get lj` and
 // `kubectl describe lj` tell the whole story.
 // +kubebuilder:validation:MinProperties=1

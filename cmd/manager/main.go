@@ -48,6 +48,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers"
+	"github.com/lockedjob/lockedjob/controllers/lockedjob"
 	"github.com/lockedjob/lockedjob/internal/campaign"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
@@ -182,46 +183,20 @@ func newManager(ctx context.Context, cfg *rest.Config, o options, leaseNamespace
 }
 
 func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id locks.Identity, book *lockbook.Book) error {
-	// One gate for every reconciler that touches a lock for a namespace.
-	scope := controllers.ScopeGate(splitList(o.clusterScopeNamespaces))
-	r := &controllers.LockedJobReconciler{
-		Client:   mgr.GetClient(),
-		Scheme:   mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("lockedjob"),
-		Locks:    book,
-		Config: controllers.Config{
-			Identity:                id,
-			ClusterScopeNamespaces:  scope,
+	return controllers.Setup(ctx, mgr, book, controllers.Options{
+		Identity: id,
+		// One gate for every reconciler that touches a lock for a namespace.
+		ClusterScopeNamespaces: locks.ScopeGate(splitList(o.clusterScopeNamespaces)),
+		RedisTimeout:           o.redisTimeout,
+		LockedJob: lockedjob.Config{
 			WaitBackoffMax:          o.waitBackoffMax,
 			QueueRecheck:            o.queueRecheck,
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
-			RedisTimeout:            o.redisTimeout,
 			LegacyLockKeys:          o.legacyLockKeys,
 			// A successor re-adopts only after the old leader's lease ran out.
 			FailoverTime: o.leaseDuration,
 		},
-	}
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("set up lockedjob controller: %w", err)
-	}
-	view := &controllers.LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: id, RedisTimeout: o.redisTimeout}
-	if err := view.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	cron := &controllers.LockedCronJobReconciler{
-		Client:                 mgr.GetClient(),
-		Scheme:                 mgr.GetScheme(),
-		Recorder:               mgr.GetEventRecorder("lockedcronjob"),
-		Locks:                  book,
-		Identity:               id,
-		ClusterScopeNamespaces: scope,
-		RedisTimeout:           o.redisTimeout,
-	}
-	if err := cron.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up lockedcronjob controller: %w", err)
-	}
-	// +kubebuilder:scaffold:builder
-	return nil
+	})
 }
 
 // serveEndpoints starts the health probe and metrics servers for the life of the process rather

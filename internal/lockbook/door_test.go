@@ -14,15 +14,20 @@ const libraryPath = "github.com/lockedjob/lockedjob/internal/redislock"
 
 // mayImportLibrary are the packages whose product code may import the lock library: the book,
 // which is the operator's one door to Redis, and the manager's main, which builds the client the
-// book is handed. Tests anywhere may use the library to put Redis in a state they need.
+// book is handed. Tests anywhere may use the library to put Redis in a state they need, and so may
+// the reconcilers' unit-test helpers, which only tests may import (testOnly).
 var mayImportLibrary = []string{
 	"github.com/lockedjob/lockedjob/internal/lockbook",
 	"github.com/lockedjob/lockedjob/internal/redislock",
 	"github.com/lockedjob/lockedjob/cmd/manager",
+	testOnly,
 }
 
+const testOnly = "github.com/lockedjob/lockedjob/controllers/internal/unit"
+
 // TestOneDoorToRedis keeps the book the only way from the operator to the lock library: no other
-// package's product code imports it, under any of the project's build tags.
+// package's product code imports it (nor the test helpers that do), under any of the project's
+// build tags.
 func TestOneDoorToRedis(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -46,6 +51,9 @@ func TestOneDoorToRedis(t *testing.T) {
 		path := "github.com/lockedjob/lockedjob/" + filepath.ToSlash(must(filepath.Rel(root, dir)))
 		if slices.Contains(p.Imports, libraryPath) && !slices.Contains(mayImportLibrary, path) {
 			t.Errorf("%s imports the lock library: go through the lock book (internal/lockbook)", path)
+		}
+		if slices.Contains(p.Imports, testOnly) {
+			t.Errorf("%s imports %s, which only tests may import", path, testOnly)
 		}
 		return nil
 	})

@@ -26,6 +26,9 @@ var (
 	})
 )
 
+// Metrics are the book's metrics, for the operator to register with its own.
+var Metrics = []prometheus.Collector{LocksHeld, LockRenewalsTotal, LockLostTotal}
+
 func onRenewMetric(_ *redislock.Lock, err error) {
 	if err != nil {
 		LockRenewalsTotal.WithLabelValues("error").Inc()

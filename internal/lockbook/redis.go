@@ -2,6 +2,7 @@ package lockbook
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/lockedjob/lockedjob/internal/redislock"
@@ -123,6 +124,17 @@ func (b *Book) QueueState(ctx context.Context, key string) (redislock.QueueState
 
 // RedisKey is the Redis key of the lock named key, as status shows it.
 func (b *Book) RedisKey(key string) string { return b.redis.RedisKey(key) }
+
+// LibraryKey is the lock's name in the lock library for its key in Redis (what status.lockKey
+// records), inverting RedisKey; false if redisKey is not one of this book's keys.
+func (b *Book) LibraryKey(redisKey string) (string, bool) {
+	prefix := strings.TrimSuffix(b.redis.RedisKey(""), "{}")
+	rest, ok := strings.CutPrefix(redisKey, prefix+"{")
+	if !ok || !strings.HasSuffix(rest, "}") || len(rest) < 2 {
+		return "", false
+	}
+	return strings.TrimSuffix(rest, "}"), true
+}
 
 // HandsOff reports whether a release hands the lock to the head of its queue (not on Redlock).
 func (b *Book) HandsOff() bool { return b.redis.HandsOff() }

@@ -14,7 +14,7 @@ import (
 // Semaphores (docs/design.md, "Semaphores and the per-lock view"): a lock admits as many holders
 // as the Lock (scope Namespace) or ClusterLock (scope Cluster) named after it declares in
 // spec.permits; a lock nobody declares admits one. Redis keeps the number the view controller
-// wrote, its one writer (settlePermits in controllers/lockview_settle.go), and the lock library
+// wrote, its one writer (settlePermits in controllers/lockview/lockview_settle.go), and the lock library
 // obeys what Redis keeps, also for a caller that does not pass it; the number an acquisition passes
 // can only lower it.
 

@@ -86,7 +86,7 @@ func runningStatus(fence int64, waitingSince, acquired time.Time, job string) ba
 }
 
 // waitingStatus is a waiter at an exact position (at most 3) behind holder, as the operator
-// records it (controllers/wait.go).
+// records it (controllers/lockedjob/wait.go).
 func waitingStatus(lock string, position int32, holder string, waitingSince time.Time) batchv1alpha1.LockedJobStatus {
 	return waiting(waitingSince, ptr.To(position), holder,
 		fmt.Sprintf("Waiting for lock %s held by %s (position %d in queue)", lock, holder, position))

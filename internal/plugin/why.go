@@ -196,7 +196,7 @@ func (e *Explanation) setHolders(holders []Holder) {
 }
 
 // bucketPattern finds the bucket of a waiter far back in line in its status message, the one place
-// the operator records it (controllers/wait.go: "position >N in queue").
+// the operator records it (controllers/lockedjob/wait.go: "position >N in queue").
 var bucketPattern = regexp.MustCompile(`position >(\d+) in queue`)
 
 // placeOf is a waiter's place as status shows it, or nil before the operator learnt it.

@@ -21,7 +21,7 @@ import (
 const semaphorePermits = 2
 
 // permitsFinalizer is the finalizer an operator puts on a Lock or ClusterLock that declares more
-// than one permit (controllers/lockview_controller.go): seeing it tells that the operator's cache
+// than one permit (controllers/lockview/lockview_controller.go): seeing it tells that the operator's cache
 // holds the declaration, so its next acquisition passes the permits.
 const permitsFinalizer = "batch.lockedjob.dev/permits"
 

@@ -1,0 +1,34 @@
+package reconcile
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
+)
+
+// UnservedKind returns the first of kinds (of batch.lockedjob.dev/v1alpha1) that the API server does
+// not serve, or "". A controller of an optional kind (the per-lock view, schedules) is left out
+// while its CRD is missing: an operator upgraded before its CRDs must keep running LockedJobs, and a
+// watch of a kind nobody serves would stop the whole manager when its cache never syncs.
+func UnservedKind(mgr ctrl.Manager, kinds ...string) string {
+	for _, kind := range kinds {
+		gk := batchv1alpha1.SchemeGroupVersion.WithKind(kind).GroupKind()
+		if _, err := mgr.GetRESTMapper().RESTMapping(gk, batchv1alpha1.SchemeGroupVersion.Version); meta.IsNoMatchError(err) {
+			return kind
+		}
+	}
+	return ""
+}
+
+// SkipUnserved logs that the controller named what is off because kind is not served.
+func SkipUnserved(what, kind string) {
+	ctrl.Log.WithName("setup").Info("A CRD is not installed: "+what+" is off until it is and the operator restarts", "missing", kind)
+}
+
+// PermitReader reads the permits of locks from the manager's cache, and answers 1 for every lock
+// while the Lock kinds are not served.
+func PermitReader(mgr ctrl.Manager) locks.PermitReader {
+	return locks.PermitReader{Reader: mgr.GetClient(), Served: UnservedKind(mgr, "Lock", "ClusterLock") == ""}
+}

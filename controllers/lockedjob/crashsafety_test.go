@@ -1,0 +1,180 @@
+package lockedjob
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/unit"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
+	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+)
+
+// TestFenceIsStoredBeforeTheJob: when the status write after acquiring the lock fails, the next pass
+// must store holder and fencing token before it creates the Job — otherwise a crash between the
+// two would leave a Job the operator cannot tie to its acquisition.
+func TestFenceIsStoredBeforeTheJob(t *testing.T) {
+	book, _, _ := unit.Locks(t)
+
+	lj := unit.LockedJob("careful", "uid-1")
+	var (
+		mu         sync.Mutex
+		failStatus bool
+		writes     []string // "status:<fence stored?>" and "create:<kind>", in order
+	)
+	fc := fake.NewClientBuilder().
+		WithScheme(unit.Scheme(t)).
+		WithStatusSubresource(&batchv1alpha1.LockedJob{}).
+		WithObjects(lj).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if failStatus {
+					return errors.New("injected: API server unavailable")
+				}
+				data, _ := patch.Data(obj)
+				var p struct {
+					Status struct {
+						FencingToken *int64 `json:"fencingToken"`
+					} `json:"status"`
+				}
+				_ = json.Unmarshal(data, &p)
+				writes = append(writes, "status:fence="+map[bool]string{true: "yes", false: "no"}[p.Status.FencingToken != nil])
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				mu.Lock()
+				if _, ok := obj.(*batchv1.Job); ok {
+					writes = append(writes, "create:job")
+				} else {
+					writes = append(writes, "create:other")
+				}
+				mu.Unlock()
+				return c.Create(ctx, obj, opts...)
+			},
+		}).Build()
+
+	r := &LockedJobReconciler{
+		Client: fc, APIReader: fc, Scheme: fc.Scheme(), Locks: book, Clock: clock.RealClock{},
+		Config: Config{Identity: locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}},
+	}
+	r.Config.defaults()
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}
+	ctx := context.Background()
+
+	mu.Lock()
+	failStatus = true // the finalizer is metadata: only the status writes fail
+	mu.Unlock()
+	if _, err := r.Reconcile(ctx, req); err == nil {
+		t.Fatal("the pass whose status writes fail should return an error")
+	}
+	if book.Holding(lj.UID) == nil {
+		t.Fatal("the lock should have been acquired in the failing pass")
+	}
+	var jobs batchv1.JobList
+	if err := fc.List(ctx, &jobs); err != nil || len(jobs.Items) != 0 {
+		t.Fatalf("a Job was created although the fence could not be stored: %d jobs, %v", len(jobs.Items), err)
+	}
+
+	mu.Lock()
+	failStatus, writes = false, nil
+	mu.Unlock()
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatalf("recovering pass: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	jobAt, fenceAt := -1, -1
+	for i, w := range writes {
+		if w == "create:job" && jobAt < 0 {
+			jobAt = i
+		}
+		if w == "status:fence=yes" && fenceAt < 0 {
+			fenceAt = i
+		}
+	}
+	if jobAt < 0 || fenceAt < 0 || fenceAt > jobAt {
+		t.Fatalf("writes %v: want the fence stored before the Job is created", writes)
+	}
+}
+
+// TestDeletionReleasesALockTakenBeforeACrash (#17): an operator that took the lock and crashed
+// before it could record that in status leaves a lock only the token names. Deleting the LockedJob
+// must release it at once, not leave it to block the lock for a whole ttl.
+func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
+	srv := redisserver.Start(t)
+	rdb := srv.Client(t)
+	lockClient, err := redislock.New(rdb, redislock.WithKeyPrefix("t:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lj := unit.LockedJob("crashy", "uid-17")
+	var failStatus atomic.Bool
+	fc := fake.NewClientBuilder().
+		WithScheme(unit.Scheme(t)).
+		WithStatusSubresource(&batchv1alpha1.LockedJob{}).
+		WithObjects(lj).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if failStatus.Load() {
+					return errors.New("injected: API server unavailable")
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	id := locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
+	newReconciler := func() (*LockedJobReconciler, *lockbook.Book) {
+		book := lockbook.New(lockClient)
+		r := &LockedJobReconciler{
+			Client: fc, APIReader: fc, Scheme: fc.Scheme(), Locks: book, Clock: clock.RealClock{},
+			Config: Config{Identity: id},
+		}
+		r.Config.defaults()
+		return r, book
+	}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}
+	ctx := context.Background()
+
+	r, book := newReconciler()
+	if _, err := r.Reconcile(ctx, req); err != nil { // adds the finalizer
+		t.Fatalf("finalizer pass: %v", err)
+	}
+	failStatus.Store(true)
+	_, _ = r.Reconcile(ctx, req) // acquires the lock; recording it fails
+	book.Stop()                  // the crash
+	key := lockClient.RedisKey(id.LockKey(lj))
+	if got := redislock.HolderToken(rdb.Get(ctx, key).Val()); got != id.Token(lj) {
+		t.Fatalf("setup: the lock should be held with the LockedJob's token, Redis has %q", got)
+	}
+
+	failStatus.Store(false)
+	if err := fc.Delete(ctx, lj); err != nil {
+		t.Fatal(err)
+	}
+	r, book = newReconciler()
+	t.Cleanup(book.Stop)
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatalf("deletion pass: %v", err)
+	}
+	if n := rdb.Exists(ctx, key).Val(); n != 0 {
+		t.Fatalf("the lock acquired before the crash is still held after the LockedJob was deleted")
+	}
+	if err := fc.Get(ctx, req.NamespacedName, &batchv1alpha1.LockedJob{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the LockedJob should be gone with its finalizer, got %v", err)
+	}
+}

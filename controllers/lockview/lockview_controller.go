@@ -1,0 +1,204 @@
+package lockview
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
+)
+
+// The per-lock view (docs/design.md, "Semaphores and the per-lock view"): a declared Lock or
+// ClusterLock shows its lock as Redis holds it. Its status is read from Redis when a LockedJob of
+// the lock changes, and every Resync for what nobody here announces (an expiry, another cluster's
+// holder); it is written only when it changed, at most once per MinInterval per lock.
+
+// +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks;clusterlocks,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks/status;clusterlocks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks/finalizers;clusterlocks/finalizers,verbs=update
+
+// LockViewReconciler keeps the status of Lock and ClusterLock objects.
+type LockViewReconciler struct {
+	client.Client
+	Locks    *lockbook.Book
+	Identity locks.Identity
+	Clock    clock.PassiveClock
+	Timing
+	// RedisTimeout bounds each Redis read (default 2s).
+	RedisTimeout time.Duration
+	// Member names this process among the clients of the Redis (Client.Announce): the cluster ID
+	// and the host name by default, so an old leader still running beside a new one is seen.
+	Member string
+
+	mu      sync.Mutex
+	written map[types.NamespacedName]time.Time // last status write, by object (namespace "" for ClusterLock)
+	// behind are the clients of the Redis that announce an older lock protocol than
+	// lockbook.SemaphoreProtocol, as of the last announcement; nil before the first (see announce).
+	behind *[]lockbook.Announced
+	// announced is closed by the first announcement that Redis answered.
+	announced chan struct{}
+
+	// orphans carry, to each kind's controller, the names of locks whose permits Redis stores
+	// while no object of that name may exist (see findOrphans).
+	orphanLocks, orphanClusterLocks chan event.GenericEvent
+}
+
+// Timing is how often the view writes, reads Redis again and announces; zero values take the
+// defaults.
+type Timing struct {
+	// MinInterval is the least time between two status writes of one lock (default 5s).
+	MinInterval time.Duration
+	// Resync is how often a declared lock is read again when nothing announced a change (default 2m).
+	Resync time.Duration
+	// Announce is how often the process announces its lock protocol (default 30s); an announcement
+	// lasts four times as long.
+	Announce time.Duration
+}
+
+const permitsFinalizer = batchv1alpha1.FinalizerPermits
+
+// SetupWithManager registers one controller per kind; both map LockedJob changes to the view of
+// their lock.
+func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.MinInterval = sreconcile.DurationOr(r.MinInterval, 5*time.Second)
+	r.Resync = sreconcile.DurationOr(r.Resync, 2*time.Minute)
+	r.RedisTimeout = sreconcile.DurationOr(r.RedisTimeout, 2*time.Second)
+	r.Announce = sreconcile.DurationOr(r.Announce, 30*time.Second)
+	if r.Member == "" {
+		host, _ := os.Hostname()
+		r.Member = r.Identity.ClusterID + "/" + host
+	}
+	r.written = map[types.NamespacedName]time.Time{}
+	r.announced = make(chan struct{})
+	r.orphanLocks, r.orphanClusterLocks = make(chan event.GenericEvent), make(chan event.GenericEvent)
+	if kind := sreconcile.UnservedKind(mgr, "Lock", "ClusterLock"); kind != "" {
+		sreconcile.SkipUnserved("the per-lock view", kind)
+		return nil
+	}
+	for _, run := range []manager.RunnableFunc{r.findOrphans, r.announce} {
+		if err := mgr.Add(run); err != nil {
+			return fmt.Errorf("set up the lock view's runnables: %w", err)
+		}
+	}
+	// The view's own status writes must not trigger a read: only spec changes and LockedJobs do.
+	onlySpec := builder.WithPredicates(predicate.GenerationChangedPredicate{})
+	if err := ctrl.NewControllerManagedBy(mgr).
+		For(&batchv1alpha1.Lock{}, onlySpec).
+		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(mgr.GetCache(), batchv1alpha1.LockScopeNamespace))).
+		WatchesRawSource(source.Channel(r.orphanLocks, &handler.EnqueueRequestForObject{})).
+		Named("lock").
+		Complete(reconcile.Func(r.reconcileLock)); err != nil {
+		return fmt.Errorf("set up lock view controller: %w", err)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		For(&batchv1alpha1.ClusterLock{}, onlySpec).
+		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(mgr.GetCache(), batchv1alpha1.LockScopeCluster))).
+		WatchesRawSource(source.Channel(r.orphanClusterLocks, &handler.EnqueueRequestForObject{})).
+		Named("clusterlock").
+		Complete(reconcile.Func(r.reconcileClusterLock)); err != nil {
+		return fmt.Errorf("set up cluster lock view controller: %w", err)
+	}
+	return nil
+}
+
+// viewOf maps a LockedJob to the view object of its lock, for locks of the given scope, when that
+// object exists in the cache: most locks are not declared, and their LockedJobs' changes should cost
+// no pass of the view (a cache lookup instead of a queue item and a reconcile).
+func viewOf(cache client.Reader, scope batchv1alpha1.LockScope) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		lj, ok := o.(*batchv1alpha1.LockedJob)
+		if !ok || lj.Spec.Lock.ScopeOrDefault() != scope {
+			return nil
+		}
+		name := types.NamespacedName{Name: lj.Spec.Lock.Name}
+		var view client.Object = &batchv1alpha1.ClusterLock{}
+		if scope == batchv1alpha1.LockScopeNamespace {
+			name.Namespace, view = lj.Namespace, &batchv1alpha1.Lock{}
+		}
+		if err := cache.Get(ctx, name, view); apierrors.IsNotFound(err) {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: name}}
+	}
+}
+
+func (r *LockViewReconciler) reconcileLock(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	l := &batchv1alpha1.Lock{}
+	key := r.Identity.KeyOf(batchv1alpha1.LockScopeNamespace, req.Namespace, req.Name)
+	if err := r.Get(ctx, req.NamespacedName, l); apierrors.IsNotFound(err) {
+		return r.retireKey(ctx, key)
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !l.DeletionTimestamp.IsZero() {
+		return r.retire(ctx, l, key)
+	}
+	admitted, err := r.settlePermits(ctx, l, key)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return r.refresh(ctx, l, &l.Status, key, l.Namespace, admitted)
+}
+
+func (r *LockViewReconciler) reconcileClusterLock(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	l := &batchv1alpha1.ClusterLock{}
+	key := r.Identity.KeyOf(batchv1alpha1.LockScopeCluster, "", req.Name)
+	if err := r.Get(ctx, req.NamespacedName, l); apierrors.IsNotFound(err) {
+		return r.retireKey(ctx, key)
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !l.DeletionTimestamp.IsZero() {
+		return r.retire(ctx, l, key)
+	}
+	admitted, err := r.settlePermits(ctx, l, key)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return r.refresh(ctx, l, &l.Status, key, "", admitted)
+}
+
+// writeWait is how long the view of id must wait before its next status write.
+func (r *LockViewReconciler) writeWait(id types.NamespacedName) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.written[id]
+	if !ok {
+		return 0
+	}
+	return max(r.MinInterval-r.Clock.Since(last), 0)
+}
+
+func (r *LockViewReconciler) wrote(id types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.written[id] = r.Clock.Now()
+}
+
+// forget drops what is known of a deleted object, so a new one of the same name starts afresh.
+func (r *LockViewReconciler) forget(id types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.written, id)
+}

@@ -1,0 +1,94 @@
+package lockview
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/unit"
+)
+
+// TestViewOfWakesOnlyDeclaredLocks: a LockedJob's change asks for a pass of its lock's view only
+// when that Lock (or ClusterLock) exists, in the LockedJob's scope.
+func TestViewOfWakesOnlyDeclaredLocks(t *testing.T) {
+	declared := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "seen"}}
+	shared := &batchv1alpha1.ClusterLock{ObjectMeta: metav1.ObjectMeta{Name: "shared"}}
+	cache := fake.NewClientBuilder().WithScheme(unit.Scheme(t)).WithObjects(declared, shared).Build()
+	lj := func(lock string, scope batchv1alpha1.LockScope) *batchv1alpha1.LockedJob {
+		return &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "j"},
+			Spec: batchv1alpha1.LockedJobSpec{Lock: batchv1alpha1.LockSpec{Name: lock, Scope: scope}}}
+	}
+	ns, cluster := viewOf(cache, batchv1alpha1.LockScopeNamespace), viewOf(cache, batchv1alpha1.LockScopeCluster)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		got  int
+		want int
+	}{
+		{"declared Lock", len(ns(ctx, lj("seen", ""))), 1},
+		{"undeclared Lock", len(ns(ctx, lj("unseen", batchv1alpha1.LockScopeNamespace))), 0},
+		{"Cluster scope is not the Lock's", len(ns(ctx, lj("seen", batchv1alpha1.LockScopeCluster))), 0},
+		{"declared ClusterLock", len(cluster(ctx, lj("shared", batchv1alpha1.LockScopeCluster))), 1},
+		{"undeclared ClusterLock", len(cluster(ctx, lj("other", batchv1alpha1.LockScopeCluster))), 0},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %d requests, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+// TestHandoffSeenBetweenTwoReads: the view names a handoff only when a holder left and another came
+// between two reads; a holder of another cluster came when it was read.
+func TestHandoffSeenBetweenTwoReads(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) *metav1.Time { return &metav1.Time{Time: now.Add(time.Duration(s) * time.Second)} }
+	a := batchv1alpha1.LockHolder{Holder: "c/ns/a/1", LockedJob: "a", AcquiredAt: at(-30)}
+	b := batchv1alpha1.LockHolder{Holder: "c/ns/b/2", LockedJob: "b", AcquiredAt: at(-5), Slot: 1}
+	c := batchv1alpha1.LockHolder{Holder: "c/ns/c/3", LockedJob: "c", AcquiredAt: at(-2)}
+	remote := batchv1alpha1.LockHolder{Holder: "other/ns/r/4"}
+	for _, tc := range []struct {
+		name        string
+		before, now []batchv1alpha1.LockHolder
+		want        *batchv1alpha1.LockHandoff
+	}{
+		{"unchanged", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{a}, nil},
+		{"first holder: nobody left", nil, []batchv1alpha1.LockHolder{a}, nil},
+		{"released: nobody came", []batchv1alpha1.LockHolder{a}, nil, nil},
+		{"a to c", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{c}, &batchv1alpha1.LockHandoff{From: "a", To: "c", At: *at(-2)}},
+		{"a semaphore: a left, b and c came, c the newest", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{b, c},
+			&batchv1alpha1.LockHandoff{From: "a", To: "c", At: *at(-2)}},
+		{"a semaphore: a and b left, c came to b's slot", []batchv1alpha1.LockHolder{a, b}, []batchv1alpha1.LockHolder{{Holder: c.Holder, LockedJob: "c", AcquiredAt: c.AcquiredAt, Slot: 1}},
+			&batchv1alpha1.LockHandoff{From: "b", To: "c", At: *at(-2)}},
+		{"a semaphore: a and b left, c came to a's slot", []batchv1alpha1.LockHolder{a, b}, []batchv1alpha1.LockHolder{c},
+			&batchv1alpha1.LockHandoff{From: "a", To: "c", At: *at(-2)}},
+		{"a semaphore: one came beside a staying holder, nobody left", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{a, b}, nil},
+		{"to another cluster's holder", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{remote},
+			&batchv1alpha1.LockHandoff{From: "a", To: "other/ns/r/4", At: metav1.Time{Time: now}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := handoff(tc.before, tc.now, now)
+			if !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("handoff = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestEveryWriterCutsItsMessage (#23): the view's writer that quotes a foreign cause of any length (Redis) leaves
+// conditions the API server takes. controllers/lockedjob and controllers/lockedcronjob check theirs.
+func TestEveryWriterCutsItsMessage(t *testing.T) {
+	t.Run("a Lock view's Redis fails", func(t *testing.T) {
+		r := &LockViewReconciler{Clock: clock.RealClock{}}
+		var status batchv1alpha1.LockViewStatus
+		r.setRedis(&status, metav1.ConditionFalse, batchv1alpha1.ReasonRedisUnavailable, "Redis unavailable: "+unit.LongCause)
+		for _, c := range status.Conditions {
+			unit.CheckCut(t, "condition "+c.Type, c.Message)
+		}
+	})
+}

@@ -1,0 +1,98 @@
+// Package controllers sets up the operator's reconcilers on a manager: the LockedJob reconciler
+// (controllers/lockedjob), the per-lock view of Lock and ClusterLock (controllers/lockview) and
+// the LockedCronJob schedules (controllers/lockedcronjob), over one lock book. cmd/manager and the
+// envtest suite both set them up here, so the suite runs what the operator runs.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/lockedjob/lockedjob/controllers/lockedcronjob"
+	"github.com/lockedjob/lockedjob/controllers/lockedjob"
+	"github.com/lockedjob/lockedjob/controllers/lockview"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
+)
+
+// The names of the reconcilers, for Options.Controllers.
+const (
+	LockedJob     = "lockedjob"
+	LockView      = "lockview"
+	LockedCronJob = "lockedcronjob"
+)
+
+// Options are what the reconcilers share, and each one's own tuning.
+type Options struct {
+	// Identity derives lock keys, holder names and tokens, the same for every reconciler.
+	Identity locks.Identity
+	// ClusterScopeNamespaces is the one scope gate of every reconciler that touches a lock for a
+	// namespace.
+	ClusterScopeNamespaces locks.ScopeGate
+	// RedisTimeout bounds every Redis call of a pass (default 2s).
+	RedisTimeout time.Duration
+	// LockedJob tunes the LockedJob reconciler; its Identity, ClusterScopeNamespaces and
+	// RedisTimeout are set from the fields above.
+	LockedJob lockedjob.Config
+	// View tunes how often the per-lock view writes, reads Redis again and announces (zero: its
+	// defaults).
+	View lockview.Timing
+	// Controllers names the reconcilers to set up; empty sets up all three, as the operator does.
+	// A test that runs one of them on a clock of its own sets up the others here.
+	Controllers []string
+}
+
+func (o Options) enabled(name string) bool {
+	return len(o.Controllers) == 0 || slices.Contains(o.Controllers, name)
+}
+
+// Setup sets up the reconcilers of o on mgr, over book. ctx bounds the goroutines the LockedJob
+// reconciler starts beside the manager's runnables.
+func Setup(ctx context.Context, mgr ctrl.Manager, book *lockbook.Book, o Options) error {
+	if o.enabled(LockedJob) {
+		c := o.LockedJob
+		c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = o.Identity, o.ClusterScopeNamespaces, o.RedisTimeout
+		r := &lockedjob.LockedJobReconciler{
+			Client:   mgr.GetClient(),
+			Scheme:   mgr.GetScheme(),
+			Recorder: mgr.GetEventRecorder("lockedjob"),
+			Locks:    book,
+			Config:   c,
+		}
+		if err := r.SetupWithManager(ctx, mgr); err != nil {
+			return fmt.Errorf("set up lockedjob controller: %w", err)
+		}
+	}
+	if o.enabled(LockView) {
+		view := &lockview.LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: o.Identity, RedisTimeout: o.RedisTimeout, Timing: o.View}
+		if err := view.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up lock view controller: %w", err)
+		}
+	}
+	if o.enabled(LockedCronJob) {
+		cron := &lockedcronjob.LockedCronJobReconciler{
+			Client:                 mgr.GetClient(),
+			Scheme:                 mgr.GetScheme(),
+			Recorder:               mgr.GetEventRecorder("lockedcronjob"),
+			Locks:                  book,
+			Identity:               o.Identity,
+			ClusterScopeNamespaces: o.ClusterScopeNamespaces,
+			RedisTimeout:           o.RedisTimeout,
+		}
+		if err := cron.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up lockedcronjob controller: %w", err)
+		}
+	}
+	// +kubebuilder:scaffold:builder
+	return nil
+}
+
+// CacheOptions are the settings of the manager's cache that the reconcilers are written for.
+// Only the LockedJob reconciler narrows it today (to the Jobs it created; see
+// lockedjob.CacheOptions).
+func CacheOptions() cache.Options { return lockedjob.CacheOptions() }
