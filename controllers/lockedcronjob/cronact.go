@@ -1,7 +1,6 @@
 package lockedcronjob
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -72,14 +71,7 @@ func (r *LockedCronJobReconciler) lockHeld(ctx context.Context, cj *batchv1alpha
 	if err != nil {
 		return false, "", fmt.Errorf("inspect lock %s: %w", cj.Spec.LockedJobTemplate.Spec.Lock.Name, err)
 	}
-	inUse := 0
-	for _, st := range slots {
-		if st.Held {
-			inUse++
-			holder = cmp.Or(holder, st.Metadata)
-		}
-	}
-	return inUse >= permits, holder, nil
+	return slots.InUse() >= permits, slots.AHolder(), nil
 }
 
 // createRun creates the LockedJob of the run scheduled at run. Its name is derived from the run, so

@@ -44,7 +44,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		return ctrl.Result{}, false, err
 	}
 	p.permits = permits
-	if permits > 1 && !r.Locks.HandsOff() {
+	if r.Locks.Admits(permits) < permits {
 		return r.waitForPermits(p, permits), false, nil
 	}
 

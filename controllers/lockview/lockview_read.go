@@ -76,7 +76,7 @@ func (r *LockViewReconciler) read(ctx context.Context, status *batchv1alpha1.Loc
 	if h := handoff(before, status.Holders, r.Clock.Now()); h != nil {
 		status.LastHandoff = h
 	}
-	status.InUse = int32(len(status.Holders))
+	status.InUse = int32(slots.InUse())
 	r.setPermitsSupported(status, permits)
 	status.Waiting, status.Head = nil, ""
 	if r.Locks.HandsOff() {
@@ -97,7 +97,7 @@ func (r *LockViewReconciler) setPermitsSupported(status *batchv1alpha1.LockViewS
 	s, reason, msg := metav1.ConditionTrue, batchv1alpha1.ReasonPermitsSupported, fmt.Sprintf("Redis admits %d holders of this lock at once", permits)
 	behind := r.olderClients()
 	switch {
-	case permits > 1 && !r.Locks.HandsOff():
+	case r.Locks.Admits(permits) < permits:
 		s, reason = metav1.ConditionFalse, batchv1alpha1.ReasonPermitsUnsupported
 		msg = fmt.Sprintf("spec.permits is %d, and the operator's Redis is Redlock, which admits one holder per lock: the lock's LockedJobs wait until spec.permits is 1", permits)
 	case permits > 1 && len(behind) > 0:

@@ -3,7 +3,6 @@ package lockview
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // The view retiring a lock's permits: setting a lock back to one permit when its declaration goes
@@ -56,7 +54,7 @@ func (r *LockViewReconciler) retireKey(ctx context.Context, key string) (reconci
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("inspect lock %s: %w", key, err)
 	}
-	if slices.ContainsFunc(slots[1:], func(st lockbook.State) bool { return st.Held }) {
+	if slots.HeldAbove(0) {
 		return reconcile.Result{RequeueAfter: r.MinInterval}, nil
 	}
 	if err := r.setPermits(ctx, key, 1); err != nil { // the upper slots drained since the first write

@@ -35,7 +35,7 @@ func (r *LockViewReconciler) settlePermits(ctx context.Context, obj client.Objec
 			return 0, fmt.Errorf("add finalizer to lock %s: %w", key, err)
 		}
 	}
-	if n > 1 && !r.Locks.HandsOff() {
+	if r.Locks.Admits(n) < n {
 		return 1, nil // Redlock: its LockedJobs wait, and the view says why
 	}
 	if n > 1 {

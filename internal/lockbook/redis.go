@@ -77,13 +77,46 @@ func (b *Book) Inspect(ctx context.Context, key string) (redislock.State, error)
 // Slots reads every slot of the lock named key, index = slot, holders or not (their last fences):
 // all of a semaphore's slots, also those above today's permits that holders keep after the number
 // was lowered. On Redlock, where a lock has one holder, only slot 0.
-func (b *Book) Slots(ctx context.Context, key string) ([]redislock.State, error) {
-	if !b.redis.HandsOff() {
+func (b *Book) Slots(ctx context.Context, key string) (Slots, error) {
+	if b.redis.Admits(redislock.MaxPermits) == 1 { // Redlock
 		st, err := b.redis.Inspect(ctx, key)
-		return []redislock.State{st}, err
+		return Slots{st}, err
 	}
 	return b.redis.InspectSlots(ctx, key, redislock.MaxPermits)
 }
+
+// Slots are a lock's slots as Redis has them, index = slot, and what the reconcilers count of them.
+type Slots []State
+
+// InUse is how many slots are held.
+func (s Slots) InUse() int {
+	n := 0
+	for _, st := range s {
+		if st.Held {
+			n++
+		}
+	}
+	return n
+}
+
+// AHolder is the name of one holder (the one of the lowest slot held), or "".
+func (s Slots) AHolder() string {
+	for _, st := range s {
+		if st.Held {
+			return st.Metadata
+		}
+	}
+	return ""
+}
+
+// HeldAbove reports whether a slot above slot is held.
+func (s Slots) HeldAbove(slot int) bool {
+	return slot+1 < len(s) && s[slot+1:].InUse() > 0
+}
+
+// Admits is how many may hold at once a lock that declares n permits, on the book's Redis: n, or
+// one on Redlock.
+func (b *Book) Admits(n int) int { return b.redis.Admits(n) }
 
 // SetPermits writes how many may hold the lock named key at once, for the releases and
 // acquisitions that follow (see redislock.Client.SetPermits).

@@ -126,7 +126,7 @@ func (c *Client) settlePermits(o *acquireOptions) error {
 		return nil
 	case o.permits < 1 || o.permits > MaxPermits:
 		return invalidf("permits %d: must be 1..%d", o.permits, MaxPermits)
-	case !c.handsOff() && o.permits > 1:
+	case c.Admits(o.permits) < o.permits:
 		return invalidf("permits %d: Redlock nodes would choose slots on their own; a semaphore needs one deployment", o.permits)
 	case !c.handsOff():
 		o.permits = 0

@@ -126,6 +126,16 @@ func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Opt
 // different waiters on different nodes would leave nobody with a majority until the leases ran out.
 func (c *Client) handsOff() bool { return len(c.nodes) == 1 }
 
+// Admits is how many holders at once this deployment gives a lock that declares n permits: n on
+// one deployment, one on Redlock, whose nodes would choose slots on their own. WithPermits and
+// SetPermits refuse what it would lower; callers that decide before they call ask it.
+func (c *Client) Admits(n int) int {
+	if n > 1 && !c.handsOff() {
+		return 1
+	}
+	return n
+}
+
 // HandsOff reports whether a release hands a queued lock straight to the head of its queue and
 // announces whom it went to (Released.HandedTo): a single deployment (one Redis, Sentinel or
 // Cluster), not Redlock.
