@@ -33,7 +33,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 			return ctrl.Result{}, false, err
 		}
 	}
-	lj.Status.LockKey = r.Locks.RedisKey(p.key)
+	lj.Status.LockKey = r.Locks.RedisKey(p.claim.Key)
 	waited := now.Sub(lj.Status.WaitingSince.Time)
 	if t := lj.Spec.Lock.AcquireTimeout; t != nil && waited >= t.Duration {
 		return ctrl.Result{}, false, r.giveUp(ctx, p, t.Duration)
@@ -50,7 +50,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 
 	// A waiter asks Redis only when something may have changed (see waiting.go).
 	if !first {
-		switch what, hint, left, priority := r.waiting.next(r.Config.Identity.Holder(lj), now); what {
+		switch what, hint, left, priority := r.waiting.next(p.claim.Holder, now); what {
 		case askHint:
 			// The place comes from Redis (the lineup); the holder stays what Redis last told.
 			return r.wait(p, &lockbook.QueuedError{Position: hint.position, Holder: lj.Status.BlockedBy}, waited), false, nil
@@ -66,13 +66,13 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	}
 
 	rctx, cancel := r.redisCtx(ctx)
-	lock, err := r.Locks.Acquire(rctx, r.claim(p), ttlOf(lj), r.Config.Identity.QueueScore(lj), r.Config.waiterLiveness())
+	lock, err := r.Locks.Acquire(rctx, p.lockClaim(), ttlOf(lj), r.Config.Identity.QueueScore(lj), r.Config.waiterLiveness())
 	cancel()
 	if errors.Is(err, lockbook.ErrNotAcquired) {
 		return r.wait(p, err, waited), false, nil
 	}
 	if err != nil {
-		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("acquire %s: %w", p.key, err))
+		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("acquire %s: %w", p.claim.Key, err))
 	}
 	if err := r.holdAcquired(ctx, p, lock, waited); err != nil {
 		return ctrl.Result{}, false, err
@@ -89,10 +89,7 @@ func (r *LockedJobReconciler) waitForPermits(p *pass, permits int) ctrl.Result {
 	if lj.Status.Phase != batchv1alpha1.PhaseWaiting || lj.Status.Message != msg {
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonPermitsUnsupported, "Acquire", "%s", msg)
 	}
-	lj.Status.Phase = batchv1alpha1.PhaseWaiting
-	lj.Status.Message = msg
-	lj.Status.QueuePosition, lj.Status.BlockedBy = nil, ""
-	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonPermitsUnsupported, msg)
+	tell(lj, permitsRefused(msg))
 	return ctrl.Result{RequeueAfter: r.Config.WaitBackoffMax}
 }
 
@@ -102,8 +99,8 @@ func (r *LockedJobReconciler) waitForPermits(p *pass, permits int) ctrl.Result {
 func (r *LockedJobReconciler) startWaiting(ctx context.Context, p *pass, now time.Time) (refused bool, err error) {
 	lj := p.lj
 	lj.Status.WaitingSince = &metav1.Time{Time: now}
-	lj.Status.Phase = batchv1alpha1.PhasePending
-	if err := r.validateJob(ctx, lj); err != nil {
+	tell(lj, pending())
+	if err := r.validateJob(ctx, p); err != nil {
 		if isRefusal(err) {
 			r.failJobInvalid(p, err)
 			return true, nil
@@ -118,20 +115,17 @@ func (r *LockedJobReconciler) startWaiting(ctx context.Context, p *pass, now tim
 func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *lockbook.Lock, waited time.Duration) error {
 	lj := p.lj
 	r.redisUp(p)
-	if gap, handed := r.waiting.acquired(r.Config.Identity.Holder(lj), time.Now()); handed {
+	if gap, handed := r.waiting.acquired(p.claim.Holder, time.Now()); handed {
 		handoffSeconds.Observe(gap.Seconds())
 	}
 	locksAcquiredTotal.Inc()
 	lockWaitSeconds.Observe(waited.Seconds())
-	r.recordHeld(p, lock)
-	if lj.Status.JobName == "" {
-		lj.Status.JobName = jobName(lj, lock.Fence())
-	}
+	r.recordGrant(p, lock)
 	if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
-		return fmt.Errorf("renew %s: %w", p.key, err)
+		return fmt.Errorf("renew %s: %w", p.claim.Key, err)
 	}
 	p.obs.holding = lock
-	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.key, "fencingToken", lock.Fence(), "slot", lock.Slot())
+	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.claim.Key, "fencingToken", lock.Fence(), "slot", lock.Slot())
 	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d%s after waiting %s", lj.Spec.Lock.Name, lock.Fence(), slotPhrase(lj.Status.Slot), waited.Round(time.Millisecond))
 	lj.Status.AcquiredAt = &metav1.Time{Time: lock.LeaseStart()}
 	return nil
@@ -143,7 +137,7 @@ func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *l
 // back instead of waited for. Costs one Redis call while Config.LegacyLockKeys is on.
 func (r *LockedJobReconciler) legacyHolder(ctx context.Context, p *pass) (holder string, busy bool, err error) {
 	legacy, ok := r.Config.Identity.LegacyLockKey(p.lj)
-	if !r.Config.LegacyLockKeys || !ok || legacy == p.key {
+	if !r.Config.LegacyLockKeys || !ok || legacy == p.claim.Key {
 		return "", false, nil
 	}
 	rctx, cancel := r.redisCtx(ctx)
@@ -152,7 +146,7 @@ func (r *LockedJobReconciler) legacyHolder(ctx context.Context, p *pass) (holder
 	if err != nil || !st.Held {
 		return "", false, err
 	}
-	old := r.claim(p)
+	old := p.lockClaim()
 	old.Key = legacy
 	err = r.Locks.Release(rctx, old)
 	switch {
@@ -167,8 +161,8 @@ func (r *LockedJobReconciler) legacyHolder(ctx context.Context, p *pass) (holder
 
 // validateJob asks the API server to create the Job as a dry run, so admission and validation speak
 // before the lock is acquired. The name is one no acquisition gets (fence 0).
-func (r *LockedJobReconciler) validateJob(ctx context.Context, lj *batchv1alpha1.LockedJob) error {
-	job, err := buildJob(lj, jobName(lj, 0), 0, r.Config.Identity.Holder(lj), r.Scheme)
+func (r *LockedJobReconciler) validateJob(ctx context.Context, p *pass) error {
+	job, err := buildJob(p.lj, jobName(p.lj, 0), 0, p.claim.Holder, r.Scheme)
 	if err != nil {
 		return err
 	}
@@ -192,10 +186,7 @@ func isRefusal(err error) bool {
 func (r *LockedJobReconciler) failJobInvalid(p *pass, cause error) {
 	lj := p.lj
 	msg := fmt.Sprintf("The Job of spec.jobTemplate was refused by the API server: %v", cause)
-	lj.Status.Phase = batchv1alpha1.PhaseFailed
-	lj.Status.Message = msg
-	lj.Status.QueuePosition, lj.Status.BlockedBy = nil, ""
-	setCondition(lj, batchv1alpha1.ConditionFailed, metav1.ConditionTrue, batchv1alpha1.ReasonJobInvalid, msg)
+	tell(lj, failedBefore(batchv1alpha1.ReasonJobInvalid, msg))
 	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonJobInvalid, "ValidateJob", "%s", msg)
 }
 
@@ -223,13 +214,9 @@ func (r *LockedJobReconciler) giveUp(ctx context.Context, p *pass, timeout time.
 	if err := r.dequeue(ctx, p); err != nil {
 		return err
 	}
-	r.waiting.done(r.Config.Identity.Holder(lj))
+	r.waiting.done(p.claim.Holder)
 	msg := fmt.Sprintf("Lock %s not acquired within spec.lock.acquireTimeout (%s)", lj.Spec.Lock.Name, timeout)
-	lj.Status.Phase = batchv1alpha1.PhaseFailed
-	lj.Status.Message = msg
-	lj.Status.QueuePosition, lj.Status.BlockedBy = nil, ""
-	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonLockTimeout, msg)
-	setCondition(lj, batchv1alpha1.ConditionFailed, metav1.ConditionTrue, batchv1alpha1.ReasonLockTimeout, msg)
+	tell(lj, failedBefore(batchv1alpha1.ReasonLockTimeout, msg))
 	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonLockTimeout, "Acquire", "%s", msg)
 	return nil
 }

@@ -44,17 +44,12 @@ func (r *LockedJobReconciler) finish(ctx context.Context, p *pass) (next bool, e
 	}
 	// One Event tells the end and the release, which always come together.
 	told := fmt.Sprintf("%s; released lock %s (fencing token %d)", msg, lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken))
+	tell(lj, jobEnded(ok, msg))
 	if ok {
-		lj.Status.Phase = batchv1alpha1.PhaseSucceeded
-		setCondition(lj, batchv1alpha1.ConditionComplete, metav1.ConditionTrue, batchv1alpha1.ReasonJobComplete, msg)
 		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonJobComplete, "Finish", "%s", told)
 	} else {
-		lj.Status.Phase = batchv1alpha1.PhaseFailed
-		setCondition(lj, batchv1alpha1.ConditionFailed, metav1.ConditionTrue, batchv1alpha1.ReasonJobFailed, msg)
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonJobFailed, "Finish", "%s", told)
 	}
-	lj.Status.Message = msg + "; lock released"
-	setCondition(lj, batchv1alpha1.ConditionJobRunning, metav1.ConditionFalse, reasonOf(ok), msg)
 	// Record the outcome now and let the LockedJob go in this pass (stepForget): waiting for the
 	// pass its own status write triggers left most finished LockedJobs of a burst holding their
 	// finalizer when they were deleted, and each deletion waited for a pass of the operator. The
@@ -82,8 +77,8 @@ func (r *LockedJobReconciler) releaseAndTell(ctx context.Context, p *pass) error
 func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	lj := p.lj
 	lock := r.Locks.Untrack(lj.UID)
-	r.waiting.done(r.Config.Identity.Holder(lj))
-	c := r.claim(p)
+	r.waiting.done(p.claim.Holder)
+	c := p.lockClaim()
 	if lock.Semaphore() {
 		// The lock in hand names its slot, also when it is not the slot status records (a lease
 		// that ran out while the operator was away, granted afresh on re-adoption).
@@ -101,13 +96,13 @@ func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 		if lock != nil {
 			_ = r.Locks.Track(lj, lock, renewIntervalOf(lj)) // keep renewing until we can release
 		}
-		return r.redisDown(p, fmt.Errorf("release %s: %w", p.key, err))
+		return r.redisDown(p, fmt.Errorf("release %s: %w", p.claim.Key, err))
 	}
 	r.redisUp(p)
 	r.Locks.MarkReleased(lj)
 	p.obs.released, p.obs.holding = true, nil
-	ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.key)
-	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonReleased, "Lock released")
+	ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
+	tell(lj, released("Lock released"))
 	lj.Status.BlockedBy, lj.Status.QueuePosition = "", nil
 	return nil
 }
@@ -115,8 +110,8 @@ func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 func (r *LockedJobReconciler) dequeue(ctx context.Context, p *pass) error {
 	rctx, cancel := r.redisCtx(ctx)
 	defer cancel()
-	if err := r.Locks.Dequeue(rctx, r.claim(p)); err != nil {
-		return r.redisDown(p, fmt.Errorf("dequeue %s: %w", p.key, err))
+	if err := r.Locks.Dequeue(rctx, p.lockClaim()); err != nil {
+		return r.redisDown(p, fmt.Errorf("dequeue %s: %w", p.claim.Key, err))
 	}
 	return nil
 }
@@ -131,7 +126,7 @@ func (r *LockedJobReconciler) releaseAfterEnd(ctx context.Context, p *pass) (ctr
 	switch {
 	case errors.Is(err, lockbook.ErrNotHeld):
 		// Expired or held by another meanwhile: nothing is ours to release, and status must stop saying so.
-		setCondition(p.lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonReleased, "Lock no longer held")
+		tell(p.lj, released("Lock no longer held"))
 	case err != nil:
 		return ctrl.Result{}, err
 	}
@@ -150,14 +145,10 @@ func (r *LockedJobReconciler) loseLock(ctx context.Context, p *pass, cause error
 			return err
 		}
 	}
-	r.waiting.done(r.Config.Identity.Holder(lj))
+	r.waiting.done(p.claim.Holder)
 	msg := fmt.Sprintf("Lock %s lost while the Job ran (%v); policy %s applied", lj.Spec.Lock.Name, cause, policy)
-	ctrl.LoggerFrom(ctx).Info("Lock lost", "lock", p.key, "reason", cause.Error(), "policy", policy)
-	lj.Status.Phase = batchv1alpha1.PhaseLockLost
-	lj.Status.Message = msg
-	setCondition(lj, batchv1alpha1.ConditionLockLost, metav1.ConditionTrue, batchv1alpha1.ReasonLockLost, msg)
-	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonLockLost, msg)
-	setCondition(lj, batchv1alpha1.ConditionJobRunning, metav1.ConditionFalse, batchv1alpha1.ReasonLockLost, msg)
+	ctrl.LoggerFrom(ctx).Info("Lock lost", "lock", p.claim.Key, "reason", cause.Error(), "policy", policy)
+	tell(lj, lockLost(msg))
 	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonLockLost, "LoseLock", "%s", msg)
 	return nil
 }
@@ -210,11 +201,8 @@ func (r *LockedJobReconciler) jobGone(ctx context.Context, p *pass) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	msg := fmt.Sprintf("Job %s was deleted before it finished; it is not created again", lj.Status.JobName)
-	lj.Status.Phase = batchv1alpha1.PhaseFailed
-	lj.Status.Message = msg + "; lock released"
 	lj.Status.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}
-	setCondition(lj, batchv1alpha1.ConditionFailed, metav1.ConditionTrue, batchv1alpha1.ReasonJobDeleted, msg)
-	setCondition(lj, batchv1alpha1.ConditionJobRunning, metav1.ConditionFalse, batchv1alpha1.ReasonJobDeleted, msg)
+	tell(lj, jobDeleted(msg))
 	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonJobDeleted, "JobGone", "%s", msg)
 	return ctrl.Result{}, nil
 }

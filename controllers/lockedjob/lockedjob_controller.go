@@ -131,7 +131,9 @@ type LockedJobReconciler struct {
 type pass struct {
 	lj     *batchv1alpha1.LockedJob
 	before *batchv1alpha1.LockedJob // what the API server has: base of the status patch
-	key    string                   // the lock's name in the lock library
+	// claim names the lock for the book: its key, the LockedJob's token and holder name, computed
+	// once when the pass starts (they do not change within it). lockClaim adds what may.
+	claim lockbook.Claim
 	// permits is how many may hold the lock at once (see locks.PermitReader), read by the passes
 	// that acquire; 0 in the others.
 	permits int
@@ -163,7 +165,7 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	log := ctrl.LoggerFrom(ctx).WithValues("LockedJob", klog.KObj(lj))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	p := &pass{lj: lj, before: lj.DeepCopy(), key: r.lockName(lj)}
+	p := &pass{lj: lj, before: lj.DeepCopy(), claim: r.claimOf(lj)}
 	if err := r.observe(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -23,8 +23,16 @@ func (r *LockedJobReconciler) lockName(lj *batchv1alpha1.LockedJob) string {
 	return r.Config.Identity.LockKey(lj)
 }
 
-// claim names this pass's LockedJob's lock for the lock book's Redis calls.
-func (r *LockedJobReconciler) claim(p *pass) lockbook.Claim {
+// claimOf names lj's lock for the lock book: its key, lj's token and holder name.
+func (r *LockedJobReconciler) claimOf(lj *batchv1alpha1.LockedJob) lockbook.Claim {
 	id := r.Config.Identity
-	return lockbook.Claim{Key: p.key, Token: id.Token(p.lj), Holder: id.Holder(p.lj), Permits: p.permits, Slot: p.lj.Status.Slot}
+	return lockbook.Claim{Key: r.lockName(lj), Token: id.Token(lj), Holder: id.Holder(lj)}
+}
+
+// lockClaim is the pass's claim for a Redis call, with what the pass has learnt since it started:
+// the permits it read, and the slot status records.
+func (p *pass) lockClaim() lockbook.Claim {
+	c := p.claim
+	c.Permits, c.Slot = p.permits, p.lj.Status.Slot
+	return c
 }

@@ -29,7 +29,7 @@ func (r *LockedJobReconciler) acquireOwn(ctx context.Context, p *pass) (*lockboo
 	p.permits = permits
 	rctx, cancel := r.redisCtx(ctx)
 	defer cancel()
-	return r.Locks.Readopt(rctx, r.claim(p), ttlOf(p.lj))
+	return r.Locks.Readopt(rctx, p.lockClaim(), ttlOf(p.lj))
 }
 
 // readopt picks up a lock this LockedJob held before the operator restarted (or its leader
@@ -43,7 +43,7 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 		return ctrl.Result{}, true, nil
 	}
 	if err != nil {
-		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("re-adopt %s: %w", p.key, err))
+		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("re-adopt %s: %w", p.claim.Key, err))
 	}
 	r.redisUp(p)
 	if !readopted(lock, lj) {
@@ -52,17 +52,17 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 		// Job is stopped and its pods are gone; it is released after that.
 		cause := fmt.Errorf("lease of fencing token %d expired while the operator was away: %w", derefInt64(lj.Status.FencingToken), lockbook.ErrLockLost)
 		if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
-			return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.key, err)
+			return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
 		}
 		r.Locks.MarkAtRisk(lj.UID, cause)
 		p.obs.holding, p.obs.lost = lock, cause
 		return ctrl.Result{}, true, nil
 	}
 	if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.key, err)
+		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
 	}
 	p.obs.holding = lock
-	ctrl.LoggerFrom(ctx).Info("Re-adopted lock", "lock", p.key, "fencingToken", lock.Fence())
+	ctrl.LoggerFrom(ctx).Info("Re-adopted lock", "lock", p.claim.Key, "fencingToken", lock.Fence())
 	r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReadopted, "Readopt", "Re-adopted lock %s with fencing token %d", lj.Spec.Lock.Name, lock.Fence())
 	return ctrl.Result{}, true, nil
 }
@@ -96,10 +96,10 @@ func (r *LockedJobReconciler) deleteReadopt(ctx context.Context, p *pass) (ctrl.
 	if err != nil {
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonRedisUnavailable, "Readopt",
 			"Could not re-adopt lock %s while deleting: %v", lj.Spec.Lock.Name, err)
-		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("re-adopt %s: %w", p.key, err))
+		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("re-adopt %s: %w", p.claim.Key, err))
 	}
 	if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.key, err)
+		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
 	}
 	p.obs.holding = lock
 	if !readopted(lock, lj) {

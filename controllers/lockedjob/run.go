@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -18,12 +17,14 @@ import (
 // Running (stepCreateJob, stepRunning): the Job of an acquisition, created once under its fencing
 // token, and the status of a held lock.
 
-// createJob records holder and fencing token, then creates the Job of this acquisition.
+// createJob creates the Job of this acquisition, once its holder, fencing token and Job name are
+// stored.
 func (r *LockedJobReconciler) createJob(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	lj, lock := p.lj, p.obs.holding
-	r.recordHeld(p, lock)
-	if lj.Status.JobName == "" {
-		lj.Status.JobName = jobName(lj, lock.Fence())
+	// A grant of this pass is recorded already (holdAcquired); one re-adopted was recorded by the
+	// pass that acquired it, with its Job name. Only a record that lacks them is written here.
+	if lj.Status.FencingToken == nil || *lj.Status.FencingToken != lock.Fence() || lj.Status.JobName == "" {
+		r.recordGrant(p, lock)
 	}
 	r.Locks.BindJob(lj)
 	// Holder, fencing token and Job name reach the API server before the Job exists, under optimistic
@@ -34,7 +35,7 @@ func (r *LockedJobReconciler) createJob(ctx context.Context, p *pass) (ctrl.Resu
 			return ctrl.Result{}, false, err
 		}
 	}
-	job, err := buildJob(lj, lj.Status.JobName, lock.Fence(), r.Config.Identity.Holder(lj), r.Scheme)
+	job, err := buildJob(lj, lj.Status.JobName, lock.Fence(), p.claim.Holder, r.Scheme)
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}
@@ -82,9 +83,16 @@ func (r *LockedJobReconciler) recordRunning(p *pass) {
 			lj.Status.JobName, lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken), p.obs.stuck)
 		reason = batchv1alpha1.ReasonPodStuck
 	}
-	lj.Status.Phase = batchv1alpha1.PhaseRunning
-	lj.Status.Message = msg
-	setCondition(lj, batchv1alpha1.ConditionJobRunning, metav1.ConditionTrue, reason, msg)
+	tell(lj, running(reason, msg))
+}
+
+// recordGrant records a grant: the holder's view of the lock (recordHeld) and the name of the Job
+// it runs, which the fence decides once.
+func (r *LockedJobReconciler) recordGrant(p *pass, lock *lockbook.Lock) {
+	r.recordHeld(p, lock)
+	if p.lj.Status.JobName == "" {
+		p.lj.Status.JobName = jobName(p.lj, lock.Fence())
+	}
 }
 
 // recordHeld writes the holder's view of the lock into status: what changes only with a new grant,
@@ -98,20 +106,15 @@ func (r *LockedJobReconciler) recordHeld(p *pass, lock *lockbook.Lock) {
 		slot := int32(lock.Slot())
 		lj.Status.Slot = &slot
 	}
-	lj.Status.Holder = r.Config.Identity.Holder(lj)
+	lj.Status.Holder = p.claim.Holder
 	// The lock's key, also for a semaphore's slot above 0 (whose own key lockName cannot read back):
 	// status.slot says which slot.
 	lj.Status.LockKey = r.Locks.RedisKey(lock.Key())
-	lj.Status.BlockedBy, lj.Status.QueuePosition = "", nil
 	// Renewal times are not status: Redis has them, and writing them would cost the API server a
 	// write per held lock per interval for nothing a user acts on. Objects of earlier versions lose
 	// theirs with the next state change.
 	lj.Status.RenewedAt, lj.Status.ExpiresAt = nil, nil
-	if lj.Status.Phase == "" || lj.Status.Phase == batchv1alpha1.PhaseWaiting {
-		lj.Status.Phase = batchv1alpha1.PhasePending
-	}
-	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionTrue, batchv1alpha1.ReasonAcquired,
-		fmt.Sprintf("Holding lock %s with fencing token %d%s", lj.Spec.Lock.Name, fence, slotPhrase(lj.Status.Slot)))
+	tell(lj, held(lj, fmt.Sprintf("Holding lock %s with fencing token %d%s", lj.Spec.Lock.Name, fence, slotPhrase(lj.Status.Slot))))
 }
 
 // slotPhrase says which slot of a semaphore is held, for messages; "" for a plain lock.

@@ -12,6 +12,117 @@ import (
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 )
 
+// An outcome is what a step reached, in the words of status: the phase, status.message and the
+// conditions it sets. Steps say what they reached with one of the constructors below and tell; only
+// this file turns an outcome into phase and conditions, so what `kubectl get lj` and its conditions
+// say has one home. Fields a step alone knows (the fence, the Job, the queue) it writes itself.
+type outcome struct {
+	phase      batchv1alpha1.LockedJobPhase // "": the phase stays
+	message    string                       // status.message; "": it stays
+	conditions []metav1.Condition           // type, status, reason and message of each it sets
+	// clearQueue: the LockedJob is no longer in line, so its place and who blocked it go.
+	clearQueue bool
+}
+
+// tell writes o into lj's status.
+func tell(lj *batchv1alpha1.LockedJob, o outcome) {
+	if o.phase != "" {
+		lj.Status.Phase = o.phase
+	}
+	if o.message != "" {
+		lj.Status.Message = o.message
+	}
+	if o.clearQueue {
+		lj.Status.QueuePosition, lj.Status.BlockedBy = nil, ""
+	}
+	for _, c := range o.conditions {
+		setCondition(lj, c.Type, c.Status, c.Reason, c.Message)
+	}
+}
+
+func cond(condType string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+	return metav1.Condition{Type: condType, Status: status, Reason: reason, Message: message}
+}
+
+// pending: the LockedJob has not acquired its lock yet, nor is it in line.
+func pending() outcome { return outcome{phase: batchv1alpha1.PhasePending} }
+
+// waitingFor: in line for the lock, or held back from it, for reason (Waiting, PermitsUnsupported).
+func waitingFor(reason, msg string) outcome {
+	return outcome{phase: batchv1alpha1.PhaseWaiting, message: msg,
+		conditions: []metav1.Condition{cond(batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, reason, msg)}}
+}
+
+// permitsRefused: held back from the lock, out of line, while it declares more permits than the
+// operator's Redis admits.
+func permitsRefused(msg string) outcome {
+	o := waitingFor(batchv1alpha1.ReasonPermitsUnsupported, msg)
+	o.clearQueue = true
+	return o
+}
+
+// scopeRefused: the namespace may not use the lock's scope; it waits for the user, out of line.
+func scopeRefused(msg string) outcome {
+	return outcome{phase: batchv1alpha1.PhasePending, message: msg, clearQueue: true,
+		conditions: []metav1.Condition{cond(batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonScopeNotAllowed, msg)}}
+}
+
+// held: the lock is granted. A LockedJob that had not gone further is Pending until its Job runs.
+func held(lj *batchv1alpha1.LockedJob, msg string) outcome {
+	o := outcome{clearQueue: true, conditions: []metav1.Condition{cond(batchv1alpha1.ConditionLockAcquired, metav1.ConditionTrue, batchv1alpha1.ReasonAcquired, msg)}}
+	if lj.Status.Phase == "" || lj.Status.Phase == batchv1alpha1.PhaseWaiting {
+		o.phase = batchv1alpha1.PhasePending
+	}
+	return o
+}
+
+// running: the Job runs under the lock (reason JobRunning), or holds it with a stuck pod (PodStuck).
+func running(reason, msg string) outcome {
+	return outcome{phase: batchv1alpha1.PhaseRunning, message: msg,
+		conditions: []metav1.Condition{cond(batchv1alpha1.ConditionJobRunning, metav1.ConditionTrue, reason, msg)}}
+}
+
+// released: the lock is no longer held by this LockedJob (msg says how).
+func released(msg string) outcome {
+	return outcome{conditions: []metav1.Condition{cond(batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonReleased, msg)}}
+}
+
+// jobEnded: the Job completed (ok) or failed, in the Job's words (msg), and the lock was released.
+func jobEnded(ok bool, msg string) outcome {
+	phase, ending := batchv1alpha1.PhaseSucceeded, cond(batchv1alpha1.ConditionComplete, metav1.ConditionTrue, batchv1alpha1.ReasonJobComplete, msg)
+	if !ok {
+		phase, ending = batchv1alpha1.PhaseFailed, cond(batchv1alpha1.ConditionFailed, metav1.ConditionTrue, batchv1alpha1.ReasonJobFailed, msg)
+	}
+	return outcome{phase: phase, message: msg + "; lock released",
+		conditions: []metav1.Condition{ending, cond(batchv1alpha1.ConditionJobRunning, metav1.ConditionFalse, reasonOf(ok), msg)}}
+}
+
+// failedBefore: the operator failed the LockedJob before it ran (JobInvalid; LockTimeout, which
+// also ends its wait for the lock).
+func failedBefore(reason, msg string) outcome {
+	o := outcome{phase: batchv1alpha1.PhaseFailed, message: msg, clearQueue: true}
+	if reason == batchv1alpha1.ReasonLockTimeout {
+		o.conditions = append(o.conditions, cond(batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, reason, msg))
+	}
+	o.conditions = append(o.conditions, cond(batchv1alpha1.ConditionFailed, metav1.ConditionTrue, reason, msg))
+	return o
+}
+
+// jobDeleted: the Job was deleted before it finished, and the lock was released.
+func jobDeleted(msg string) outcome {
+	return outcome{phase: batchv1alpha1.PhaseFailed, message: msg + "; lock released", conditions: []metav1.Condition{
+		cond(batchv1alpha1.ConditionFailed, metav1.ConditionTrue, batchv1alpha1.ReasonJobDeleted, msg),
+		cond(batchv1alpha1.ConditionJobRunning, metav1.ConditionFalse, batchv1alpha1.ReasonJobDeleted, msg)}}
+}
+
+// lockLost: the lock was lost while the Job ran (msg says how, and which policy was applied).
+func lockLost(msg string) outcome {
+	return outcome{phase: batchv1alpha1.PhaseLockLost, message: msg, conditions: []metav1.Condition{
+		cond(batchv1alpha1.ConditionLockLost, metav1.ConditionTrue, batchv1alpha1.ReasonLockLost, msg),
+		cond(batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonLockLost, msg),
+		cond(batchv1alpha1.ConditionJobRunning, metav1.ConditionFalse, batchv1alpha1.ReasonLockLost, msg)}}
+}
+
 // setCondition sets one condition, stamped with the object's generation. LastTransitionTime is
 // truncated to seconds, as it will be after a round trip through the API server, so comparing the
 // object before and after a pass does not see a change that is not there.
@@ -106,11 +217,9 @@ func (r *LockedJobReconciler) markScopeNotAllowed(p *pass) {
 	// The allowed namespaces are not named: they are other tenants' business (the operator's admin
 	// knows them from --cluster-scope-namespaces).
 	msg := fmt.Sprintf("spec.lock.scope Cluster is not allowed in namespace %s: ask the operator's admin to add it to --cluster-scope-namespaces, or use scope Namespace", p.lj.Namespace)
-	p.lj.Status.Phase = batchv1alpha1.PhasePending
-	p.lj.Status.Message = msg
-	setCondition(p.lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonScopeNotAllowed, msg)
-	// Learnt while the scope was allowed (it was revoked since): not this namespace's to show now.
-	p.lj.Status.QueuePosition, p.lj.Status.BlockedBy = nil, ""
+	// Its place and blocker were learnt while the scope was allowed (it was revoked since): not this
+	// namespace's to show now.
+	tell(p.lj, scopeRefused(msg))
 }
 
 // redisDown records a Redis failure and returns err for the runtime's backoff.

@@ -83,7 +83,7 @@ func TestEveryWriterCutsItsMessage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			u := newUnitRig(t, interceptor.Funcs{})
 			stored := u.get()
-			p := &pass{lj: stored.DeepCopy(), before: stored, key: u.r.lockName(stored), obs: observation{hasFinalizer: true}}
+			p := &pass{lj: stored.DeepCopy(), before: stored, claim: u.r.claimOf(stored), obs: observation{hasFinalizer: true}}
 			write(u.r, p)
 			if _, err := u.r.record(ctx, p, nil); err != nil {
 				t.Fatal(err)

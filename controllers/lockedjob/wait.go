@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -48,10 +47,8 @@ func (r *LockedJobReconciler) wait(p *pass, notAcquired error, waited time.Durat
 	if lj.Status.Phase != batchv1alpha1.PhaseWaiting {
 		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonWaiting, "Wait", "%s", msg)
 	}
-	lj.Status.Phase = batchv1alpha1.PhaseWaiting
+	tell(lj, waitingFor(batchv1alpha1.ReasonWaiting, msg))
 	lj.Status.BlockedBy = blockedBy
-	lj.Status.Message = msg
-	setCondition(lj, batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonWaiting, msg)
 
 	// The head re-checks soon and at the usual priority: nobody announces a lock freed by an expiry,
 	// or a handoff whose announcement found it not yet waiting in the cache.
@@ -64,7 +61,7 @@ func (r *LockedJobReconciler) wait(p *pass, notAcquired error, waited time.Durat
 	if t := lj.Spec.Lock.AcquireTimeout; t != nil {
 		next = min(next, max(t.Duration-waited, time.Millisecond))
 	}
-	r.waiting.waiting(r.Config.Identity.Holder(lj), client.ObjectKeyFromObject(lj), p.key, r.Clock.Now().Add(next), priority)
+	r.waiting.waiting(p.claim.Holder, client.ObjectKeyFromObject(lj), p.claim.Key, r.Clock.Now().Add(next), priority)
 	return ctrl.Result{RequeueAfter: next, Priority: &priority}
 }
 
