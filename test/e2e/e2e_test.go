@@ -229,7 +229,7 @@ var _ = Describe("Operator killed while a Job runs", Ordered, func() {
 		s.startManager(true)
 		measure("scenario 4 restart: SIGKILL -> new manager leads and runs workers %s (leader lease 4s)", ms(time.Since(killed)))
 		s.eventuallyEvents("first", batchv1alpha1.ReasonReadopted)
-		Expect(s.mgr.logCount("Re-adopted lock")).To(BeNumerically(">=", 1))
+		Expect(s.mgr.LogCount("Re-adopted lock")).To(BeNumerically(">=", 1))
 		Expect(s.rec.Job(first.Status.JobName)).To(HaveField("Complete", BeZero()), "the Job finished before the lock was re-adopted")
 
 		first = s.eventuallyPhase("first", batchv1alpha1.PhaseSucceeded, 60*time.Second)
@@ -241,7 +241,7 @@ var _ = Describe("Operator killed while a Job runs", Ordered, func() {
 		Expect(s.jobsOf("first")).To(HaveLen(1))
 		Expect(s.rec.JobsOf("first")).To(HaveLen(1))
 		Expect(s.rec.PodsOf(first.Status.JobName)).To(HaveLen(1))
-		Expect(s.mgr.logCount("Creating Job")).To(BeNumerically("==", 1), "the new manager created only second's Job")
+		Expect(s.mgr.LogCount("Creating Job")).To(BeNumerically("==", 1), "the new manager created only second's Job")
 		firstJob := s.seenFinished(first.Status.JobName)
 		secondJob := s.seenFinished(second.Status.JobName)
 		Expect(firstJob.Job.Status.Succeeded).To(BeEquivalentTo(1))

@@ -124,7 +124,7 @@ func (s *scenario) teardown(ctx context.Context) {
 	if s.mgr == nil && s.deployed == nil {
 		return
 	}
-	if s.mgr != nil && s.mgr.exited() { // the spec failed after killing it: a manager must remove the finalizers
+	if s.mgr != nil && s.mgr.Exited() { // the spec failed after killing it: a manager must remove the finalizers
 		s.startManager(s.fastFailover)
 	}
 	// LockedJobs carry a finalizer: delete them while the manager runs.
@@ -393,7 +393,7 @@ func dumpDiagnostics() {
 	}
 	_, _ = fmt.Fprintf(w, "\n===== diagnostics for scenario %s (namespace %s) =====\n", s.id, s.ns)
 	if s.mgr != nil {
-		_, _ = fmt.Fprintf(w, "----- %s log tail (%s) -----\n%s\n", s.mgr.name, s.mgr.logPath, s.mgr.logTail(80))
+		_, _ = fmt.Fprintf(w, "----- %s log tail (%s) -----\n%s\n", s.mgr.Name, s.mgr.LogPath, s.mgr.LogTail(80))
 	}
 	if s.deployed != nil {
 		_, _ = fmt.Fprintf(w, "----- in-cluster manager log tail -----\n%s\n", s.deployed.managerLogTail(ctx, 80))

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 const (
@@ -66,7 +67,7 @@ type run struct {
 
 	leases leaseWatchers
 	// marks are where each operator's logs stood when the scenario started.
-	marks map[string]logMark
+	marks map[string]testkit.LogMark
 	// faultAt is when a scenario that records it injected its fault.
 	faultAt time.Time
 
@@ -94,7 +95,7 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 		ctx := t.Context()
 		r := &run{t: t, sc: sc, ns: namespacePrefix + sc.name, lock: "lock-" + sc.name, ctx: ctx, start: time.Now(),
 			terminal: map[string]lockedJobEntry{}}
-		marks := map[string]logMark{}
+		marks := map[string]testkit.LogMark{}
 		for name, o := range env.operators {
 			marks[name] = o.mark()
 		}
