@@ -25,6 +25,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 // ---------------------------------------------------------------- scenarios
@@ -42,7 +43,7 @@ type scenario struct {
 	deployed *deployment
 	// fastFailover is the leader-election setting the scenario's managers use.
 	fastFailover bool
-	rec          *recorder
+	rec          *testkit.Recorder
 	ctx          context.Context
 	cancel       context.CancelFunc
 	start        time.Time
@@ -71,7 +72,9 @@ func newScenario(id string, owned bool, nodes ...*redisserver.Server) *scenario 
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns, Labels: map[string]string{"lockedjob.dev/e2e": id}}}
 	Expect(suite.k8s.Create(s.ctx, ns)).To(Succeed())
-	s.rec = newRecorder(s.ctx, s.ns)
+	var err error
+	s.rec, err = testkit.NewRecorder(s.ctx, suite.cs, testkit.RecorderOptions{Namespace: s.ns})
+	Expect(err).NotTo(HaveOccurred())
 	current = s
 	DeferCleanup(func(ctx SpecContext) {
 		defer func() {
@@ -265,7 +268,7 @@ func (s *scenario) eventuallyRunningPod(name string, timeout time.Duration) *bat
 	Eventually(func(g Gomega) {
 		lj = s.get(name)
 		g.Expect(lj.Status.Phase).To(Equal(batchv1alpha1.PhaseRunning), "LockedJob %s: %s", name, lj.Status.Message)
-		pods := s.rec.PodsOf(lj.Status.JobName)
+		pods := s.rec.History().PodsOf(lj.Status.JobName)
 		g.Expect(pods).NotTo(BeEmpty())
 		g.Expect(pods[0].Running.IsZero()).To(BeFalse(), "pod %s not Running", pods[0].Name)
 	}).WithTimeout(timeout).Should(Succeed())
@@ -276,15 +279,15 @@ func (s *scenario) eventuallyRunningPod(name string, timeout time.Duration) *bat
 // may trail the LockedJob's status by a few ms) and returns its record.
 // eventuallyAllComplete waits until the watch saw n Jobs, each complete with its one pod
 // succeeded, and returns them in the order they were created.
-func (s *scenario) eventuallyAllComplete(ctx context.Context, n int) []jobRec {
+func (s *scenario) eventuallyAllComplete(ctx context.Context, n int) []testkit.JobRecord {
 	GinkgoHelper()
-	var runs []jobRec
+	var runs []testkit.JobRecord
 	Eventually(func(g Gomega) {
-		runs = s.rec.Jobs()
+		runs = s.rec.History().Jobs
 		g.Expect(runs).To(HaveLen(n), "one Job per LockedJob")
 		for _, r := range runs {
 			g.Expect(r.Complete).NotTo(BeZero(), "Job %s not seen complete yet", r.Name)
-			pods := s.rec.PodsOf(r.Name)
+			pods := s.rec.History().PodsOf(r.Name)
 			g.Expect(pods).To(HaveLen(1), "Job %s ran one pod", r.Name)
 			g.Expect(pods[0].Succeeded).NotTo(BeZero(), "pod of Job %s not seen succeeded yet", r.Name)
 		}
@@ -292,10 +295,10 @@ func (s *scenario) eventuallyAllComplete(ctx context.Context, n int) []jobRec {
 	return runs
 }
 
-func (s *scenario) seenFinished(job string) jobRec {
+func (s *scenario) seenFinished(job string) testkit.JobRecord {
 	GinkgoHelper()
-	var j jobRec
-	Eventually(func() time.Time { j = s.rec.Job(job); return j.Finished() }).
+	var j testkit.JobRecord
+	Eventually(func() time.Time { j = s.rec.History().Job(job); return j.Finished() }).
 		WithTimeout(10*time.Second).ShouldNot(BeZero(), "Job %s not seen finished", job)
 	return j
 }

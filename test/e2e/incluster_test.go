@@ -117,7 +117,7 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		// Complete, the operator takes Complete to the next Job, then a pod starts.
 		var exitToComplete, operator, createToFirstLine []time.Duration
 		for i := 1; i < len(ljs); i++ {
-			prev, next := s.rec.Job(ljs[i-1].Status.JobName), s.rec.Job(ljs[i].Status.JobName)
+			prev, next := s.rec.History().Job(ljs[i-1].Status.JobName), s.rec.History().Job(ljs[i].Status.JobName)
 			_, prevEnd := logSpan(d.jobLog(ctx, s.ns, prev.Name))
 			nextStart, _ := logSpan(d.jobLog(ctx, s.ns, next.Name))
 			Expect(next.Added).To(BeTemporally(">=", prev.Complete), "Job %s created before %s completed", next.Name, prev.Name)

@@ -211,7 +211,7 @@ func restartDuringDeletion(r *run) (time.Time, error) {
 	}
 	// Restart once the operator has started the deletion (the pod terminates).
 	if err := poll(30*time.Second, func() (bool, string) {
-		return a.rec.terminatingPods(r.ns) > 0, "no terminating pod of a1"
+		return a.terminatingPods(r.ns) > 0, "no terminating pod of a1"
 	}); err != nil {
 		return time.Time{}, err
 	}
@@ -296,11 +296,11 @@ func apiserverSlow(jobEnds bool) func(r *run) (time.Time, error) {
 		}
 		logf("%s: operator a lost its leadership %s after the API server became slow", r.sc.name, since(r.faultAt))
 		if jobEnds {
-			if a.rec.runningPods(r.ns, "a1") == 0 {
+			if a.runningPods(r.ns, "a1") == 0 {
 				return time.Time{}, errors.New("a1's pod ended before operator a lost its leadership: make it run longer")
 			}
 			if err := poll(30*time.Second, func() (bool, string) {
-				return a.rec.runningPods(r.ns, "a1") == 0, "a1's pod still runs"
+				return a.runningPods(r.ns, "a1") == 0, "a1's pod still runs"
 			}); err != nil {
 				return time.Time{}, err
 			}

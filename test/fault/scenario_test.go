@@ -225,7 +225,7 @@ func cmpOr(d, def time.Duration) time.Duration {
 // waitRunning waits until a pod of the LockedJob runs.
 func (r *run) waitRunning(c *cluster, name string) error {
 	return poll(60*time.Second, func() (bool, string) {
-		return c.rec.runningPods(r.ns, name) > 0, fmt.Sprintf("no Running pod of %s/%s", c.name, name)
+		return c.runningPods(r.ns, name) > 0, fmt.Sprintf("no Running pod of %s/%s", c.name, name)
 	})
 }
 
@@ -328,7 +328,7 @@ func (r *run) allTerminal() (bool, string) {
 
 func (r *run) settled() bool {
 	for _, c := range env.clusters {
-		if !c.rec.podsSettled(r.ns) {
+		if !c.podsSettled(r.ns) {
 			return false
 		}
 	}
@@ -340,7 +340,7 @@ func (r *run) history(healedAt time.Time) history {
 	now := time.Now()
 	h := history{Permits: max(r.sc.permits, 1), HealedAt: healedAt, TerminalBound: terminalBound, Leases: r.leases.all()}
 	for _, c := range env.clusters {
-		jobs, pods := c.rec.history(r.ns, now)
+		jobs, pods := c.history(r.ns, now)
 		h.Jobs = append(h.Jobs, jobs...)
 		h.Pods = append(h.Pods, pods...)
 	}
