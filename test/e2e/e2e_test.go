@@ -37,7 +37,7 @@ var _ = Describe("Five LockedJobs on one lock", Ordered, func() {
 
 	It("run their Jobs one at a time, all succeed, fencing tokens increase in run order", func(ctx SpecContext) {
 		for _, n := range names {
-			s.create(s.newLockedJob(n, ljSpec{lock: "shared", run: 2 * time.Second}))
+			s.create(s.newLockedJob(n, testkit.LockedJobOptions{Lock: "shared", Run: 2 * time.Second}))
 		}
 		for _, n := range names {
 			lj := s.eventuallyPhase(n, batchv1alpha1.PhaseSucceeded, 90*time.Second)
@@ -103,7 +103,7 @@ var _ = Describe("LockedJobs on different locks", Ordered, func() {
 
 	It("run in parallel", func(ctx SpecContext) {
 		for _, l := range locks {
-			s.create(s.newLockedJob("job-"+l, ljSpec{lock: l, run: 4 * time.Second}))
+			s.create(s.newLockedJob("job-"+l, testkit.LockedJobOptions{Lock: l, Run: 4 * time.Second}))
 		}
 		for _, l := range locks {
 			Eventually(func(g Gomega) {
@@ -152,10 +152,10 @@ var _ = Describe("Deleting a running LockedJob", Ordered, func() {
 	})
 
 	It("stops its Job, releases the lock, and the next waiter starts", func(ctx SpecContext) {
-		s.create(s.newLockedJob("holder", ljSpec{lock: "door", run: 60 * time.Second}))
+		s.create(s.newLockedJob("holder", testkit.LockedJobOptions{Lock: "door", Run: 60 * time.Second}))
 		holder = s.eventuallyRunningPod("holder", 30*time.Second)
 		holderJob := holder.Status.JobName
-		s.create(s.newLockedJob("waiter", ljSpec{lock: "door", run: time.Second}))
+		s.create(s.newLockedJob("waiter", testkit.LockedJobOptions{Lock: "door", Run: time.Second}))
 		Eventually(func(g Gomega) {
 			w := s.get("waiter")
 			g.Expect(w.Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
@@ -215,10 +215,10 @@ var _ = Describe("Operator killed while a Job runs", Ordered, func() {
 	It("re-adopts the lock after a restart, never duplicates the Job, and the waiter starts only after it", func(ctx SpecContext) {
 		// ttl outlives the operator's downtime (lease 4s + start-up), so the lock is still there
 		// to re-adopt.
-		s.create(s.newLockedJob("first", ljSpec{lock: "batch", ttl: 15 * time.Second, renew: 3 * time.Second, run: 12 * time.Second}))
+		s.create(s.newLockedJob("first", testkit.LockedJobOptions{Lock: "batch", TTL: 15 * time.Second, Renew: 3 * time.Second, Run: 12 * time.Second}))
 		first := s.eventuallyRunningPod("first", 30*time.Second)
 		fence := s.expectFenceEverywhere(first)
-		s.create(s.newLockedJob("second", ljSpec{lock: "batch", run: time.Second}))
+		s.create(s.newLockedJob("second", testkit.LockedJobOptions{Lock: "batch", Run: time.Second}))
 		s.eventuallyPhase("second", batchv1alpha1.PhaseWaiting, 30*time.Second)
 
 		old := s.mgr
@@ -265,8 +265,8 @@ var _ = Describe("Operator paused for longer than the TTL", Ordered, func() {
 
 	It("loses the lock to another holder and, on resume, suspends its Job (bounded overlap)", func(ctx SpecContext) {
 		const lock, ttl = "pause", 3 * time.Second
-		s.create(s.newLockedJob("paused", ljSpec{lock: lock, ttl: ttl, renew: time.Second,
-			onLost: batchv1alpha1.LockLostSuspend, run: 60 * time.Second}))
+		s.create(s.newLockedJob("paused", testkit.LockedJobOptions{Lock: lock, TTL: ttl, Renew: time.Second,
+			OnLockLost: batchv1alpha1.LockLostSuspend, Run: 60 * time.Second}))
 		lj := s.eventuallyRunningPod("paused", 30*time.Second)
 		fence := s.expectFenceEverywhere(lj)
 		jobName := lj.Status.JobName
@@ -346,12 +346,12 @@ var _ = Describe("Redis restarted without persistence while a Job runs", Ordered
 
 	It("makes the holder detect the loss and apply its policy", func(ctx SpecContext) {
 		const lock = "reset"
-		s.create(s.newLockedJob("holder", ljSpec{lock: lock, ttl: 10 * time.Second, renew: time.Second,
-			onLost: batchv1alpha1.LockLostSuspend, run: 60 * time.Second}))
+		s.create(s.newLockedJob("holder", testkit.LockedJobOptions{Lock: lock, TTL: 10 * time.Second, Renew: time.Second,
+			OnLockLost: batchv1alpha1.LockLostSuspend, Run: 60 * time.Second}))
 		holder := s.eventuallyRunningPod("holder", 30*time.Second)
 		fence := s.expectFenceEverywhere(holder)
 		jobName := holder.Status.JobName
-		s.create(s.newLockedJob("waiter", ljSpec{lock: lock, run: time.Second}))
+		s.create(s.newLockedJob("waiter", testkit.LockedJobOptions{Lock: lock, Run: time.Second}))
 		s.eventuallyPhase("waiter", batchv1alpha1.PhaseWaiting, 30*time.Second)
 
 		node.Restart(GinkgoT())
@@ -398,9 +398,9 @@ var _ = Describe("Redlock with three nodes", Ordered, func() {
 
 	It("acquires, renews and releases with one node killed mid-run", func(ctx SpecContext) {
 		// ttl < run time: the first Job survives only if renewals on 2 of 3 nodes work.
-		spec := ljSpec{lock: "quorum", ttl: 4 * time.Second, renew: time.Second}
+		spec := testkit.LockedJobOptions{Lock: "quorum", TTL: 4 * time.Second, Renew: time.Second}
 		firstSpec, secondSpec := spec, spec
-		firstSpec.run, secondSpec.run = 7*time.Second, time.Second
+		firstSpec.Run, secondSpec.Run = 7*time.Second, time.Second
 		s.create(s.newLockedJob("first", firstSpec))
 		first := s.eventuallyRunningPod("first", 30*time.Second)
 		for i := range s.rdb {
@@ -426,7 +426,7 @@ var _ = Describe("Redlock with three nodes", Ordered, func() {
 
 	It("starts no Job with two nodes killed, and says why in RedisAvailable=False", func(ctx SpecContext) {
 		nodes[1].Kill(GinkgoT())
-		s.create(s.newLockedJob("third", ljSpec{lock: "quorum", run: time.Second}))
+		s.create(s.newLockedJob("third", testkit.LockedJobOptions{Lock: "quorum", Run: time.Second}))
 		Eventually(func(g Gomega) {
 			lj := s.get("third")
 			c := condition(lj, batchv1alpha1.ConditionRedisAvailable)
@@ -470,9 +470,9 @@ var _ = Describe("A failing Job", Ordered, func() {
 		view := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "flaky"}}
 		Expect(suite.k8s.Create(ctx, view)).To(Succeed())
 		// It runs 10 s: the view is written at most once per 5 s, and must be seen with this holder.
-		s.create(s.newLockedJob("failing", ljSpec{lock: "flaky", run: 10 * time.Second, fail: true}))
+		s.create(s.newLockedJob("failing", testkit.LockedJobOptions{Lock: "flaky", Run: 10 * time.Second, Fail: true}))
 		running := s.eventuallyRunningPod("failing", 30*time.Second)
-		s.create(s.newLockedJob("next", ljSpec{lock: "flaky", run: time.Second}))
+		s.create(s.newLockedJob("next", testkit.LockedJobOptions{Lock: "flaky", Run: time.Second}))
 		s.eventuallyPhase("next", batchv1alpha1.PhaseWaiting, 30*time.Second)
 
 		By("showing the holder and the waiter on the declared Lock")

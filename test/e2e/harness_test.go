@@ -169,68 +169,10 @@ func (s *scenario) libKey(lock string) string { return "ns/e2e/" + s.ns + "/" + 
 
 // ---------------------------------------------------------------- LockedJobs
 
-// ljSpec describes a LockedJob for a scenario.
-type ljSpec struct {
-	lock     string
-	ttl      time.Duration // 0: the CRD default (30s)
-	renew    time.Duration // 0: ttl/3
-	onLost   batchv1alpha1.LockLostPolicy
-	run      time.Duration // how long the pod runs before it succeeds (kwok pod-complete delay)
-	fail     bool          // the pod fails instead (kwok chaos label)
-	priority int32
-}
-
-// newLockedJob builds a LockedJob whose Job has one pod. On kwok nodes the
-// annotations set the pod's timing exactly (delay == jitter-delay disables the
-// jitter); on a real cluster the busybox command gives the same timing.
-func (s *scenario) newLockedJob(name string, o ljSpec) *batchv1alpha1.LockedJob {
-	msStr := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
-	annotations := map[string]string{}
-	for stage, d := range map[string]time.Duration{
-		"pod-create":                   100 * time.Millisecond,
-		"pod-ready":                    100 * time.Millisecond,
-		"pod-complete":                 o.run,
-		"pod-delete":                   100 * time.Millisecond,
-		"pod-container-running-failed": o.run,
-	} {
-		annotations[stage+".stage.kwok.x-k8s.io/delay"] = msStr(d)
-		annotations[stage+".stage.kwok.x-k8s.io/jitter-delay"] = msStr(d)
-	}
-	labels := map[string]string{"app": "e2e"}
-	script := fmt.Sprintf("sleep %.1f", o.run.Seconds())
-	if o.fail {
-		labels["pod-container-running-failed.stage.kwok.x-k8s.io"] = "true"
-		script += "; exit 1"
-	}
-	zero, grace := int32(0), int64(1)
-	lj := &batchv1alpha1.LockedJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
-		Spec: batchv1alpha1.LockedJobSpec{
-			Lock: batchv1alpha1.LockSpec{Name: o.lock, OnLockLost: o.onLost, Priority: o.priority},
-			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{
-				BackoffLimit: &zero,
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
-					Spec: corev1.PodSpec{
-						RestartPolicy: corev1.RestartPolicyNever,
-						// kwok deletes a terminating pod within its grace period.
-						TerminationGracePeriodSeconds: &grace,
-						Containers: []corev1.Container{{
-							Name: "work", Image: "busybox:1.36",
-							Command: []string{"sh", "-c", script},
-						}},
-					},
-				},
-			}},
-		},
-	}
-	if o.ttl > 0 {
-		lj.Spec.Lock.TTL = &metav1.Duration{Duration: o.ttl}
-	}
-	if o.renew > 0 {
-		lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: o.renew}
-	}
-	return lj
+// newLockedJob builds a LockedJob in the scenario's namespace whose Job has one pod.
+func (s *scenario) newLockedJob(name string, o testkit.LockedJobOptions) *batchv1alpha1.LockedJob {
+	o.App = "e2e"
+	return testkit.NewLockedJob(s.ns, name, o)
 }
 
 // create creates LockedJobs and returns their names.

@@ -36,7 +36,7 @@ var _ = Describe("A semaphore of two permits", Ordered, func() {
 			Spec: batchv1alpha1.LockViewSpec{Permits: 2}}
 		Expect(suite.k8s.Create(ctx, pool)).To(Succeed())
 		for _, n := range names {
-			s.create(s.newLockedJob(n, ljSpec{lock: "pool", run: 2 * time.Second}))
+			s.create(s.newLockedJob(n, testkit.LockedJobOptions{Lock: "pool", Run: 2 * time.Second}))
 		}
 		slots := map[string]int{} // Job name -> slot
 		for _, n := range names {
