@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -52,10 +50,10 @@ func NewRecorder(ctx context.Context, cs kubernetes.Interface, o RecorderOptions
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, opts...)
 	jobs := factory.Batch().V1().Jobs().Informer()
 	pods := factory.Core().V1().Pods().Informer()
-	if _, err := jobs.AddEventHandler(handler(r.onJob)); err != nil {
+	if _, err := jobs.AddEventHandler(handler(stamped(r, (*journal).onJob))); err != nil {
 		return nil, fmt.Errorf("recorder: watch Jobs: %w", err)
 	}
-	if _, err := pods.AddEventHandler(handler(r.onPod)); err != nil {
+	if _, err := pods.AddEventHandler(handler(stamped(r, (*journal).onPod))); err != nil {
 		return nil, fmt.Errorf("recorder: watch pods: %w", err)
 	}
 	factory.Start(ctx.Done())
@@ -74,24 +72,18 @@ func (r *Recorder) History() History {
 	return r.j.history()
 }
 
-func (r *Recorder) onJob(t watch.EventType, job *batchv1.Job) {
-	now := time.Now()
-	if !r.keep(job.Namespace) {
-		return
+// stamped turns a journal method into an informer callback. The clock is read before the lock is
+// taken, so a busy History does not delay the stamp.
+func stamped[T interface{ GetNamespace() string }](r *Recorder, on func(*journal, watch.EventType, T, time.Time)) func(watch.EventType, T) {
+	return func(t watch.EventType, obj T) {
+		now := time.Now()
+		if !r.keep(obj.GetNamespace()) {
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		on(r.j, t, obj, now)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.j.onJob(t, job, now)
-}
-
-func (r *Recorder) onPod(t watch.EventType, pod *corev1.Pod) {
-	now := time.Now()
-	if !r.keep(pod.Namespace) {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.j.onPod(t, pod, now)
 }
 
 // handler turns informer callbacks into watch event types; a deletion the informer only learnt
