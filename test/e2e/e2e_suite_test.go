@@ -132,6 +132,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(clusterErr).NotTo(HaveOccurred(), "starting the local control plane")
 	Expect(redisErr).NotTo(HaveOccurred(), "starting redis-server")
 	logf("shared redis-server on %s", suite.redis.Addr())
+	managers.Bin, managers.Dir = suite.managerBin, suite.work
+	managers.Env = []string{"KUBECONFIG=" + suite.kubeconfig}
 
 	suite.cfg, err = clientcmd.BuildConfigFromFlags("", suite.kubeconfig)
 	Expect(err).NotTo(HaveOccurred())

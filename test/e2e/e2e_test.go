@@ -22,6 +22,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 // Scenario 1.
@@ -36,7 +37,7 @@ var _ = Describe("Five LockedJobs on one lock", Ordered, func() {
 
 	It("run their Jobs one at a time, all succeed, fencing tokens increase in run order", func(ctx SpecContext) {
 		for _, n := range names {
-			s.create(s.newLockedJob(n, ljSpec{lock: "shared", run: 2 * time.Second}))
+			s.create(s.newLockedJob(n, testkit.LockedJobOptions{Lock: "shared", Run: 2 * time.Second}))
 		}
 		for _, n := range names {
 			lj := s.eventuallyPhase(n, batchv1alpha1.PhaseSucceeded, 90*time.Second)
@@ -59,7 +60,7 @@ var _ = Describe("Five LockedJobs on one lock", Ordered, func() {
 			Expect(api.Status.Succeeded).To(BeEquivalentTo(1), "Job %s", run.Name)
 			Expect(api.Status.StartTime).NotTo(BeNil())
 			Expect(api.Status.CompletionTime).NotTo(BeNil())
-			Expect(s.rec.PodsOf(run.Name)).To(HaveLen(1), "Job %s ran one pod", run.Name)
+			Expect(s.rec.History().PodsOf(run.Name)).To(HaveLen(1), "Job %s ran one pod", run.Name)
 			Expect(run.Complete.IsZero()).To(BeFalse(), "Job %s seen complete", run.Name)
 			if i == 0 {
 				continue
@@ -75,7 +76,7 @@ var _ = Describe("Five LockedJobs on one lock", Ordered, func() {
 			// ...and from the watch (ms precision): created only after the previous one completed,
 			// its pod created only after the previous pod succeeded.
 			Expect(run.Added).To(BeTemporally(">=", prev.Complete), "Job %s seen before %s completed", run.Name, prev.Name)
-			prevPod, pod := s.rec.PodsOf(prev.Name)[0], s.rec.PodsOf(run.Name)[0]
+			prevPod, pod := s.rec.History().PodsOf(prev.Name)[0], s.rec.History().PodsOf(run.Name)[0]
 			Expect(prevPod.Succeeded.IsZero()).To(BeFalse())
 			Expect(pod.Added).To(BeTemporally(">=", prevPod.Succeeded), "pod %s started beside %s", pod.Name, prevPod.Name)
 			gaps = append(gaps, run.Added.Sub(prev.Complete))
@@ -102,7 +103,7 @@ var _ = Describe("LockedJobs on different locks", Ordered, func() {
 
 	It("run in parallel", func(ctx SpecContext) {
 		for _, l := range locks {
-			s.create(s.newLockedJob("job-"+l, ljSpec{lock: l, run: 4 * time.Second}))
+			s.create(s.newLockedJob("job-"+l, testkit.LockedJobOptions{Lock: l, Run: 4 * time.Second}))
 		}
 		for _, l := range locks {
 			Eventually(func(g Gomega) {
@@ -111,7 +112,7 @@ var _ = Describe("LockedJobs on different locks", Ordered, func() {
 				g.Expect(lj.Status.LockKey).To(Equal(s.redisKey(l)))
 			}).WithTimeout(60 * time.Second).Should(Succeed())
 		}
-		runs := s.rec.Jobs()
+		runs := s.rec.History().Jobs
 		Expect(runs).To(HaveLen(len(locks)))
 		var lastAdded, firstComplete, lastCreated, firstCompletion time.Time
 		var lastRunning, firstSucceeded time.Time
@@ -120,7 +121,7 @@ var _ = Describe("LockedJobs on different locks", Ordered, func() {
 			api := &batchv1.Job{}
 			Expect(suite.k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: r.Name}, api)).To(Succeed())
 			Expect(api.Status.Succeeded).To(BeEquivalentTo(1))
-			pod := s.rec.PodsOf(r.Name)[0]
+			pod := s.rec.History().PodsOf(r.Name)[0]
 			Expect(pod.Running).NotTo(BeZero(), "pod %s not seen Running", pod.Name)
 			lastAdded = latest(lastAdded, r.Added)
 			firstComplete = earliest(firstComplete, r.Complete)
@@ -151,10 +152,10 @@ var _ = Describe("Deleting a running LockedJob", Ordered, func() {
 	})
 
 	It("stops its Job, releases the lock, and the next waiter starts", func(ctx SpecContext) {
-		s.create(s.newLockedJob("holder", ljSpec{lock: "door", run: 60 * time.Second}))
+		s.create(s.newLockedJob("holder", testkit.LockedJobOptions{Lock: "door", Run: 60 * time.Second}))
 		holder = s.eventuallyRunningPod("holder", 30*time.Second)
 		holderJob := holder.Status.JobName
-		s.create(s.newLockedJob("waiter", ljSpec{lock: "door", run: time.Second}))
+		s.create(s.newLockedJob("waiter", testkit.LockedJobOptions{Lock: "door", Run: time.Second}))
 		Eventually(func(g Gomega) {
 			w := s.get("waiter")
 			g.Expect(w.Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
@@ -162,7 +163,7 @@ var _ = Describe("Deleting a running LockedJob", Ordered, func() {
 			g.Expect(w.Status.QueuePosition).To(HaveValue(BeEquivalentTo(1)))
 			g.Expect(condition(w, batchv1alpha1.ConditionLockAcquired)).To(HaveField("Reason", batchv1alpha1.ReasonWaiting))
 		}).Should(Succeed())
-		Consistently(func() []jobRec { return s.rec.JobsOf("waiter") }).WithTimeout(2 * time.Second).Should(BeEmpty())
+		Consistently(func() []testkit.JobRecord { return s.rec.History().JobsOf("waiter") }).WithTimeout(2 * time.Second).Should(BeEmpty())
 
 		deleted = time.Now()
 		Expect(suite.k8s.Delete(ctx, holder)).To(Succeed())
@@ -171,9 +172,9 @@ var _ = Describe("Deleting a running LockedJob", Ordered, func() {
 		}).WithPolling(20*time.Millisecond).WithTimeout(60*time.Second).Should(BeTrue(), "holder kept by its finalizer")
 		holderGone = time.Now()
 		Eventually(func(g Gomega) {
-			g.Expect(s.rec.Job(holderJob).Deleted).NotTo(BeZero(), "Job %s not deleted", holderJob)
+			g.Expect(s.rec.History().Job(holderJob).Deleted).NotTo(BeZero(), "Job %s not deleted", holderJob)
 			var ok bool
-			podsGone, ok = s.rec.PodsGone(holderJob)
+			podsGone, ok = s.rec.History().PodsGone(holderJob)
 			g.Expect(ok).To(BeTrue(), "pods of %s not gone", holderJob)
 		}).WithPolling(20 * time.Millisecond).Should(Succeed())
 
@@ -189,7 +190,7 @@ var _ = Describe("Deleting a running LockedJob", Ordered, func() {
 	// starts beside pods still running"): a background-deleted Job vanishes before its pods, so
 	// this failed until the operator looked for pods by job name. See docs/e2e.md.
 	It("keeps the lock until the deleted holder's pods are gone", func() {
-		wJob := s.rec.Job(waiter.Status.JobName)
+		wJob := s.rec.History().Job(waiter.Status.JobName)
 		var violations []string
 		if holderGone.Before(podsGone) {
 			violations = append(violations, fmt.Sprintf("the holder's finalizer was removed %s before its pods were gone", ms(podsGone.Sub(holderGone))))
@@ -214,23 +215,23 @@ var _ = Describe("Operator killed while a Job runs", Ordered, func() {
 	It("re-adopts the lock after a restart, never duplicates the Job, and the waiter starts only after it", func(ctx SpecContext) {
 		// ttl outlives the operator's downtime (lease 4s + start-up), so the lock is still there
 		// to re-adopt.
-		s.create(s.newLockedJob("first", ljSpec{lock: "batch", ttl: 15 * time.Second, renew: 3 * time.Second, run: 12 * time.Second}))
+		s.create(s.newLockedJob("first", testkit.LockedJobOptions{Lock: "batch", TTL: 15 * time.Second, Renew: 3 * time.Second, Run: 12 * time.Second}))
 		first := s.eventuallyRunningPod("first", 30*time.Second)
 		fence := s.expectFenceEverywhere(first)
-		s.create(s.newLockedJob("second", ljSpec{lock: "batch", run: time.Second}))
+		s.create(s.newLockedJob("second", testkit.LockedJobOptions{Lock: "batch", Run: time.Second}))
 		s.eventuallyPhase("second", batchv1alpha1.PhaseWaiting, 30*time.Second)
 
 		old := s.mgr
 		old.Kill()
 		killed := time.Now()
-		Expect(s.rec.Job(first.Status.JobName)).To(HaveField("Complete", BeZero()), "the Job finished before the kill; lengthen it")
+		Expect(s.rec.History().Job(first.Status.JobName)).To(HaveField("Complete", BeZero()), "the Job finished before the kill; lengthen it")
 		Expect(s.rdb[0].Exists(ctx, s.redisKey("batch")).Val()).To(BeEquivalentTo(1), "lock left in Redis while no operator runs")
 
 		s.startManager(true)
 		measure("scenario 4 restart: SIGKILL -> new manager leads and runs workers %s (leader lease 4s)", ms(time.Since(killed)))
 		s.eventuallyEvents("first", batchv1alpha1.ReasonReadopted)
-		Expect(s.mgr.logCount("Re-adopted lock")).To(BeNumerically(">=", 1))
-		Expect(s.rec.Job(first.Status.JobName)).To(HaveField("Complete", BeZero()), "the Job finished before the lock was re-adopted")
+		Expect(s.mgr.LogCount("Re-adopted lock")).To(BeNumerically(">=", 1))
+		Expect(s.rec.History().Job(first.Status.JobName)).To(HaveField("Complete", BeZero()), "the Job finished before the lock was re-adopted")
 
 		first = s.eventuallyPhase("first", batchv1alpha1.PhaseSucceeded, 60*time.Second)
 		Expect(*first.Status.FencingToken).To(Equal(fence), "re-adoption kept the fencing token")
@@ -239,9 +240,9 @@ var _ = Describe("Operator killed while a Job runs", Ordered, func() {
 
 		// Not duplicated: one Job for first, with one pod, in the API and in everything the watch saw.
 		Expect(s.jobsOf("first")).To(HaveLen(1))
-		Expect(s.rec.JobsOf("first")).To(HaveLen(1))
-		Expect(s.rec.PodsOf(first.Status.JobName)).To(HaveLen(1))
-		Expect(s.mgr.logCount("Creating Job")).To(BeNumerically("==", 1), "the new manager created only second's Job")
+		Expect(s.rec.History().JobsOf("first")).To(HaveLen(1))
+		Expect(s.rec.History().PodsOf(first.Status.JobName)).To(HaveLen(1))
+		Expect(s.mgr.LogCount("Creating Job")).To(BeNumerically("==", 1), "the new manager created only second's Job")
 		firstJob := s.seenFinished(first.Status.JobName)
 		secondJob := s.seenFinished(second.Status.JobName)
 		Expect(firstJob.Job.Status.Succeeded).To(BeEquivalentTo(1))
@@ -264,8 +265,8 @@ var _ = Describe("Operator paused for longer than the TTL", Ordered, func() {
 
 	It("loses the lock to another holder and, on resume, suspends its Job (bounded overlap)", func(ctx SpecContext) {
 		const lock, ttl = "pause", 3 * time.Second
-		s.create(s.newLockedJob("paused", ljSpec{lock: lock, ttl: ttl, renew: time.Second,
-			onLost: batchv1alpha1.LockLostSuspend, run: 60 * time.Second}))
+		s.create(s.newLockedJob("paused", testkit.LockedJobOptions{Lock: lock, TTL: ttl, Renew: time.Second,
+			OnLockLost: batchv1alpha1.LockLostSuspend, Run: 60 * time.Second}))
 		lj := s.eventuallyRunningPod("paused", 30*time.Second)
 		fence := s.expectFenceEverywhere(lj)
 		jobName := lj.Status.JobName
@@ -299,9 +300,9 @@ var _ = Describe("Operator paused for longer than the TTL", Ordered, func() {
 		resumed := time.Now()
 		var stopped time.Time
 		Eventually(func(g Gomega) {
-			j := s.rec.Job(jobName)
+			j := s.rec.History().Job(jobName)
 			g.Expect(j.Suspended).NotTo(BeZero(), "Job %s not suspended", jobName)
-			gone, ok := s.rec.PodsGone(jobName)
+			gone, ok := s.rec.History().PodsGone(jobName)
 			g.Expect(ok).To(BeTrue(), "pods of %s not gone", jobName)
 			stopped = latest(j.Suspended, gone)
 		}).WithPolling(20 * time.Millisecond).WithTimeout(30 * time.Second).Should(Succeed())
@@ -345,12 +346,12 @@ var _ = Describe("Redis restarted without persistence while a Job runs", Ordered
 
 	It("makes the holder detect the loss and apply its policy", func(ctx SpecContext) {
 		const lock = "reset"
-		s.create(s.newLockedJob("holder", ljSpec{lock: lock, ttl: 10 * time.Second, renew: time.Second,
-			onLost: batchv1alpha1.LockLostSuspend, run: 60 * time.Second}))
+		s.create(s.newLockedJob("holder", testkit.LockedJobOptions{Lock: lock, TTL: 10 * time.Second, Renew: time.Second,
+			OnLockLost: batchv1alpha1.LockLostSuspend, Run: 60 * time.Second}))
 		holder := s.eventuallyRunningPod("holder", 30*time.Second)
 		fence := s.expectFenceEverywhere(holder)
 		jobName := holder.Status.JobName
-		s.create(s.newLockedJob("waiter", ljSpec{lock: lock, run: time.Second}))
+		s.create(s.newLockedJob("waiter", testkit.LockedJobOptions{Lock: lock, Run: time.Second}))
 		s.eventuallyPhase("waiter", batchv1alpha1.PhaseWaiting, 30*time.Second)
 
 		node.Restart(GinkgoT())
@@ -360,9 +361,9 @@ var _ = Describe("Redis restarted without persistence while a Job runs", Ordered
 		Expect(holder.Status.Message).To(ContainSubstring("Suspend"))
 		var stopped time.Time
 		Eventually(func(g Gomega) {
-			j := s.rec.Job(jobName)
+			j := s.rec.History().Job(jobName)
 			g.Expect(j.Suspended).NotTo(BeZero())
-			gone, ok := s.rec.PodsGone(jobName)
+			gone, ok := s.rec.History().PodsGone(jobName)
 			g.Expect(ok).To(BeTrue())
 			stopped = latest(j.Suspended, gone)
 		}).WithPolling(20 * time.Millisecond).WithTimeout(30 * time.Second).Should(Succeed())
@@ -397,9 +398,9 @@ var _ = Describe("Redlock with three nodes", Ordered, func() {
 
 	It("acquires, renews and releases with one node killed mid-run", func(ctx SpecContext) {
 		// ttl < run time: the first Job survives only if renewals on 2 of 3 nodes work.
-		spec := ljSpec{lock: "quorum", ttl: 4 * time.Second, renew: time.Second}
+		spec := testkit.LockedJobOptions{Lock: "quorum", TTL: 4 * time.Second, Renew: time.Second}
 		firstSpec, secondSpec := spec, spec
-		firstSpec.run, secondSpec.run = 7*time.Second, time.Second
+		firstSpec.Run, secondSpec.Run = 7*time.Second, time.Second
 		s.create(s.newLockedJob("first", firstSpec))
 		first := s.eventuallyRunningPod("first", 30*time.Second)
 		for i := range s.rdb {
@@ -409,7 +410,7 @@ var _ = Describe("Redlock with three nodes", Ordered, func() {
 		s.eventuallyPhase("second", batchv1alpha1.PhaseWaiting, 30*time.Second)
 
 		nodes[2].Kill(GinkgoT())
-		Expect(s.rec.Job(first.Status.JobName)).To(HaveField("Complete", BeZero()), "first finished before the kill; lengthen it")
+		Expect(s.rec.History().Job(first.Status.JobName)).To(HaveField("Complete", BeZero()), "first finished before the kill; lengthen it")
 
 		first = s.eventuallyPhase("first", batchv1alpha1.PhaseSucceeded, 60*time.Second)
 		Expect(condition(first, batchv1alpha1.ConditionLockLost)).To(BeNil())
@@ -425,7 +426,7 @@ var _ = Describe("Redlock with three nodes", Ordered, func() {
 
 	It("starts no Job with two nodes killed, and says why in RedisAvailable=False", func(ctx SpecContext) {
 		nodes[1].Kill(GinkgoT())
-		s.create(s.newLockedJob("third", ljSpec{lock: "quorum", run: time.Second}))
+		s.create(s.newLockedJob("third", testkit.LockedJobOptions{Lock: "quorum", Run: time.Second}))
 		Eventually(func(g Gomega) {
 			lj := s.get("third")
 			c := condition(lj, batchv1alpha1.ConditionRedisAvailable)
@@ -469,9 +470,9 @@ var _ = Describe("A failing Job", Ordered, func() {
 		view := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "flaky"}}
 		Expect(suite.k8s.Create(ctx, view)).To(Succeed())
 		// It runs 10 s: the view is written at most once per 5 s, and must be seen with this holder.
-		s.create(s.newLockedJob("failing", ljSpec{lock: "flaky", run: 10 * time.Second, fail: true}))
+		s.create(s.newLockedJob("failing", testkit.LockedJobOptions{Lock: "flaky", Run: 10 * time.Second, Fail: true}))
 		running := s.eventuallyRunningPod("failing", 30*time.Second)
-		s.create(s.newLockedJob("next", ljSpec{lock: "flaky", run: time.Second}))
+		s.create(s.newLockedJob("next", testkit.LockedJobOptions{Lock: "flaky", Run: time.Second}))
 		s.eventuallyPhase("next", batchv1alpha1.PhaseWaiting, 30*time.Second)
 
 		By("showing the holder and the waiter on the declared Lock")
@@ -510,7 +511,7 @@ var _ = Describe("A failing Job", Ordered, func() {
 
 // ---------------------------------------------------------------- helpers
 
-func uniqueLockedJobs(runs []jobRec) []string {
+func uniqueLockedJobs(runs []testkit.JobRecord) []string {
 	var out []string
 	for _, r := range runs {
 		if !slices.Contains(out, r.LockedJob) {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/test/testkit"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
@@ -39,7 +40,7 @@ var _ = Describe("A LockedCronJob, watched with the kubectl plugin", Ordered, fu
 	}
 
 	It("starts a run at the next minute under the lock; the plugin shows the lock and waits for the run", func(ctx SpecContext) {
-		run := s.newLockedJob("unused", ljSpec{lock: "nightly", run: 2 * time.Second})
+		run := s.newLockedJob("unused", testkit.LockedJobOptions{Lock: "nightly", Run: 2 * time.Second})
 		lcj := &batchv1alpha1.LockedCronJob{
 			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "every-minute"},
 			Spec: batchv1alpha1.LockedCronJobSpec{

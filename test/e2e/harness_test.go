@@ -25,6 +25,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 // ---------------------------------------------------------------- scenarios
@@ -42,7 +43,7 @@ type scenario struct {
 	deployed *deployment
 	// fastFailover is the leader-election setting the scenario's managers use.
 	fastFailover bool
-	rec          *recorder
+	rec          *testkit.Recorder
 	ctx          context.Context
 	cancel       context.CancelFunc
 	start        time.Time
@@ -71,7 +72,9 @@ func newScenario(id string, owned bool, nodes ...*redisserver.Server) *scenario 
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns, Labels: map[string]string{"lockedjob.dev/e2e": id}}}
 	Expect(suite.k8s.Create(s.ctx, ns)).To(Succeed())
-	s.rec = newRecorder(s.ctx, s.ns)
+	var err error
+	s.rec, err = testkit.NewRecorder(s.ctx, suite.cs, testkit.RecorderOptions{Namespace: s.ns})
+	Expect(err).NotTo(HaveOccurred())
 	current = s
 	DeferCleanup(func(ctx SpecContext) {
 		defer func() {
@@ -124,7 +127,7 @@ func (s *scenario) teardown(ctx context.Context) {
 	if s.mgr == nil && s.deployed == nil {
 		return
 	}
-	if s.mgr != nil && s.mgr.exited() { // the spec failed after killing it: a manager must remove the finalizers
+	if s.mgr != nil && s.mgr.Exited() { // the spec failed after killing it: a manager must remove the finalizers
 		s.startManager(s.fastFailover)
 	}
 	// LockedJobs carry a finalizer: delete them while the manager runs.
@@ -166,68 +169,10 @@ func (s *scenario) libKey(lock string) string { return "ns/e2e/" + s.ns + "/" + 
 
 // ---------------------------------------------------------------- LockedJobs
 
-// ljSpec describes a LockedJob for a scenario.
-type ljSpec struct {
-	lock     string
-	ttl      time.Duration // 0: the CRD default (30s)
-	renew    time.Duration // 0: ttl/3
-	onLost   batchv1alpha1.LockLostPolicy
-	run      time.Duration // how long the pod runs before it succeeds (kwok pod-complete delay)
-	fail     bool          // the pod fails instead (kwok chaos label)
-	priority int32
-}
-
-// newLockedJob builds a LockedJob whose Job has one pod. On kwok nodes the
-// annotations set the pod's timing exactly (delay == jitter-delay disables the
-// jitter); on a real cluster the busybox command gives the same timing.
-func (s *scenario) newLockedJob(name string, o ljSpec) *batchv1alpha1.LockedJob {
-	msStr := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
-	annotations := map[string]string{}
-	for stage, d := range map[string]time.Duration{
-		"pod-create":                   100 * time.Millisecond,
-		"pod-ready":                    100 * time.Millisecond,
-		"pod-complete":                 o.run,
-		"pod-delete":                   100 * time.Millisecond,
-		"pod-container-running-failed": o.run,
-	} {
-		annotations[stage+".stage.kwok.x-k8s.io/delay"] = msStr(d)
-		annotations[stage+".stage.kwok.x-k8s.io/jitter-delay"] = msStr(d)
-	}
-	labels := map[string]string{"app": "e2e"}
-	script := fmt.Sprintf("sleep %.1f", o.run.Seconds())
-	if o.fail {
-		labels["pod-container-running-failed.stage.kwok.x-k8s.io"] = "true"
-		script += "; exit 1"
-	}
-	zero, grace := int32(0), int64(1)
-	lj := &batchv1alpha1.LockedJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
-		Spec: batchv1alpha1.LockedJobSpec{
-			Lock: batchv1alpha1.LockSpec{Name: o.lock, OnLockLost: o.onLost, Priority: o.priority},
-			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{
-				BackoffLimit: &zero,
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
-					Spec: corev1.PodSpec{
-						RestartPolicy: corev1.RestartPolicyNever,
-						// kwok deletes a terminating pod within its grace period.
-						TerminationGracePeriodSeconds: &grace,
-						Containers: []corev1.Container{{
-							Name: "work", Image: "busybox:1.36",
-							Command: []string{"sh", "-c", script},
-						}},
-					},
-				},
-			}},
-		},
-	}
-	if o.ttl > 0 {
-		lj.Spec.Lock.TTL = &metav1.Duration{Duration: o.ttl}
-	}
-	if o.renew > 0 {
-		lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: o.renew}
-	}
-	return lj
+// newLockedJob builds a LockedJob in the scenario's namespace whose Job has one pod.
+func (s *scenario) newLockedJob(name string, o testkit.LockedJobOptions) *batchv1alpha1.LockedJob {
+	o.App = "e2e"
+	return testkit.NewLockedJob(s.ns, name, o)
 }
 
 // create creates LockedJobs and returns their names.
@@ -265,7 +210,7 @@ func (s *scenario) eventuallyRunningPod(name string, timeout time.Duration) *bat
 	Eventually(func(g Gomega) {
 		lj = s.get(name)
 		g.Expect(lj.Status.Phase).To(Equal(batchv1alpha1.PhaseRunning), "LockedJob %s: %s", name, lj.Status.Message)
-		pods := s.rec.PodsOf(lj.Status.JobName)
+		pods := s.rec.History().PodsOf(lj.Status.JobName)
 		g.Expect(pods).NotTo(BeEmpty())
 		g.Expect(pods[0].Running.IsZero()).To(BeFalse(), "pod %s not Running", pods[0].Name)
 	}).WithTimeout(timeout).Should(Succeed())
@@ -276,15 +221,15 @@ func (s *scenario) eventuallyRunningPod(name string, timeout time.Duration) *bat
 // may trail the LockedJob's status by a few ms) and returns its record.
 // eventuallyAllComplete waits until the watch saw n Jobs, each complete with its one pod
 // succeeded, and returns them in the order they were created.
-func (s *scenario) eventuallyAllComplete(ctx context.Context, n int) []jobRec {
+func (s *scenario) eventuallyAllComplete(ctx context.Context, n int) []testkit.JobRecord {
 	GinkgoHelper()
-	var runs []jobRec
+	var runs []testkit.JobRecord
 	Eventually(func(g Gomega) {
-		runs = s.rec.Jobs()
+		runs = s.rec.History().Jobs
 		g.Expect(runs).To(HaveLen(n), "one Job per LockedJob")
 		for _, r := range runs {
 			g.Expect(r.Complete).NotTo(BeZero(), "Job %s not seen complete yet", r.Name)
-			pods := s.rec.PodsOf(r.Name)
+			pods := s.rec.History().PodsOf(r.Name)
 			g.Expect(pods).To(HaveLen(1), "Job %s ran one pod", r.Name)
 			g.Expect(pods[0].Succeeded).NotTo(BeZero(), "pod of Job %s not seen succeeded yet", r.Name)
 		}
@@ -292,10 +237,10 @@ func (s *scenario) eventuallyAllComplete(ctx context.Context, n int) []jobRec {
 	return runs
 }
 
-func (s *scenario) seenFinished(job string) jobRec {
+func (s *scenario) seenFinished(job string) testkit.JobRecord {
 	GinkgoHelper()
-	var j jobRec
-	Eventually(func() time.Time { j = s.rec.Job(job); return j.Finished() }).
+	var j testkit.JobRecord
+	Eventually(func() time.Time { j = s.rec.History().Job(job); return j.Finished() }).
 		WithTimeout(10*time.Second).ShouldNot(BeZero(), "Job %s not seen finished", job)
 	return j
 }
@@ -393,7 +338,7 @@ func dumpDiagnostics() {
 	}
 	_, _ = fmt.Fprintf(w, "\n===== diagnostics for scenario %s (namespace %s) =====\n", s.id, s.ns)
 	if s.mgr != nil {
-		_, _ = fmt.Fprintf(w, "----- %s log tail (%s) -----\n%s\n", s.mgr.name, s.mgr.logPath, s.mgr.logTail(80))
+		_, _ = fmt.Fprintf(w, "----- %s log tail (%s) -----\n%s\n", s.mgr.Name, s.mgr.LogPath, s.mgr.LogTail(80))
 	}
 	if s.deployed != nil {
 		_, _ = fmt.Fprintf(w, "----- in-cluster manager log tail -----\n%s\n", s.deployed.managerLogTail(ctx, 80))

@@ -30,6 +30,7 @@ import (
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+	"github.com/lockedjob/lockedjob/test/testkit"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
@@ -78,7 +79,7 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		const n = 5
 		created := time.Now()
 		for i := 1; i <= n; i++ {
-			s.create(d.writerJob(s, fmt.Sprintf("w%d", i), "one", ljSpec{}, "--writes=3", "--interval=200ms"))
+			s.create(d.writerJob(s, fmt.Sprintf("w%d", i), "one", testkit.LockedJobOptions{}, "--writes=3", "--interval=200ms"))
 		}
 		// The first holder's whole life, as a user sees it: create -> Succeeded (its container writes for 0.4 s).
 		Eventually(func() bool {
@@ -117,7 +118,7 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		// Complete, the operator takes Complete to the next Job, then a pod starts.
 		var exitToComplete, operator, createToFirstLine []time.Duration
 		for i := 1; i < len(ljs); i++ {
-			prev, next := s.rec.Job(ljs[i-1].Status.JobName), s.rec.Job(ljs[i].Status.JobName)
+			prev, next := s.rec.History().Job(ljs[i-1].Status.JobName), s.rec.History().Job(ljs[i].Status.JobName)
 			_, prevEnd := logSpan(d.jobLog(ctx, s.ns, prev.Name))
 			nextStart, _ := logSpan(d.jobLog(ctx, s.ns, next.Name))
 			Expect(next.Added).To(BeTemporally(">=", prev.Complete), "Job %s created before %s completed", next.Name, prev.Name)
@@ -155,7 +156,7 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		if !d.local {
 			Skip("pausing the manager needs its process on this machine (the suite's own cluster)")
 		}
-		s.create(d.writerJob(s, "stale", "pause", ljSpec{ttl: 3 * time.Second, renew: time.Second, onLost: batchv1alpha1.LockLostSuspend},
+		s.create(d.writerJob(s, "stale", "pause", testkit.LockedJobOptions{TTL: 3 * time.Second, Renew: time.Second, OnLockLost: batchv1alpha1.LockLostSuspend},
 			"--writes=0", "--interval=200ms"))
 		lj := s.eventuallyRunningPod("stale", time.Minute)
 		staleFence := deref(lj.Status.FencingToken)
@@ -203,9 +204,9 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 
 	It("ends a failing container's LockedJob Failed and hands the lock on", func(ctx SpecContext) {
 		// The failing one writes for 2 s, so the waiter is created while it holds the lock.
-		s.create(d.writerJob(s, "fails", "fail", ljSpec{}, "--writes=3", "--interval=1s", "--exit-code=3"))
+		s.create(d.writerJob(s, "fails", "fail", testkit.LockedJobOptions{}, "--writes=3", "--interval=1s", "--exit-code=3"))
 		s.eventuallyPhase("fails", batchv1alpha1.PhaseRunning, time.Minute)
-		s.create(d.writerJob(s, "after", "fail", ljSpec{}, "--writes=1", "--interval=100ms"))
+		s.create(d.writerJob(s, "after", "fail", testkit.LockedJobOptions{}, "--writes=1", "--interval=100ms"))
 		failed := s.eventuallyPhase("fails", batchv1alpha1.PhaseFailed, 2*time.Minute)
 		after := s.eventuallyPhase("after", batchv1alpha1.PhaseSucceeded, 2*time.Minute)
 		Expect(deref(after.Status.FencingToken)).To(BeNumerically(">", deref(failed.Status.FencingToken)))
@@ -213,7 +214,7 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 	}, SpecTimeout(3*time.Minute))
 
 	It("shows the kubelet's error for a missing image in the LockedJob's status", func(ctx SpecContext) {
-		lj := d.writerJob(s, "noimage", "noimage", ljSpec{})
+		lj := d.writerJob(s, "noimage", "noimage", testkit.LockedJobOptions{})
 		lj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image = "lockedjob.local/not-there:v0"
 		lj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
 		s.create(lj)
@@ -354,8 +355,8 @@ func (d *deployment) undeploy(ctx SpecContext) {
 }
 
 // writerJob is a LockedJob whose container is the workload image, on the real node.
-func (d *deployment) writerJob(s *scenario, name, lock string, o ljSpec, args ...string) *batchv1alpha1.LockedJob {
-	o.lock = lock
+func (d *deployment) writerJob(s *scenario, name, lock string, o testkit.LockedJobOptions, args ...string) *batchv1alpha1.LockedJob {
+	o.Lock = lock
 	lj := s.newLockedJob(name, o)
 	pod := &lj.Spec.JobTemplate.Spec.Template
 	pod.Annotations = nil // kwok's timing

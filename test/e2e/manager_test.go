@@ -3,18 +3,12 @@
 package e2e
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/lockedjob/lockedjob/test/testkit"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
@@ -28,166 +22,85 @@ type managerOpts struct {
 	fastFailover bool
 }
 
-// manager is one manager process, started from the binary BeforeSuite built.
-type manager struct {
-	name    string
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	started time.Time
-}
+// managers starts every manager process of the suite, named manager-01, manager-02, ... across
+// scenarios, so AfterSuite can make sure none is left. BeforeSuite sets its binary and folder.
+var managers = &testkit.Launcher{Name: "manager"}
 
-var (
-	managersMu sync.Mutex
-	managers   []*manager // every manager started, so AfterSuite can make sure none is left
-	managerSeq int
-)
+// manager is one manager process. Its Stop, Kill, Pause and Resume assert, so a spec reads as its
+// steps.
+type manager struct{ *testkit.Process }
 
 // startManager starts a manager and waits until it leads and its workers run.
 func startManager(o managerOpts) *manager {
 	GinkgoHelper()
-	managersMu.Lock()
-	managerSeq++
-	m := &manager{name: fmt.Sprintf("manager-%02d", managerSeq), done: make(chan struct{})}
-	managersMu.Unlock()
-	m.logPath = filepath.Join(suite.work, m.name+".log")
-
-	args := []string{
-		"--kubeconfig", suite.kubeconfig,
-		"--namespace", operatorNamespace,
-		"--cluster-id", "e2e",
-		"--key-prefix", o.prefix,
-		"--release-channel", o.prefix + "released",
-		"--metrics-bind-address", "0",
-		"--health-probe-bind-address", "0",
-		"--leader-elect=true",
-		"--wait-backoff-max", "2s",
+	f := testkit.Flags{
+		Kubeconfig:     suite.kubeconfig,
+		Namespace:      operatorNamespace,
+		ClusterID:      "e2e",
+		KeyPrefix:      o.prefix,
+		WaitBackoffMax: 2 * time.Second,
 		// 2 cores shared with a whole control plane: a 50ms Redlock node
 		// timeout (the default) would count scheduling hiccups as node failures.
-		"--redlock-node-timeout", "250ms",
-		"--zap-log-level", "debug",
-	}
-	if len(o.redisAddrs) == 1 {
-		args = append(args, "--redis-addr", o.redisAddrs[0])
-	} else {
-		args = append(args, "--redis-addrs", strings.Join(o.redisAddrs, ","))
+		RedlockNodeTimeout: 250 * time.Millisecond,
+		Redis:              testkit.RedisAddrs(o.redisAddrs...),
 	}
 	if o.fastFailover {
-		args = append(args,
-			"--leader-election-lease-duration", "4s",
-			"--leader-election-renew-deadline", "3s",
-			"--leader-election-retry-period", "500ms")
+		f.LeaderElection = testkit.FastFailover
 	}
-	logFile, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := managers.Start(f)
 	Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = logFile.Close() }()
-	_, _ = fmt.Fprintf(logFile, "# %s %s\n", suite.managerBin, strings.Join(args, " "))
-	m.cmd = exec.Command(suite.managerBin, args...)
-	m.cmd.Stdout, m.cmd.Stderr = logFile, logFile
-	m.cmd.Env = append(os.Environ(), "KUBECONFIG="+suite.kubeconfig)
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:   true,            // ^C on `go test` reaches the suite, which stops the manager itself
-		Pdeathsig: syscall.SIGKILL, // a crashed test binary takes its manager with it
-	}
-	Expect(m.cmd.Start()).To(Succeed())
-	m.started = time.Now()
-	go func() {
-		m.waitErr = m.cmd.Wait()
-		close(m.done)
-	}()
-	managersMu.Lock()
-	managers = append(managers, m)
-	managersMu.Unlock()
-
-	Eventually(func(g Gomega) {
-		if m.exited() {
-			StopTrying(fmt.Sprintf("%s exited: %v\n%s", m.name, m.waitErr, m.logTail(40))).Now()
-		}
-		b, _ := os.ReadFile(m.logPath)
-		g.Expect(string(b)).To(ContainSubstring("Starting workers"), "%s has not started its workers yet", m.name)
-	}).WithTimeout(60*time.Second).Should(Succeed(), "manager %s did not come up", m.name)
-	logf("%s (pid %d) leads after %s; log %s", m.name, m.cmd.Process.Pid, since(m.started), m.logPath)
+	m := &manager{p}
+	Expect(m.WaitReady(60*time.Second)).To(Succeed(), "manager %s did not come up", m.Name)
+	logf("%s (pid %d) leads after %s; log %s", m.Name, m.PID(), since(m.Started), m.LogPath)
 	return m
 }
 
-func (m *manager) exited() bool {
-	select {
-	case <-m.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (m *manager) pid() int { return m.cmd.Process.Pid }
-
-// Stop sends SIGTERM (and SIGCONT, in case it is paused) and waits; after 15s
-// it kills. A graceful stop releases the leader lease, so the next manager
-// leads at once.
+// Stop stops the manager gracefully (SIGTERM), or kills it after testkit.StopGrace.
 func (m *manager) Stop() {
 	GinkgoHelper()
-	if m.exited() {
+	if m.Exited() {
 		return
 	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	_ = m.cmd.Process.Signal(syscall.SIGCONT)
-	select {
-	case <-m.done:
-		logf("%s stopped (%v)", m.name, m.waitErr)
+	forced, err := m.Process.Stop()
+	if forced {
+		logf("%s ignored SIGTERM for %s; killing it", m.Name, testkit.StopGrace)
+		Expect(err).NotTo(HaveOccurred())
+		logf("%s killed (SIGKILL)", m.Name)
 		return
-	case <-time.After(15 * time.Second):
 	}
-	logf("%s ignored SIGTERM for 15s; killing it", m.name)
-	m.Kill()
+	logf("%s stopped (%v)", m.Name, m.Err())
 }
 
 // Kill sends SIGKILL, like a crashed node, and waits until the process is gone.
 func (m *manager) Kill() {
 	GinkgoHelper()
-	if m.exited() {
+	if m.Exited() {
 		return
 	}
-	Expect(m.cmd.Process.Signal(syscall.SIGKILL)).To(Succeed())
-	Eventually(m.done).WithTimeout(30*time.Second).Should(BeClosed(), "%s survived SIGKILL", m.name)
-	logf("%s killed (SIGKILL)", m.name)
+	Expect(m.Process.Kill()).To(Succeed())
+	logf("%s killed (SIGKILL)", m.Name)
 }
 
 // Pause sends SIGSTOP and returns once every thread of the process is stopped.
 func (m *manager) Pause() {
 	GinkgoHelper()
-	Expect(m.cmd.Process.Signal(syscall.SIGSTOP)).To(Succeed())
-	Eventually(func() bool { return utils.ProcessStopped(m.pid()) }).WithTimeout(10*time.Second).
-		WithPolling(5*time.Millisecond).Should(BeTrue(), "%s not stopped after SIGSTOP", m.name)
+	Expect(m.Process.Pause()).To(Succeed())
 }
 
 // Resume sends SIGCONT (nothing if the process is gone).
 func (m *manager) Resume() {
 	GinkgoHelper()
-	if m.exited() {
-		return
-	}
-	Expect(m.cmd.Process.Signal(syscall.SIGCONT)).To(Succeed())
-}
-
-func (m *manager) logTail(n int) string { return utils.TailFile(m.logPath, n) }
-
-// logCount counts the lines of the manager's log that contain s.
-func (m *manager) logCount(s string) int {
-	b, _ := os.ReadFile(m.logPath)
-	return strings.Count(string(b), s)
+	Expect(m.Process.Resume()).To(Succeed())
 }
 
 // stopAllManagers stops every manager still running and checks none is left.
 func stopAllManagers() {
-	managersMu.Lock()
-	all := append([]*manager(nil), managers...)
-	managersMu.Unlock()
-	for _, m := range all {
-		m.Stop()
+	all := managers.Processes()
+	for _, p := range all {
+		(&manager{p}).Stop()
 	}
-	for _, m := range all {
-		Expect(m.exited()).To(BeTrue(), "%s (pid %d) still runs", m.name, m.pid())
-		Expect(utils.ProcessAlive(m.pid())).To(BeFalse(), "%s (pid %d) still runs", m.name, m.pid())
+	for _, p := range all {
+		Expect(p.Exited()).To(BeTrue(), "%s (pid %d) still runs", p.Name, p.PID())
+		Expect(utils.ProcessAlive(p.PID())).To(BeFalse(), "%s (pid %d) still runs", p.Name, p.PID())
 	}
 }

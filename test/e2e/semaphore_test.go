@@ -16,6 +16,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	scalemeasure "github.com/lockedjob/lockedjob/test/scale/measure"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 // Scenario 10: a semaphore. A Lock declares two permits; six LockedJobs share the lock. Judged from
@@ -35,7 +36,7 @@ var _ = Describe("A semaphore of two permits", Ordered, func() {
 			Spec: batchv1alpha1.LockViewSpec{Permits: 2}}
 		Expect(suite.k8s.Create(ctx, pool)).To(Succeed())
 		for _, n := range names {
-			s.create(s.newLockedJob(n, ljSpec{lock: "pool", run: 2 * time.Second}))
+			s.create(s.newLockedJob(n, testkit.LockedJobOptions{Lock: "pool", Run: 2 * time.Second}))
 		}
 		slots := map[string]int{} // Job name -> slot
 		for _, n := range names {
@@ -55,7 +56,7 @@ var _ = Describe("A semaphore of two permits", Ordered, func() {
 		}
 		var edges []edge
 		for _, r := range runs {
-			pod := s.rec.PodsOf(r.Name)[0]
+			pod := s.rec.History().PodsOf(r.Name)[0]
 			Expect(r.Job.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationSlot, strconv.Itoa(slots[r.Name])))
 			edges = append(edges, edge{pod.Added, +1}, edge{pod.Succeeded, -1})
 		}
@@ -76,7 +77,7 @@ var _ = Describe("A semaphore of two permits", Ordered, func() {
 		By("running each slot one at a time, its fences rising in run order")
 		var gaps []time.Duration
 		for slot := range 2 {
-			var inSlot []jobRec
+			var inSlot []testkit.JobRecord
 			for _, r := range runs {
 				if slots[r.Name] == slot {
 					inSlot = append(inSlot, r)
@@ -86,7 +87,7 @@ var _ = Describe("A semaphore of two permits", Ordered, func() {
 			for i := 1; i < len(inSlot); i++ {
 				prev, run := inSlot[i-1], inSlot[i]
 				Expect(run.Fence).To(BeNumerically(">", prev.Fence), "slot %d: fence of %s vs %s", slot, run.Name, prev.Name)
-				prevPod, pod := s.rec.PodsOf(prev.Name)[0], s.rec.PodsOf(run.Name)[0]
+				prevPod, pod := s.rec.History().PodsOf(prev.Name)[0], s.rec.History().PodsOf(run.Name)[0]
 				Expect(pod.Added).To(BeTemporally(">=", prevPod.Succeeded), "slot %d: pod %s started beside %s", slot, pod.Name, prevPod.Name)
 				gaps = append(gaps, run.Added.Sub(prev.Complete))
 			}

@@ -22,6 +22,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
+	"github.com/lockedjob/lockedjob/test/testkit"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
@@ -60,7 +61,7 @@ type cluster struct {
 	apiProxy           *faultproxy.Proxy
 	k8s                client.Client
 	cs                 kubernetes.Interface
-	rec                *recorder
+	rec                *testkit.Recorder
 }
 
 // startCluster runs `hack/cluster.sh up` for a cluster named name under work.

@@ -16,6 +16,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 // scenarios are run in this order. Those that need operator a on a fast
@@ -48,12 +49,12 @@ func scenarios() []scenario {
 // run one after the other with increasing fences.
 func baseline(r *run) (time.Time, error) {
 	for _, n := range []string{"a1", "a2"} {
-		if err := r.create(env.clusters["a"], n, ljOpts{run: 2 * time.Second}); err != nil {
+		if err := r.create(env.clusters["a"], n, testkit.LockedJobOptions{Run: 2 * time.Second}); err != nil {
 			return time.Time{}, err
 		}
 	}
 	for _, n := range []string{"b1", "b2"} {
-		if err := r.create(env.clusters["b"], n, ljOpts{run: 2 * time.Second}); err != nil {
+		if err := r.create(env.clusters["b"], n, testkit.LockedJobOptions{Run: 2 * time.Second}); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -66,7 +67,7 @@ func baseline(r *run) (time.Time, error) {
 // lease ends in Redis, i.e. before b1 can run.
 func proxyFault(cluster string, inject func()) func(r *run) (time.Time, error) {
 	return func(r *run) (time.Time, error) {
-		if err := r.holderAndWaiter(8*time.Second, ljOpts{}); err != nil {
+		if err := r.holderAndWaiter(8*time.Second, testkit.LockedJobOptions{}); err != nil {
 			return time.Time{}, err
 		}
 		inject()
@@ -83,7 +84,7 @@ func latency(r *run) (time.Time, error) {
 	for _, p := range env.proxies {
 		p.Delay(150 * time.Millisecond)
 	}
-	if err := r.holderAndWaiter(5*time.Second, ljOpts{}); err != nil {
+	if err := r.holderAndWaiter(5*time.Second, testkit.LockedJobOptions{}); err != nil {
 		return time.Time{}, err
 	}
 	hold(6 * time.Second)
@@ -97,7 +98,7 @@ func latency(r *run) (time.Time, error) {
 // the lease has ended and b1 may acquire at once, so operator a must have
 // stopped a1's pod before the lease ended.
 func redisPause(r *run) (time.Time, error) {
-	if err := r.holderAndWaiter(8*time.Second, ljOpts{}); err != nil {
+	if err := r.holderAndWaiter(8*time.Second, testkit.LockedJobOptions{}); err != nil {
 		return time.Time{}, err
 	}
 	env.redis.Pause(r.t)
@@ -110,7 +111,7 @@ func redisPause(r *run) (time.Time, error) {
 // lock and the fence counter are gone, b1 acquires at once. Overlap is allowed
 // (Redis lost data); fences must still rise.
 func redisRestart(r *run) (time.Time, error) {
-	if err := r.holderAndWaiter(6*time.Second, ljOpts{}); err != nil {
+	if err := r.holderAndWaiter(6*time.Second, testkit.LockedJobOptions{}); err != nil {
 		return time.Time{}, err
 	}
 	env.redis.Restart(r.t)
@@ -121,7 +122,7 @@ func redisRestart(r *run) (time.Time, error) {
 // job): the workload must not run a second time under the same fence.
 func jobDeleted(r *run) (time.Time, error) {
 	a := env.clusters["a"]
-	if err := r.holderAndWaiter(5*time.Second, ljOpts{}); err != nil {
+	if err := r.holderAndWaiter(5*time.Second, testkit.LockedJobOptions{}); err != nil {
 		return time.Time{}, err
 	}
 	lj := &batchv1alpha1.LockedJob{}
@@ -140,7 +141,7 @@ func jobDeleted(r *run) (time.Time, error) {
 // nothing may overlap; a1's pod keeps running meanwhile, as a kubelet's would.
 func apiserverDown(r *run) (time.Time, error) {
 	a := env.clusters["a"]
-	if err := r.holderAndWaiter(5*time.Second, ljOpts{}); err != nil {
+	if err := r.holderAndWaiter(5*time.Second, testkit.LockedJobOptions{}); err != nil {
 		return time.Time{}, err
 	}
 	if err := a.killAPIServer(); err != nil {
@@ -161,7 +162,7 @@ func apiserverDown(r *run) (time.Time, error) {
 // pod complete meanwhile; after SIGCONT, a1 must not report Succeeded: b1
 // took the lock during its run.
 func operatorPause(r *run) (time.Time, error) {
-	if err := r.holderAndWaiter(5*time.Second, ljOpts{}); err != nil {
+	if err := r.holderAndWaiter(5*time.Second, testkit.LockedJobOptions{}); err != nil {
 		return time.Time{}, err
 	}
 	o := env.operators["a"]
@@ -178,7 +179,7 @@ func operatorPause(r *run) (time.Time, error) {
 // operatorKill SIGKILLs operator a while a1 holds and starts it again at once
 // (its successor leads once the 4 s leader lease ran out).
 func operatorKill(r *run) (time.Time, error) {
-	if err := r.holderAndWaiter(6*time.Second, ljOpts{}); err != nil {
+	if err := r.holderAndWaiter(6*time.Second, testkit.LockedJobOptions{}); err != nil {
 		return time.Time{}, err
 	}
 	return killAndRestart("a")
@@ -202,7 +203,7 @@ func killAndRestart(name string) (time.Time, error) {
 // not a crash: the lock must survive it, so overlaps fail here.
 func restartDuringDeletion(r *run) (time.Time, error) {
 	a := env.clusters["a"]
-	if err := r.holderAndWaiter(20*time.Second, ljOpts{deleting: 8 * time.Second}); err != nil {
+	if err := r.holderAndWaiter(20*time.Second, testkit.LockedJobOptions{Deleting: 8 * time.Second}); err != nil {
 		return time.Time{}, err
 	}
 	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "a1"}}
@@ -211,7 +212,7 @@ func restartDuringDeletion(r *run) (time.Time, error) {
 	}
 	// Restart once the operator has started the deletion (the pod terminates).
 	if err := poll(30*time.Second, func() (bool, string) {
-		return a.rec.terminatingPods(r.ns) > 0, "no terminating pod of a1"
+		return a.terminatingPods(r.ns) > 0, "no terminating pod of a1"
 	}); err != nil {
 		return time.Time{}, err
 	}
@@ -251,7 +252,7 @@ func sentinelFailover(r *run) (time.Time, error) {
 			return time.Time{}, err
 		}
 	}
-	if err := r.holderAndWaiter(6*time.Second, ljOpts{}); err != nil {
+	if err := r.holderAndWaiter(6*time.Second, testkit.LockedJobOptions{}); err != nil {
 		return time.Time{}, err
 	}
 	master.Kill(r.t)
@@ -282,7 +283,7 @@ func apiserverSlow(jobEnds bool) func(r *run) (time.Time, error) {
 		if jobEnds {
 			a1Run = 9 * time.Second
 		}
-		if err := r.holderAndWaiter(a1Run, ljOpts{}); err != nil {
+		if err := r.holderAndWaiter(a1Run, testkit.LockedJobOptions{}); err != nil {
 			return time.Time{}, err
 		}
 		o, a := env.operators["a"], env.clusters["a"]
@@ -296,11 +297,11 @@ func apiserverSlow(jobEnds bool) func(r *run) (time.Time, error) {
 		}
 		logf("%s: operator a lost its leadership %s after the API server became slow", r.sc.name, since(r.faultAt))
 		if jobEnds {
-			if a.rec.runningPods(r.ns, "a1") == 0 {
+			if a.runningPods(r.ns, "a1") == 0 {
 				return time.Time{}, errors.New("a1's pod ended before operator a lost its leadership: make it run longer")
 			}
 			if err := poll(30*time.Second, func() (bool, string) {
-				return a.rec.runningPods(r.ns, "a1") == 0, "a1's pod still runs"
+				return a.runningPods(r.ns, "a1") == 0, "a1's pod still runs"
 			}); err != nil {
 				return time.Time{}, err
 			}

@@ -3,21 +3,21 @@
 package fault
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 const (
@@ -66,7 +66,7 @@ type run struct {
 
 	leases leaseWatchers
 	// marks are where each operator's logs stood when the scenario started.
-	marks map[string]logMark
+	marks map[string]testkit.LogMark
 	// faultAt is when a scenario that records it injected its fault.
 	faultAt time.Time
 
@@ -94,7 +94,7 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 		ctx := t.Context()
 		r := &run{t: t, sc: sc, ns: namespacePrefix + sc.name, lock: "lock-" + sc.name, ctx: ctx, start: time.Now(),
 			terminal: map[string]lockedJobEntry{}}
-		marks := map[string]logMark{}
+		marks := map[string]testkit.LogMark{}
 		for name, o := range env.operators {
 			marks[name] = o.mark()
 		}
@@ -165,66 +165,21 @@ func passAll() {
 
 // ---------------------------------------------------------------- LockedJobs
 
-// ljOpts shape one LockedJob.
-type ljOpts struct {
-	run      time.Duration // the pod's run before it succeeds
-	ttl      time.Duration // default: ttl
-	deleting time.Duration // how long a deleted pod keeps terminating (default 100 ms)
-}
-
-// create creates a LockedJob on the scenario's lock in cluster c. kwok's
-// stage annotations set the pod's timing exactly (delay == jitter-delay
-// turns the jitter off).
-func (r *run) create(c *cluster, name string, o ljOpts) error {
-	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
-	annotations := map[string]string{}
-	deleting := max(o.deleting, 100*time.Millisecond)
-	for stage, d := range map[string]time.Duration{
-		"pod-create": 100 * time.Millisecond, "pod-ready": 100 * time.Millisecond,
-		"pod-complete": o.run, "pod-delete": deleting,
-	} {
-		annotations[stage+".stage.kwok.x-k8s.io/delay"] = ms(d)
-		annotations[stage+".stage.kwok.x-k8s.io/jitter-delay"] = ms(d)
-	}
-	zero := int32(0)
-	// kwok removes a terminating pod no later than its grace period ends.
-	grace := int64(deleting/time.Second) + 1
-	lj := &batchv1alpha1.LockedJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.ns},
-		Spec: batchv1alpha1.LockedJobSpec{
-			Lock: batchv1alpha1.LockSpec{Name: r.lock, Scope: batchv1alpha1.LockScopeCluster,
-				TTL: &metav1.Duration{Duration: cmpOr(o.ttl, ttl)}},
-			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{
-				BackoffLimit: &zero,
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "fault"}, Annotations: annotations},
-					Spec: corev1.PodSpec{
-						RestartPolicy:                 corev1.RestartPolicyNever,
-						TerminationGracePeriodSeconds: &grace,
-						Containers: []corev1.Container{{Name: "work", Image: "busybox:1.36",
-							Command: []string{"sh", "-c", fmt.Sprintf("sleep %.1f", o.run.Seconds())}}},
-					},
-				},
-			}},
-		},
-	}
-	if err := c.k8s.Create(r.ctx, lj); err != nil {
+// create creates a LockedJob in cluster c on the scenario's lock, of scope Cluster so both
+// clusters' LockedJobs contend for it; o.TTL defaults to ttl, and o.Lock and o.Scope are the
+// scenario's.
+func (r *run) create(c *cluster, name string, o testkit.LockedJobOptions) error {
+	o.Lock, o.Scope, o.TTL, o.App = r.lock, batchv1alpha1.LockScopeCluster, cmp.Or(o.TTL, ttl), "fault"
+	if err := c.k8s.Create(r.ctx, testkit.NewLockedJob(r.ns, name, o)); err != nil {
 		return fmt.Errorf("create LockedJob %s in %s: %w", name, c.name, err)
 	}
 	return nil
 }
 
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
-
 // waitRunning waits until a pod of the LockedJob runs.
 func (r *run) waitRunning(c *cluster, name string) error {
 	return poll(60*time.Second, func() (bool, string) {
-		return c.rec.runningPods(r.ns, name) > 0, fmt.Sprintf("no Running pod of %s/%s", c.name, name)
+		return c.runningPods(r.ns, name) > 0, fmt.Sprintf("no Running pod of %s/%s", c.name, name)
 	})
 }
 
@@ -241,16 +196,16 @@ func (r *run) waitPhase(c *cluster, name string, phase batchv1alpha1.LockedJobPh
 
 // holderAndWaiter is the set-up of most fault scenarios: a1 in cluster a holds
 // the lock and its pod runs for holderRun; b1 in cluster b waits for it.
-func (r *run) holderAndWaiter(holderRun time.Duration, o ljOpts) error {
+func (r *run) holderAndWaiter(holderRun time.Duration, o testkit.LockedJobOptions) error {
 	a, b := env.clusters["a"], env.clusters["b"]
-	o.run = holderRun
+	o.Run = holderRun
 	if err := r.create(a, "a1", o); err != nil {
 		return err
 	}
 	if err := r.waitRunning(a, "a1"); err != nil {
 		return err
 	}
-	if err := r.create(b, "b1", ljOpts{run: 2 * time.Second, ttl: o.ttl}); err != nil {
+	if err := r.create(b, "b1", testkit.LockedJobOptions{Run: 2 * time.Second, TTL: o.TTL}); err != nil {
 		return err
 	}
 	return r.waitPhase(b, "b1", batchv1alpha1.PhaseWaiting)
@@ -327,7 +282,7 @@ func (r *run) allTerminal() (bool, string) {
 
 func (r *run) settled() bool {
 	for _, c := range env.clusters {
-		if !c.rec.podsSettled(r.ns) {
+		if !c.podsSettled(r.ns) {
 			return false
 		}
 	}
@@ -339,7 +294,7 @@ func (r *run) history(healedAt time.Time) history {
 	now := time.Now()
 	h := history{Permits: max(r.sc.permits, 1), HealedAt: healedAt, TerminalBound: terminalBound, Leases: r.leases.all()}
 	for _, c := range env.clusters {
-		jobs, pods := c.rec.history(r.ns, now)
+		jobs, pods := c.history(r.ns, now)
 		h.Jobs = append(h.Jobs, jobs...)
 		h.Pods = append(h.Pods, pods...)
 	}

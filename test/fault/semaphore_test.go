@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 // semaphorePermits is how many holders the semaphore scenarios' locks admit.
@@ -95,7 +96,7 @@ func (r *run) lockIsPlain() error {
 func semaphoreBaseline(r *run) (time.Time, error) {
 	for _, c := range []*cluster{env.clusters["a"], env.clusters["b"]} {
 		for i := 1; i <= 3; i++ {
-			if err := r.create(c, fmt.Sprintf("%s%d", c.name, i), ljOpts{run: 2 * time.Second}); err != nil {
+			if err := r.create(c, fmt.Sprintf("%s%d", c.name, i), testkit.LockedJobOptions{Run: 2 * time.Second}); err != nil {
 				return time.Time{}, err
 			}
 		}
@@ -143,7 +144,7 @@ const readoptTTL = 10 * time.Second
 // fence must protect.
 func semaphoreOperatorKill(r *run) (time.Time, error) {
 	a, b := env.clusters["a"], env.clusters["b"]
-	for name, o := range map[string]ljOpts{"a1": {run: 6 * time.Second}, "a2": {run: 6 * time.Second, ttl: readoptTTL}} {
+	for name, o := range map[string]testkit.LockedJobOptions{"a1": {Run: 6 * time.Second}, "a2": {Run: 6 * time.Second, TTL: readoptTTL}} {
 		if err := r.create(a, name, o); err != nil {
 			return time.Time{}, err
 		}
@@ -154,7 +155,7 @@ func semaphoreOperatorKill(r *run) (time.Time, error) {
 		}
 	}
 	for _, name := range []string{"b1", "b2"} {
-		if err := r.create(b, name, ljOpts{run: 2 * time.Second}); err != nil {
+		if err := r.create(b, name, testkit.LockedJobOptions{Run: 2 * time.Second}); err != nil {
 			return time.Time{}, err
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
+	"github.com/lockedjob/lockedjob/test/testkit"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
@@ -176,8 +177,8 @@ func setUp(t *testing.T) {
 		if err := c.k8s.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
-		if c.rec, err = newRecorder(ctx, c); err != nil {
-			t.Fatal(err)
+		if c.rec, err = testkit.NewRecorder(ctx, c.cs, testkit.RecorderOptions{NamespacePrefix: namespacePrefix}); err != nil {
+			t.Fatalf("cluster %s: %v", c.name, err)
 		}
 	}
 
