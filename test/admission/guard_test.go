@@ -226,3 +226,23 @@ func TestGuardRulesAreTheLockRules(t *testing.T) {
 	g.Expect(all).To(ContainSubstring("'" + batchv1alpha1.LockNamePattern + "'"))
 	g.Expect(all).To(ContainSubstring("'" + batchv1alpha1.DurationPattern + "'"))
 }
+
+// TestSuspendedGuardedJobTakesTheLockAnnotations: what the operator will do once it holds the
+// lock is allowed on a guarded Job that never ran: write the pod template's annotations the env
+// reads, then unsuspend it; the guard lets both updates in.
+func TestSuspendedGuardedJobTakesTheLockAnnotations(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	j := guardedJob()
+	g.Expect(k8s.Create(ctx, j)).To(Succeed())
+	j.Spec.Template.Annotations = map[string]string{
+		batchv1alpha1.AnnotationFencingToken: "1780000000000001",
+		batchv1alpha1.AnnotationLock:         "db-migrate",
+		batchv1alpha1.AnnotationHolder:       "default/" + j.Name,
+		batchv1alpha1.AnnotationSlot:         "0",
+	}
+	g.Expect(k8s.Update(ctx, j)).To(Succeed())
+	j.Spec.Suspend = ptr.To(false)
+	g.Expect(k8s.Update(ctx, j)).To(Succeed())
+	g.Expect(j.Spec.Template.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationFencingToken, "1780000000000001"))
+}
