@@ -154,8 +154,8 @@ func (c *localCluster) waitGone(_ context.Context, t *testing.T, objs []*unstruc
 	for ctx.Err() == nil {
 		left = left[:0]
 		for _, o := range objs {
-			if c.get(read, t, o) != nil {
-				left = append(left, key(o))
+			if live := c.get(read, t, o); live != nil {
+				left = append(left, key(o)+leftBecause(live))
 			}
 		}
 		if len(left) == 0 {
@@ -168,6 +168,29 @@ func (c *localCluster) waitGone(_ context.Context, t *testing.T, objs []*unstruc
 		t.Fatalf("still in the cluster after 3m: %v; namespace %s: %s %+v", left, operatorNS, ns.Status.Phase, ns.Status.Conditions)
 	}
 	t.Fatalf("still in the cluster after 3m: %v", left)
+}
+
+// leftBecause says why an object is still there: its finalizers and the conditions its status
+// gives (a CRD's Terminating condition says whether the API server is deleting its instances, or
+// why it cannot).
+func leftBecause(live *unstructured.Unstructured) string {
+	var why []string
+	if f := live.GetFinalizers(); len(f) > 0 {
+		why = append(why, fmt.Sprintf("finalizers %v", f))
+	}
+	conds, _, _ := unstructured.NestedSlice(live.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok {
+			why = append(why, fmt.Sprintf("%v=%v (%v: %v)", m["type"], m["status"], m["reason"], m["message"]))
+		}
+	}
+	if live.GetDeletionTimestamp() == nil {
+		why = append(why, "not being deleted")
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(why, "; ") + "]"
 }
 
 // waitAvailable polls until the manager Deployment is Available and returns its pod's node.
