@@ -122,7 +122,7 @@ func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *l
 	locksAcquiredTotal.Inc()
 	lockWaitSeconds.Observe(waited.Seconds())
 	r.recordGrant(p, lock)
-	if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
+	if err := r.Locks.Track(workloadOf(lj), lock, renewIntervalOf(lj)); err != nil {
 		return fmt.Errorf("renew %s: %w", p.claim.Key, err)
 	}
 	p.obs.holding = lock

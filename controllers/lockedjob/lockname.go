@@ -30,6 +30,18 @@ func (r *LockedJobReconciler) claimOf(lj *batchv1alpha1.LockedJob) lockbook.Clai
 	return lockbook.Claim{Key: r.lockName(lj), Token: id.Token(c), Holder: id.Holder(c)}
 }
 
+// workloadOf is what the lock book knows of lj: enough to stop its Job and wake this reconciler.
+func workloadOf(lj *batchv1alpha1.LockedJob) lockbook.Workload {
+	return lockbook.WorkloadOf(locks.ClaimantOf(lj), lj.Status.JobName)
+}
+
+// lockedJobOf names the book's workload as the LockedJob it is, for Events and the Job's lookup.
+func lockedJobOf(w lockbook.Workload) *batchv1alpha1.LockedJob {
+	lj := &batchv1alpha1.LockedJob{}
+	lj.Namespace, lj.Name, lj.UID = w.Object.Namespace, w.Object.Name, w.UID
+	return lj
+}
+
 // lockClaim is the pass's claim for a Redis call, with what the pass has learnt since it started:
 // the permits it read, and the slot status records.
 func (p *pass) lockClaim() lockbook.Claim {

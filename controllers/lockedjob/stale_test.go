@@ -99,7 +99,7 @@ func TestLostLockStopsAJobTheCacheDoesNotHaveYet(t *testing.T) {
 	})
 	running := u.runToRunning()
 	hideJobs = true // the cache lags behind the API server
-	u.r.Locks.MarkLost(running, fmt.Errorf("injected: %w", redislock.ErrLockLost))
+	u.r.Locks.MarkLost(workloadOf(running), fmt.Errorf("injected: %w", redislock.ErrLockLost))
 	u.reconcile()
 
 	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseLockLost {
@@ -130,7 +130,7 @@ func TestStalePassAfterLockLostDoesNotReadopt(t *testing.T) {
 	})
 	running := u.runToRunning()
 	// The keeper gave the lock up (e.g. validity ran out during a stall) while the key lives on.
-	u.r.Locks.MarkLost(running, fmt.Errorf("injected: %w", redislock.ErrLockLost))
+	u.r.Locks.MarkLost(workloadOf(running), fmt.Errorf("injected: %w", redislock.ErrLockLost))
 	u.reconcile()
 	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseLockLost {
 		t.Fatalf("phase %s, want LockLost", got.Status.Phase)
@@ -337,7 +337,7 @@ func TestLockLostWithARunningJobKeepsItsFinalizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := u.runToRunning()
-	u.r.Locks.MarkLost(running, fmt.Errorf("injected: %w", redislock.ErrLockLost))
+	u.r.Locks.MarkLost(workloadOf(running), fmt.Errorf("injected: %w", redislock.ErrLockLost))
 	u.reconcile() // LockLost, the Job runs on
 	u.reconcile() // forget
 	got := u.get()
