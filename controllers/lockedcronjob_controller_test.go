@@ -26,6 +26,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/lockedcronjob"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -113,10 +114,10 @@ func holdFromOutside(cj *batchv1alpha1.LockedCronJob, opts ...redislock.AcquireO
 	GinkgoHelper()
 	rc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr()})
 	DeferCleanup(rc.Close)
-	locks, err := redislock.New(rc, redislock.WithKeyPrefix("lockedjob:"))
+	lockClient, err := redislock.New(rc, redislock.WithKeyPrefix("lockedjob:"))
 	Expect(err).NotTo(HaveOccurred())
-	key := testIdentity.LockKey(&batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: cj.Namespace}, Spec: cj.Spec.LockedJobTemplate.Spec})
-	held, err := locks.Acquire(ctx, key, time.Minute, opts...)
+	key := testIdentity.LockKey(locks.ClaimantOf(&batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: cj.Namespace}, Spec: cj.Spec.LockedJobTemplate.Spec}))
+	held, err := lockClient.Acquire(ctx, key, time.Minute, opts...)
 	Expect(err).NotTo(HaveOccurred())
 	return held
 }

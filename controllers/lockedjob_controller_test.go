@@ -24,6 +24,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -178,7 +179,7 @@ var _ = Describe("LockedJob controller", func() {
 		value, err := rdb.Get(ctx, got.Status.LockKey).Result()
 		Expect(err).NotTo(HaveOccurred())
 		token := redislock.HolderToken(value)
-		Expect(token).To(Equal(testIdentity.Token(got)))
+		Expect(token).To(Equal(testIdentity.Token(locks.ClaimantOf(got))))
 		raw, err := json.Marshal(got)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(raw)).NotTo(ContainSubstring(token))
@@ -387,7 +388,7 @@ var _ = Describe("LockedJob controller", func() {
 		}).Should(BeTrue(), "the Job object goes first")
 		Consistently(func(g Gomega) {
 			g.Expect(fetch(holder).DeletionTimestamp).NotTo(BeNil())
-			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(running)))
+			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(locks.ClaimantOf(running))))
 			g.Expect(fetch(next).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
 		}).WithTimeout(2 * time.Second).Should(Succeed())
 
@@ -493,7 +494,7 @@ var _ = Describe("LockedJob controller", func() {
 
 		// Past two leases: only a renewing, re-adopted holder still has the key.
 		Consistently(func(g Gomega) {
-			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(running)))
+			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(locks.ClaimantOf(running))))
 			g.Expect(jobsIn(ns)).To(HaveLen(1))
 			g.Expect(fetch(waiter).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
 		}).WithTimeout(7 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())

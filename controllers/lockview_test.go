@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 var _ = Describe("Lock view", func() {
@@ -35,14 +36,14 @@ var _ = Describe("Lock view", func() {
 			g.Expect(st.InUse).To(Equal(int32(1)))
 			g.Expect(st.Permits).To(Equal(int32(1)))
 			g.Expect(st.Waiting).To(Equal(ptrTo(int32(1))))
-			g.Expect(st.Head).To(Equal(testIdentity.Holder(waiter)))
+			g.Expect(st.Head).To(Equal(testIdentity.Holder(locks.ClaimantOf(waiter))))
 			g.Expect(st.LockKey).To(Equal(holder.Status.LockKey))
 			g.Expect(st.ObservedGeneration).To(Equal(seen.Generation))
 			g.Expect(meta.IsStatusConditionTrue(st.Conditions, batchv1alpha1.ConditionRedisAvailable)).To(BeTrue())
 		}).Should(Succeed())
 		raw, err := json.Marshal(seen)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(string(raw)).NotTo(ContainSubstring(testIdentity.Token(holder)))
+		Expect(string(raw)).NotTo(ContainSubstring(testIdentity.Token(locks.ClaimantOf(holder))))
 
 		By("writing nothing while the lock merely renews")
 		rv := seen.ResourceVersion

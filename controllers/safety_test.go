@@ -15,6 +15,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/controllers/internal/unit"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -89,7 +90,7 @@ var _ = Describe("LockedJob safety", func() {
 
 		// Past two leases: only a re-adopted, renewed lock still names the deleted holder.
 		Consistently(func(g Gomega) {
-			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(running)))
+			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(locks.ClaimantOf(running))))
 			g.Expect(fetch(next).Status.Phase).To(Equal(batchv1alpha1.PhaseWaiting))
 		}).WithTimeout(7 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 
@@ -112,7 +113,7 @@ var _ = Describe("LockedJob safety", func() {
 		op.stop()
 		op = startOperator() // trusts only "trusted" again
 		Consistently(func(g Gomega) {
-			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(running)))
+			g.Expect(redislock.HolderToken(rdb.Get(ctx, running.Status.LockKey).Val())).To(Equal(testIdentity.Token(locks.ClaimantOf(running))))
 			g.Expect(fetch(lj).Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
 		}).WithTimeout(7 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
@@ -117,7 +118,7 @@ var _ = Describe("Semaphores", func() {
 		a := waitPhase(create(newLockedJob(ns, "a", "keys")), batchv1alpha1.PhaseRunning)
 		b := waitPhase(create(newLockedJob(ns, "b", "keys")), batchv1alpha1.PhaseRunning)
 		Expect([]int32{slotOf(a), slotOf(b)}).To(ConsistOf(int32(0), int32(1)))
-		key := testIdentity.LockKey(a)
+		key := testIdentity.LockKey(locks.ClaimantOf(a))
 		for _, holder := range []*batchv1alpha1.LockedJob{a, b} {
 			Expect(holder.Status.LockKey).To(Equal(op.book.RedisKey(key)), "slot %d", *holder.Status.Slot)
 			name, ok := op.book.LibraryKey(holder.Status.LockKey)

@@ -19,6 +19,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Acting on a LockedCronJob's plan, and recording its status.
@@ -67,7 +68,7 @@ func (r *LockedCronJobReconciler) lockHeld(ctx context.Context, cj *batchv1alpha
 	}
 	rctx, cancel := context.WithTimeout(ctx, r.RedisTimeout)
 	defer cancel()
-	slots, err := r.Locks.Slots(rctx, r.Identity.LockKey(lj))
+	slots, err := r.Locks.Slots(rctx, r.Identity.LockKey(locks.ClaimantOf(lj)))
 	if err != nil {
 		return false, "", fmt.Errorf("inspect lock %s: %w", cj.Spec.LockedJobTemplate.Spec.Lock.Name, err)
 	}

@@ -175,7 +175,7 @@ func TestCronSkipNeverReadsALockItsNamespaceMayNotUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	const holder = "c/trusted/holder/uid-hold"
-	if _, err := lockClient.Acquire(ctx, u.r.Identity.LockKey(runLock(u.cj)), time.Minute, redislock.WithMetadata(holder)); err != nil {
+	if _, err := lockClient.Acquire(ctx, u.r.Identity.LockKey(locks.ClaimantOf(runLock(u.cj))), time.Minute, redislock.WithMetadata(holder)); err != nil {
 		t.Fatal(err)
 	}
 

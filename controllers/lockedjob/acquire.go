@@ -14,6 +14,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Acquiring (stepAcquire): validate the Job once, then ask for the lock as a queued waiter, or give
@@ -66,7 +67,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 	}
 
 	rctx, cancel := r.redisCtx(ctx)
-	lock, err := r.Locks.Acquire(rctx, p.lockClaim(), ttlOf(lj), r.Config.Identity.QueueScore(lj), r.Config.waiterLiveness())
+	lock, err := r.Locks.Acquire(rctx, p.lockClaim(), ttlOf(lj), r.Config.Identity.QueueScore(locks.ClaimantOf(lj)), r.Config.waiterLiveness())
 	cancel()
 	if errors.Is(err, lockbook.ErrNotAcquired) {
 		return r.wait(p, err, waited), false, nil
@@ -121,7 +122,7 @@ func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *l
 	locksAcquiredTotal.Inc()
 	lockWaitSeconds.Observe(waited.Seconds())
 	r.recordGrant(p, lock)
-	if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
+	if err := r.Locks.Track(workloadOf(lj), lock, renewIntervalOf(lj)); err != nil {
 		return fmt.Errorf("renew %s: %w", p.claim.Key, err)
 	}
 	p.obs.holding = lock
@@ -136,7 +137,7 @@ func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *l
 // legacy key held with this LockedJob's own token was handed to it as a queued waiter: it is given
 // back instead of waited for. Costs one Redis call while Config.LegacyLockKeys is on.
 func (r *LockedJobReconciler) legacyHolder(ctx context.Context, p *pass) (holder string, busy bool, err error) {
-	legacy, ok := r.Config.Identity.LegacyLockKey(p.lj)
+	legacy, ok := r.Config.Identity.LegacyLockKey(locks.ClaimantOf(p.lj))
 	if !r.Config.LegacyLockKeys || !ok || legacy == p.claim.Key {
 		return "", false, nil
 	}

@@ -157,8 +157,8 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 	failStatus.Store(true)
 	_, _ = r.Reconcile(ctx, req) // acquires the lock; recording it fails
 	book.Stop()                  // the crash
-	key := lockClient.RedisKey(id.LockKey(lj))
-	if got := redislock.HolderToken(rdb.Get(ctx, key).Val()); got != id.Token(lj) {
+	key := lockClient.RedisKey(id.LockKey(locks.ClaimantOf(lj)))
+	if got := redislock.HolderToken(rdb.Get(ctx, key).Val()); got != id.Token(locks.ClaimantOf(lj)) {
 		t.Fatalf("setup: the lock should be held with the LockedJob's token, Redis has %q", got)
 	}
 

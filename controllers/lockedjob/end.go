@@ -29,7 +29,7 @@ func (r *LockedJobReconciler) finish(ctx context.Context, p *pass) (next bool, e
 		err := r.release(ctx, p)
 		if errors.Is(err, lockbook.ErrNotHeld) {
 			cause := fmt.Errorf("the lock was not ours when the Job ended; another holder may have run during the Job: %w", lockbook.ErrLockLost)
-			r.Locks.MarkLost(lj, cause)
+			r.Locks.MarkLost(workloadOf(lj), cause)
 			p.obs.lost = cause
 			return true, nil
 		}
@@ -94,12 +94,12 @@ func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	}
 	if err != nil {
 		if lock != nil {
-			_ = r.Locks.Track(lj, lock, renewIntervalOf(lj)) // keep renewing until we can release
+			_ = r.Locks.Track(workloadOf(lj), lock, renewIntervalOf(lj)) // keep renewing until we can release
 		}
 		return r.redisDown(p, fmt.Errorf("release %s: %w", p.claim.Key, err))
 	}
 	r.redisUp(p)
-	r.Locks.MarkReleased(lj)
+	r.Locks.MarkReleased(workloadOf(lj))
 	p.obs.released, p.obs.holding = true, nil
 	ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
 	tell(lj, released("Lock released"))
@@ -177,8 +177,7 @@ func (r *LockedJobReconciler) stopJob(ctx context.Context, job *batchv1.Job, pol
 // stopWorkload is the lock book's way to stop the Job of a lost lock at once, without waiting for a
 // reconcile worker. The reconciler that runs afterwards finds the Job stopped and records LockLost.
 func (r *LockedJobReconciler) stopWorkload(ctx context.Context, w lockbook.Workload, cause error) {
-	lj := &batchv1alpha1.LockedJob{}
-	lj.Namespace, lj.Name, lj.UID = w.LockedJob.Namespace, w.LockedJob.Name, w.UID
+	lj := lockedJobOf(w)
 	job, err := r.findJob(ctx, lj, w.Job)
 	if err == nil && job != nil && !jobFinished(job) {
 		err = r.stopJob(ctx, job, w.Policy)

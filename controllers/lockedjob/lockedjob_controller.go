@@ -157,7 +157,7 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err := r.Get(ctx, req.NamespacedName, lj); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Gone: whatever the book still knows of it (a pass that raced the last one) is moot.
-			r.Locks.ForgetObject(req.NamespacedName)
+			r.Locks.ForgetObject(locks.KindLockedJob, req.NamespacedName)
 			r.waiting.doneObject(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -210,15 +210,7 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
-	r.Locks.SetHandlers(func(lj *batchv1alpha1.LockedJob, err error) {
-		if errors.Is(err, lockbook.ErrLeaseTooShort) {
-			r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonTTLBelowRoundTrip, "Renew",
-				"spec.lock.ttl is too short for the round trip to Redis (%v): a renewal may not be answered before the lease is at risk; raise spec.lock.ttl", err)
-			return
-		}
-		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonRenewFailed, "Renew",
-			"Renewing the lock failed (%v); retrying until the lease runs out", err)
-	}, r.stopWorkload)
+	r.Locks.SetHandlers(locks.KindLockedJob, lockbook.Handlers{OnRenewFailed: r.tellRenewFailed, StopWorkload: r.stopWorkload})
 	// The book acts on losses only while this manager leads; before the election and after a lost
 	// one it only renews (a process that builds a new manager keeps its book).
 	if err := mgr.Add(r.Locks.Leadership()); err != nil {
@@ -241,7 +233,7 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&batchv1alpha1.LockedJob{}).
 		Watches(&batchv1.Job{}, jobEndedFirst(owner)).
-		WatchesRawSource(source.Channel(r.Locks.Events(), enqueueAt(priorityUrgent))).
+		WatchesRawSource(source.Channel(r.Locks.Events(locks.KindLockedJob), enqueueAt(priorityUrgent))).
 		WatchesRawSource(source.Channel(handed, enqueueAt(priorityUrgent))).
 		WatchesRawSource(source.Channel(moved, enqueueAt(0)))
 	// Without the Lock kinds every lock admits one holder; with them, a changed number of permits
@@ -255,6 +247,19 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Named("lockedjob").
 		Complete(r)
+}
+
+// tellRenewFailed is how the lock book tells the user, through an Event on the LockedJob, of a
+// renewal that failed or of a lease too short for the round trip to Redis.
+func (r *LockedJobReconciler) tellRenewFailed(w lockbook.Workload, err error) {
+	lj := lockedJobOf(w)
+	if errors.Is(err, lockbook.ErrLeaseTooShort) {
+		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonTTLBelowRoundTrip, "Renew",
+			"spec.lock.ttl is too short for the round trip to Redis (%v): a renewal may not be answered before the lease is at risk; raise spec.lock.ttl", err)
+		return
+	}
+	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonRenewFailed, "Renew",
+		"Renewing the lock failed (%v); retrying until the lease runs out", err)
 }
 
 // event emits an Event with its note cut (reconcile.CutMessage): the events API refuses a longer one.

@@ -3,6 +3,7 @@ package lockedjob
 import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Naming a LockedJob's lock for the lock library.
@@ -12,7 +13,7 @@ import (
 // and releases the lock it holds under the old one.
 func (r *LockedJobReconciler) lockName(lj *batchv1alpha1.LockedJob) string {
 	if lj.Status.FencingToken != nil && lj.Status.LockKey != "" {
-		want := r.Config.Identity.LockKey(lj)
+		want := r.Config.Identity.LockKey(locks.ClaimantOf(lj))
 		if lj.Status.LockKey == r.Locks.RedisKey(want) {
 			return want
 		}
@@ -20,13 +21,25 @@ func (r *LockedJobReconciler) lockName(lj *batchv1alpha1.LockedJob) string {
 			return name
 		}
 	}
-	return r.Config.Identity.LockKey(lj)
+	return r.Config.Identity.LockKey(locks.ClaimantOf(lj))
 }
 
 // claimOf names lj's lock for the lock book: its key, lj's token and holder name.
 func (r *LockedJobReconciler) claimOf(lj *batchv1alpha1.LockedJob) lockbook.Claim {
-	id := r.Config.Identity
-	return lockbook.Claim{Key: r.lockName(lj), Token: id.Token(lj), Holder: id.Holder(lj)}
+	id, c := r.Config.Identity, locks.ClaimantOf(lj)
+	return lockbook.Claim{Key: r.lockName(lj), Token: id.Token(c), Holder: id.Holder(c)}
+}
+
+// workloadOf is what the lock book knows of lj: enough to stop its Job and wake this reconciler.
+func workloadOf(lj *batchv1alpha1.LockedJob) lockbook.Workload {
+	return lockbook.WorkloadOf(locks.ClaimantOf(lj), lj.Status.JobName)
+}
+
+// lockedJobOf names the book's workload as the LockedJob it is, for Events and the Job's lookup.
+func lockedJobOf(w lockbook.Workload) *batchv1alpha1.LockedJob {
+	lj := &batchv1alpha1.LockedJob{}
+	lj.Namespace, lj.Name, lj.UID = w.Object.Namespace, w.Object.Name, w.UID
+	return lj
 }
 
 // lockClaim is the pass's claim for a Redis call, with what the pass has learnt since it started:

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Waking waiters when a lock's permits change. How many a lock admits is read by
@@ -52,7 +53,7 @@ func (r *LockedJobReconciler) wakeOnPermits(scope batchv1alpha1.LockScope) handl
 			if lj.Status.Phase != batchv1alpha1.PhaseWaiting {
 				continue
 			}
-			r.waiting.wake(r.Config.Identity.Holder(lj))
+			r.waiting.wake(r.Config.Identity.Holder(locks.ClaimantOf(lj)))
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lj)})
 		}
 		return reqs

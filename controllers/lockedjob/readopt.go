@@ -51,14 +51,14 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 		// held it in between, so the running Job was not protected. Keep the fresh lock until the
 		// Job is stopped and its pods are gone; it is released after that.
 		cause := fmt.Errorf("lease of fencing token %d expired while the operator was away: %w", derefInt64(lj.Status.FencingToken), lockbook.ErrLockLost)
-		if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
+		if err := r.Locks.Track(workloadOf(lj), lock, renewIntervalOf(lj)); err != nil {
 			return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
 		}
 		r.Locks.MarkAtRisk(lj.UID, cause)
 		p.obs.holding, p.obs.lost = lock, cause
 		return ctrl.Result{}, true, nil
 	}
-	if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
+	if err := r.Locks.Track(workloadOf(lj), lock, renewIntervalOf(lj)); err != nil {
 		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
 	}
 	p.obs.holding = lock
@@ -71,7 +71,7 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 // and in p.obs.lost.
 func (r *LockedJobReconciler) lostWhileAway(p *pass) {
 	cause := fmt.Errorf("lock held by another holder while the operator was away: %w", lockbook.ErrLockLost)
-	r.Locks.MarkLost(p.lj, cause)
+	r.Locks.MarkLost(workloadOf(p.lj), cause)
 	p.obs.lost = cause
 }
 
@@ -98,7 +98,7 @@ func (r *LockedJobReconciler) deleteReadopt(ctx context.Context, p *pass) (ctrl.
 			"Could not re-adopt lock %s while deleting: %v", lj.Spec.Lock.Name, err)
 		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("re-adopt %s: %w", p.claim.Key, err))
 	}
-	if err := r.Locks.Track(lj, lock, renewIntervalOf(lj)); err != nil {
+	if err := r.Locks.Track(workloadOf(lj), lock, renewIntervalOf(lj)); err != nil {
 		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
 	}
 	p.obs.holding = lock

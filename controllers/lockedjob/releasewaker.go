@@ -113,7 +113,7 @@ func (w *releaseWaker) tellPlaces(ctx context.Context, r lockbook.Released) {
 // wakeEach makes the next pass of each LockedJob ask Redis.
 func (w *releaseWaker) wakeEach(ljs []*batchv1alpha1.LockedJob) []*batchv1alpha1.LockedJob {
 	for _, lj := range ljs {
-		w.waiting.wake(w.identity.Holder(lj))
+		w.waiting.wake(w.identity.Holder(locks.ClaimantOf(lj)))
 	}
 	return ljs
 }
@@ -156,7 +156,7 @@ func wakeupIndexes(id locks.Identity) map[string]client.IndexerFunc {
 		},
 		// A waiter's queue member is its holder name, derived from the object, not read from status.
 		indexQueueMember: func(o client.Object) []string {
-			return []string{id.Holder(o.(*batchv1alpha1.LockedJob))}
+			return []string{id.Holder(locks.ClaimantOf(o.(*batchv1alpha1.LockedJob)))}
 		},
 	}
 }

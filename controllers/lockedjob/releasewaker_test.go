@@ -39,7 +39,7 @@ func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	w.wake(ctx, redislock.Released{Key: key, HandedTo: id.Holder(objs[0].(*batchv1alpha1.LockedJob))})
+	w.wake(ctx, redislock.Released{Key: key, HandedTo: id.Holder(locks.ClaimantOf(objs[0].(*batchv1alpha1.LockedJob)))})
 	if got := woken(); len(got) != 1 || got[0] != "head" {
 		t.Fatalf("a handoff to head woke %v, want [head]", got)
 	}
@@ -50,7 +50,7 @@ func TestReleaseWakesOnlyTheWaiterItHandedTheLockTo(t *testing.T) {
 	if err := api.Update(ctx, head); err != nil {
 		t.Fatal(err)
 	}
-	w.wake(ctx, redislock.Released{Key: key, HandedTo: id.Holder(head)})
+	w.wake(ctx, redislock.Released{Key: key, HandedTo: id.Holder(locks.ClaimantOf(head))})
 	if got := woken(); len(got) != 1 || got[0] != "head" {
 		t.Fatalf("a handoff to head not yet seen Waiting woke %v, want [head]", got)
 	}

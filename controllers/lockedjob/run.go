@@ -26,7 +26,7 @@ func (r *LockedJobReconciler) createJob(ctx context.Context, p *pass) (ctrl.Resu
 	if lj.Status.FencingToken == nil || *lj.Status.FencingToken != lock.Fence() || lj.Status.JobName == "" {
 		r.recordGrant(p, lock)
 	}
-	r.Locks.BindJob(lj)
+	r.Locks.BindJob(workloadOf(lj))
 	// Holder, fencing token and Job name reach the API server before the Job exists, under optimistic
 	// locking: an operator that crashes after this write re-adopts the lock and creates the very same
 	// Job name, never a second one, and a pass that read a stale object creates nothing.

@@ -34,7 +34,7 @@ func TestWaiterRefusedItsScopeNamesNoHolder(t *testing.T) {
 	r.Config.defaults()
 	u := &unitRig{t: t, api: api, r: r, lj: lj, req: ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}}
 	const other = "c/trusted/holder/uid-hold"
-	if _, err := lockClient.Acquire(ctx, r.Config.Identity.LockKey(lj), time.Minute, redislock.WithMetadata(other)); err != nil {
+	if _, err := lockClient.Acquire(ctx, r.Config.Identity.LockKey(locks.ClaimantOf(lj)), time.Minute, redislock.WithMetadata(other)); err != nil {
 		t.Fatal(err)
 	}
 	u.reconcile() // the finalizer, then the first attempt

@@ -99,7 +99,7 @@ func TestLostLockStopsAJobTheCacheDoesNotHaveYet(t *testing.T) {
 	})
 	running := u.runToRunning()
 	hideJobs = true // the cache lags behind the API server
-	u.r.Locks.MarkLost(running, fmt.Errorf("injected: %w", redislock.ErrLockLost))
+	u.r.Locks.MarkLost(workloadOf(running), fmt.Errorf("injected: %w", redislock.ErrLockLost))
 	u.reconcile()
 
 	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseLockLost {
@@ -130,7 +130,7 @@ func TestStalePassAfterLockLostDoesNotReadopt(t *testing.T) {
 	})
 	running := u.runToRunning()
 	// The keeper gave the lock up (e.g. validity ran out during a stall) while the key lives on.
-	u.r.Locks.MarkLost(running, fmt.Errorf("injected: %w", redislock.ErrLockLost))
+	u.r.Locks.MarkLost(workloadOf(running), fmt.Errorf("injected: %w", redislock.ErrLockLost))
 	u.reconcile()
 	if got := u.get(); got.Status.Phase != batchv1alpha1.PhaseLockLost {
 		t.Fatalf("phase %s, want LockLost", got.Status.Phase)
@@ -163,7 +163,7 @@ func TestLockNameFollowsTheRecordedKey(t *testing.T) {
 	r := &LockedJobReconciler{Locks: book, Config: Config{Identity: locks.Identity{ClusterID: "c"}}}
 	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"},
 		Spec: batchv1alpha1.LockedJobSpec{Lock: batchv1alpha1.LockSpec{Name: "db"}}}
-	derived := r.Config.Identity.LockKey(lj)
+	derived := r.Config.Identity.LockKey(locks.ClaimantOf(lj))
 	if got := r.lockName(lj); got != derived {
 		t.Fatalf("not yet acquired: %q, want the derived %q", got, derived)
 	}
@@ -187,7 +187,7 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 	u.r.Config.LegacyLockKeys = true
 	ctx := context.Background()
 	rdb := u.lib
-	legacy, _ := u.r.Config.Identity.LegacyLockKey(u.lj)
+	legacy, _ := u.r.Config.Identity.LegacyLockKey(locks.ClaimantOf(u.lj))
 	other, err := rdb.Acquire(ctx, legacy, time.Minute, redislock.WithMetadata("old-holder"))
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 	if got.Status.Phase != batchv1alpha1.PhaseWaiting || got.Status.BlockedBy != "old-holder" {
 		t.Fatalf("phase %s blocked by %q, want Waiting behind old-holder", got.Status.Phase, got.Status.BlockedBy)
 	}
-	if st, _ := rdb.Inspect(ctx, u.r.Config.Identity.LockKey(u.lj)); st.Held {
+	if st, _ := rdb.Inspect(ctx, u.r.Config.Identity.LockKey(locks.ClaimantOf(u.lj))); st.Held {
 		t.Fatal("the lock was acquired under the new key while the old one is held")
 	}
 
@@ -205,10 +205,10 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A release handed the old key to this LockedJob as a queued waiter: it must not wait for itself.
-	if _, err := rdb.Acquire(ctx, legacy, time.Minute, redislock.WithToken(u.r.Config.Identity.Token(u.lj))); err != nil {
+	if _, err := rdb.Acquire(ctx, legacy, time.Minute, redislock.WithToken(u.r.Config.Identity.Token(locks.ClaimantOf(u.lj)))); err != nil {
 		t.Fatal(err)
 	}
-	u.r.waiting.wake(u.r.Config.Identity.Holder(u.lj)) // as its re-check falls due
+	u.r.waiting.wake(u.r.Config.Identity.Holder(locks.ClaimantOf(u.lj))) // as its re-check falls due
 	u.runToRunning()
 	if st, _ := rdb.Inspect(ctx, legacy); st.Held {
 		t.Fatal("the old key handed to this LockedJob was not given back")
@@ -337,7 +337,7 @@ func TestLockLostWithARunningJobKeepsItsFinalizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := u.runToRunning()
-	u.r.Locks.MarkLost(running, fmt.Errorf("injected: %w", redislock.ErrLockLost))
+	u.r.Locks.MarkLost(workloadOf(running), fmt.Errorf("injected: %w", redislock.ErrLockLost))
 	u.reconcile() // LockLost, the Job runs on
 	u.reconcile() // forget
 	got := u.get()
@@ -354,7 +354,7 @@ func TestAStalePassWritesNoPermitsBack(t *testing.T) {
 	stale := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"}, Spec: batchv1alpha1.LockViewSpec{Permits: 3}}
 	u.r.permits = locks.PermitReader{Reader: fake.NewClientBuilder().WithScheme(u.api.Scheme()).WithObjects(stale).Build(), Served: true}
 	ctx := context.Background()
-	key, lib := u.r.Config.Identity.LockKey(u.lj), u.lib
+	key, lib := u.r.Config.Identity.LockKey(locks.ClaimantOf(u.lj)), u.lib
 	if err := lib.SetPermits(ctx, key, 3); err != nil {
 		t.Fatal(err)
 	}

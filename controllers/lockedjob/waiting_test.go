@@ -72,7 +72,7 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 			holder = lj.Name
 			continue
 		}
-		waiters[id.Holder(lj)] = lj.Name
+		waiters[id.Holder(locks.ClaimantOf(lj))] = lj.Name
 		// Only the head re-checks soon: behind it, handoffs tell the place.
 		pos := derefInt32(lj.Status.QueuePosition)
 		if pos == 1 && res.RequeueAfter > r.Config.WaitBackoffMax {
@@ -89,7 +89,7 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	if holder == "" || len(waiters) != n-1 {
 		t.Fatalf("holder %q, waiters %v: want one holder and %d waiters", holder, waiters, n-1)
 	}
-	key := id.LockKey(get(holder))
+	key := id.LockKey(locks.ClaimantOf(get(holder)))
 	members, err := lockClient.Lineup(ctx, key, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 	if err != nil || len(members) != n-1 {
 		t.Fatalf("lineup %v (%v)", members, err)
@@ -102,7 +102,7 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	}
 
 	head := get(byPosition[1])
-	if err := lockClient.ReleaseToken(ctx, key, id.Token(get(holder))); err != nil {
+	if err := lockClient.ReleaseToken(ctx, key, id.Token(locks.ClaimantOf(get(holder)))); err != nil {
 		t.Fatal(err)
 	}
 	w := &releaseWaker{locks: unit.Book(t, lockClient), identity: id, reader: api, waiting: &r.waiting, timeout: time.Second,
@@ -116,7 +116,7 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 		return names
 	}
 	before := unit.ScriptCalls(t, rc)
-	w.wake(ctx, redislock.Released{Key: lockClient.RedisKey(key), HandedTo: id.Holder(head)})
+	w.wake(ctx, redislock.Released{Key: lockClient.RedisKey(key), HandedTo: id.Holder(locks.ClaimantOf(head))})
 	if got := drain(w.handed); !slices.Equal(got, []string{head.Name}) {
 		t.Fatalf("handed wakes %v, want [%s]", got, head.Name)
 	}

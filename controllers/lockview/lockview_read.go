@@ -152,10 +152,11 @@ func acquiredAt(h batchv1alpha1.LockHolder, otherwise time.Time) time.Time {
 // LockedJob (and, if the cache has it holding, when it acquired); another cluster's only by name.
 func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fence int64, slot int32, namespace string) batchv1alpha1.LockHolder {
 	h := batchv1alpha1.LockHolder{Holder: holderName, FencingToken: fence, Slot: slot}
-	cluster, ljNamespace, ljName, _, ok := locks.ParseHolder(holderName)
-	if !ok || cluster != r.Identity.ClusterID {
+	parsed, ok := locks.ParseHolder(holderName)
+	if !ok || parsed.ClusterID != r.Identity.ClusterID || parsed.Kind != locks.KindLockedJob {
 		return h
 	}
+	ljNamespace, ljName := parsed.Namespace, parsed.Name
 	switch namespace {
 	case "":
 		h.LockedJob = ljNamespace + "/" + ljName

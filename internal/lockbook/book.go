@@ -6,18 +6,19 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
 // Book is the operator's record of the locks it holds and of the outcomes it has not yet seen
 // written to status. It owns the Keeper that renews the locks, so renewal runs on its own schedule,
 // independent of API-server traffic and reconcile queues; it stops the Job of a lost lock at once,
-// outside the reconcile queue; and it turns a loss into an event for the LockedJob's reconciler.
+// outside the reconcile queue; and it turns a loss into an event for the reconciler of the
+// workload's kind.
 // Its state is rebuilt after a restart by re-adoption; nothing in it needs to survive the process.
 //
 // The book outlives a leadership: it keeps renewing its locks while the process does not lead
@@ -38,33 +39,45 @@ type Book struct {
 	term  int64
 	terms int64
 
-	// events wakes the reconciler of a LockedJob whose lock was lost.
-	events chan event.GenericEvent
-	stops  chan struct{} // semaphore of maxConcurrentStops
+	// events wakes, per kind, the reconciler of a workload whose lock was lost: one channel per
+	// reconciler, so a loss never waits behind the losses of another kind.
+	events map[locks.Kind]chan event.GenericEvent
+	// handlers are each kind's reconciler's (SetHandlers).
+	handlers map[locks.Kind]Handlers
+	stops    chan struct{} // semaphore of maxConcurrentStops
+}
 
+// Handlers are how the book reaches the reconciler of one kind, besides its events.
+type Handlers struct {
 	// OnRenewFailed, if set, hears of the first failed renewal in a run of failures of one lock
 	// (the keeper retries; the lock counts as lost only when its validity runs out), and, once per
 	// lock, of a lease too short for the round trips the keeper measures (an error wrapping
-	// redislock.ErrLeaseTooShort: renewals may not come back in time). Set it before the first
-	// Track, or later with SetHandlers.
-	OnRenewFailed func(lj *batchv1alpha1.LockedJob, err error)
+	// redislock.ErrLeaseTooShort: renewals may not come back in time).
+	OnRenewFailed func(w Workload, err error)
 	// StopWorkload, if set, applies the lock-lost policy to the Job of a lock that was lost or whose
 	// lease is at risk, before the reconciler is woken: a loss must not wait for a free worker while
-	// the next holder may already start. It runs on its own goroutine. Set it before the first
-	// Track, or later with SetHandlers.
+	// the next holder may already start. It runs on its own goroutine.
 	StopWorkload func(ctx context.Context, w Workload, cause error)
 }
 
-// Workload is what the book knows of the Job a lock protects, enough to stop it without a reconcile.
+// Workload is what the book knows of the workload a lock protects, enough to stop its Job and wake
+// its reconciler without a reconcile.
 type Workload struct {
-	LockedJob types.NamespacedName
-	UID       types.UID
-	Job       string // the Job's name; "" while it is not known
-	Policy    batchv1alpha1.LockLostPolicy
+	Kind   locks.Kind
+	Object types.NamespacedName // the object that asked for the lock
+	UID    types.UID
+	Job    string // the name of the Job to stop; "" while it is not known
+	Policy batchv1alpha1.LockLostPolicy
 }
 
-// bookEntry is one LockedJob's record. It lives from the acquisition until the reconciler has seen
-// the outcome in status (Forget), so a pass that read a stale LockedJob from the cache cannot act on
+// WorkloadOf is the workload of claimant c whose Job is job ("" while it is not known).
+func WorkloadOf(c locks.Claimant, job string) Workload {
+	return Workload{Kind: c.Kind, Object: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID,
+		Job: job, Policy: c.Lock.OnLockLostOrDefault()}
+}
+
+// bookEntry is one workload's record. It lives from the acquisition until the reconciler has seen
+// the outcome in status (Forget), so a pass that read a stale object from the cache cannot act on
 // a lock that is already lost or released (re-adopt it, release it twice, report another outcome).
 type bookEntry struct {
 	Workload
@@ -82,49 +95,61 @@ type bookEntry struct {
 // its Leadership runnable to a manager makes it follow that manager's election.
 func New(c *redislock.Client) *Book {
 	b := &Book{
-		term:    -1,
-		redis:   c,
-		entries: map[types.UID]*bookEntry{},
-		byLk:    map[*redislock.Lock]*bookEntry{},
-		events:  make(chan event.GenericEvent, 1024),
-		stops:   make(chan struct{}, maxConcurrentStops),
+		term:     -1,
+		redis:    c,
+		entries:  map[types.UID]*bookEntry{},
+		byLk:     map[*redislock.Lock]*bookEntry{},
+		events:   map[locks.Kind]chan event.GenericEvent{},
+		handlers: map[locks.Kind]Handlers{},
+		stops:    make(chan struct{}, maxConcurrentStops),
 	}
 	b.keeper = c.NewKeeper(redislock.KeeperOptions{OnLost: b.onLost, OnAtRisk: b.onAtRisk, OnRenew: b.onRenew, OnShortLease: b.onShortLease})
 	return b
 }
 
-// Events delivers a generic event for every LockedJob whose lock was lost.
-func (b *Book) Events() <-chan event.GenericEvent { return b.events }
-
-// Track records l as held by the LockedJob and starts renewing it every interval (0 = ttl/3). The
-// LockedJob's status.jobName, if set, names the Job to stop should the lock be lost.
-func (b *Book) Track(lj *batchv1alpha1.LockedJob, l *Lock, interval time.Duration) error {
-	e := &bookEntry{Workload: workloadOf(lj), lock: l}
+// Events delivers a generic event for every workload of kind whose lock was lost; its object
+// names the workload (namespace, name, UID).
+func (b *Book) Events(kind locks.Kind) <-chan event.GenericEvent {
 	b.mu.Lock()
-	if old, ok := b.entries[lj.UID]; ok && old.lock != nil && old.lock.l != l.l {
+	defer b.mu.Unlock()
+	return b.eventsOf(kind)
+}
+
+// eventsOf is kind's channel, made on first use; b.mu is held.
+func (b *Book) eventsOf(kind locks.Kind) chan event.GenericEvent {
+	ch, ok := b.events[kind]
+	if !ok {
+		ch = make(chan event.GenericEvent, 1024)
+		b.events[kind] = ch
+	}
+	return ch
+}
+
+// Track records l as held by the workload and starts renewing it every interval (0 = ttl/3).
+// w.Job, if set, names the Job to stop should the lock be lost.
+func (b *Book) Track(w Workload, l *Lock, interval time.Duration) error {
+	e := &bookEntry{Workload: w, lock: l}
+	b.mu.Lock()
+	if old, ok := b.entries[w.UID]; ok && old.lock != nil && old.lock.l != l.l {
 		b.keeper.Remove(old.lock.l)
 		delete(b.byLk, old.lock.l)
 	}
-	b.entries[lj.UID], b.byLk[l.l] = e, e
+	b.entries[w.UID], b.byLk[l.l] = e, e
 	b.setGauge()
 	b.mu.Unlock()
 	return b.keeper.Add(l.l, interval)
 }
 
-// BindJob tells the book the name of the Job that the LockedJob's lock protects.
-func (b *Book) BindJob(lj *batchv1alpha1.LockedJob) {
+// BindJob tells the book the name of the Job that the workload's lock protects (w.Job).
+func (b *Book) BindJob(w Workload) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e, ok := b.entries[lj.UID]; ok {
-		e.Workload = workloadOf(lj)
+	if e, ok := b.entries[w.UID]; ok {
+		e.Workload = w
 	}
 }
 
-func workloadOf(lj *batchv1alpha1.LockedJob) Workload {
-	return Workload{LockedJob: client.ObjectKeyFromObject(lj), UID: lj.UID, Job: lj.Status.JobName, Policy: lj.Spec.Lock.OnLockLostOrDefault()}
-}
-
-// Holding returns the lock the LockedJob still holds in Redis as far as the book knows, healthy or
+// Holding returns the lock the workload still holds in Redis as far as the book knows, healthy or
 // at risk, or nil.
 func (b *Book) Holding(uid types.UID) *Lock {
 	b.mu.Lock()
@@ -135,7 +160,7 @@ func (b *Book) Holding(uid types.UID) *Lock {
 	return nil
 }
 
-// Lost returns why the LockedJob's lock was lost or put at risk, or nil.
+// Lost returns why the workload's lock was lost or put at risk, or nil.
 func (b *Book) Lost(uid types.UID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -145,7 +170,7 @@ func (b *Book) Lost(uid types.UID) error {
 	return nil
 }
 
-// Record is what the book knows of one LockedJob, read at once.
+// Record is what the book knows of one workload, read at once.
 type Record struct {
 	Lock     *Lock // held, healthy or at risk
 	Lost     error
@@ -153,7 +178,7 @@ type Record struct {
 	Job      string
 }
 
-// RecordOf returns the book's record of the LockedJob (the zero Record if it has none).
+// RecordOf returns the book's record of the workload (the zero Record if it has none).
 func (b *Book) RecordOf(uid types.UID) Record {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -164,11 +189,11 @@ func (b *Book) RecordOf(uid types.UID) Record {
 	return Record{Lock: e.lock, Lost: e.lost, Released: e.released, Job: e.Job}
 }
 
-// MarkLost records that the LockedJob's lock is lost (found gone by the reconciler), stops renewing
+// MarkLost records that the workload's lock is lost (found gone by the reconciler), stops renewing
 // it and keeps the record until Forget.
-func (b *Book) MarkLost(lj *batchv1alpha1.LockedJob, cause error) {
+func (b *Book) MarkLost(w Workload, cause error) {
 	b.mu.Lock()
-	e := b.entryFor(lj)
+	e := b.entryFor(w)
 	if e.lost == nil {
 		e.lost = cause
 	}
@@ -177,7 +202,7 @@ func (b *Book) MarkLost(lj *batchv1alpha1.LockedJob, cause error) {
 	b.stopRenewing(l)
 }
 
-// MarkAtRisk records that the LockedJob's lock cannot be trusted (cause) while it is still held and
+// MarkAtRisk records that the workload's lock cannot be trusted (cause) while it is still held and
 // renewed: it covers the Job's pods until they are gone and is released after that.
 func (b *Book) MarkAtRisk(uid types.UID, cause error) {
 	b.mu.Lock()
@@ -187,7 +212,7 @@ func (b *Book) MarkAtRisk(uid types.UID, cause error) {
 	}
 }
 
-// Untrack stops renewing the LockedJob's lock before a release and returns it (nil if none). The
+// Untrack stops renewing the workload's lock before a release and returns it (nil if none). The
 // record stays: call MarkReleased after the release, or Track again if it failed.
 func (b *Book) Untrack(uid types.UID) *Lock {
 	b.mu.Lock()
@@ -200,14 +225,14 @@ func (b *Book) Untrack(uid types.UID) *Lock {
 	return l
 }
 
-// MarkReleased records that the LockedJob's lock was released, until Forget.
-func (b *Book) MarkReleased(lj *batchv1alpha1.LockedJob) {
+// MarkReleased records that the workload's lock was released, until Forget.
+func (b *Book) MarkReleased(w Workload) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.entryFor(lj).released = true
+	b.entryFor(w).released = true
 }
 
-// Forget drops every record of the LockedJob and stops renewing its lock (without releasing it in
+// Forget drops every record of the workload and stops renewing its lock (without releasing it in
 // Redis). Call it once the outcome is in the status the reconciler reads, or the object is gone.
 func (b *Book) Forget(uid types.UID) {
 	b.mu.Lock()
@@ -220,12 +245,12 @@ func (b *Book) Forget(uid types.UID) {
 	b.stopRenewing(l)
 }
 
-// entryFor returns the LockedJob's entry, made if it has none; b.mu is held.
-func (b *Book) entryFor(lj *batchv1alpha1.LockedJob) *bookEntry {
-	e, ok := b.entries[lj.UID]
+// entryFor returns the workload's entry, made if it has none; b.mu is held.
+func (b *Book) entryFor(w Workload) *bookEntry {
+	e, ok := b.entries[w.UID]
 	if !ok {
-		e = &bookEntry{Workload: workloadOf(lj)}
-		b.entries[lj.UID] = e
+		e = &bookEntry{Workload: w}
+		b.entries[w.UID] = e
 	}
 	return e
 }
@@ -248,12 +273,12 @@ func (b *Book) stopRenewing(l *Lock) {
 	}
 }
 
-// ForgetObject drops the record of a LockedJob that is gone, by name.
-func (b *Book) ForgetObject(name types.NamespacedName) {
+// ForgetObject drops the record of a workload of kind that is gone, by name.
+func (b *Book) ForgetObject(kind locks.Kind, name types.NamespacedName) {
 	b.mu.Lock()
 	var uids []types.UID
 	for uid, e := range b.entries {
-		if e.LockedJob == name {
+		if e.Kind == kind && e.Object == name {
 			uids = append(uids, uid)
 		}
 	}

@@ -4,6 +4,8 @@
 // reconcile queue, and acts on a loss only while its manager leads. Beside the book: the readiness
 // check on Redis and the metrics of held, renewed and lost locks.
 //
-// It tracks LockedJobs (api/v1alpha1) but imports no reconciler: the reconcilers (controllers)
-// hold a *Book and name their locks with a Claim; cmd/manager builds the lock client and the book.
+// It tracks the workloads of every kind that asks for a lock (a locks.Claimant: LockedJobs today)
+// and wakes each kind's reconciler on a channel of its own (Events), but imports no reconciler: the
+// reconcilers (controllers) hold a *Book and name their locks with a Claim; cmd/manager builds the
+// lock client and the book.
 package lockbook

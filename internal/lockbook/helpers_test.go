@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
@@ -36,7 +37,7 @@ func trackedLock(t *testing.T, book *Book, c *redislock.Client, ttl time.Duratio
 	}
 	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "u"}}
 	lj.Status.JobName = "n-1"
-	if err := book.Track(lj, &Lock{l: lock}, 200*time.Millisecond); err != nil {
+	if err := book.Track(WorkloadOf(locks.ClaimantOf(lj), lj.Status.JobName), &Lock{l: lock}, 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	return lock

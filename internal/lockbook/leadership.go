@@ -7,18 +7,19 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // The book across leaderships: it renews always, and acts on losses only while its manager leads.
 
-// SetHandlers replaces OnRenewFailed and StopWorkload while the keeper may be calling back: each
+// SetHandlers replaces the handlers of kind's reconciler while the keeper may be calling back: each
 // manager a process builds after losing its leadership brings a reconciler of its own, and the
-// book must stop Jobs through that one's clients, not through a stopped manager's cache.
-func (b *Book) SetHandlers(onRenewFailed func(*batchv1alpha1.LockedJob, error), stop func(context.Context, Workload, error)) {
+// book must stop Jobs through that one's clients, not through a stopped manager's cache. Set them
+// before the first Track of the kind.
+func (b *Book) SetHandlers(kind locks.Kind, h Handlers) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.OnRenewFailed, b.StopWorkload = onRenewFailed, stop
+	b.handlers[kind] = h
 }
 
 // Leading reports whether the book acts on losses (stops Jobs, emits, wakes the reconciler) or
@@ -68,14 +69,14 @@ func (l *leadership) Start(ctx context.Context) error {
 
 // dropQuietly removes a lock the book no longer leads for: no Event, no Job stop, no reconcile,
 // since a process that does not lead must not write to the API server. The leader (this process
-// again, or another) re-observes the LockedJob on its start: it re-adopts the lock or finds it lost.
+// again, or another) re-observes the workload on its start: it re-adopts the lock or finds it lost.
 // b.mu is held; the caller stops renewing the returned lock after unlocking.
 func (b *Book) dropQuietly(e *bookEntry, why string, cause error) *Lock {
 	l := b.detach(e)
 	if b.entries[e.UID] == e {
 		delete(b.entries, e.UID)
 	}
-	ctrl.Log.WithName("lockbook").Info("Dropped a lock while not leading; the leader re-observes its LockedJob",
-		"LockedJob", klog.KRef(e.LockedJob.Namespace, e.LockedJob.Name), "why", why, "cause", cause.Error())
+	ctrl.Log.WithName("lockbook").Info("Dropped a lock while not leading; the leader re-observes its workload",
+		"kind", e.Kind, "workload", klog.KRef(e.Object.Namespace, e.Object.Name), "why", why, "cause", cause.Error())
 	return l
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/types"
 
-	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
@@ -24,15 +24,15 @@ type bookWitness struct {
 }
 
 func (w *bookWitness) attach(b *Book) {
-	b.SetHandlers(func(lj *batchv1alpha1.LockedJob, _ error) {
+	b.SetHandlers(locks.KindLockedJob, Handlers{OnRenewFailed: func(wl Workload, _ error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		w.renewFailed = append(w.renewFailed, lj.UID)
-	}, func(_ context.Context, wl Workload, _ error) {
+		w.renewFailed = append(w.renewFailed, wl.UID)
+	}, StopWorkload: func(_ context.Context, wl Workload, _ error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.stops = append(w.stops, wl)
-	})
+	}})
 }
 
 func (w *bookWitness) counts() (stops, renewFailed int) {
@@ -109,7 +109,7 @@ func TestRenewOnlyBookDropsLossesQuietly(t *testing.T) {
 					return stops == 1
 				})
 				select {
-				case <-book.Events():
+				case <-book.Events(locks.KindLockedJob):
 				case <-time.After(10 * time.Second):
 					t.Fatal("the leader did not wake the reconciler")
 				}
@@ -130,7 +130,7 @@ func TestRenewOnlyBookDropsLossesQuietly(t *testing.T) {
 					t.Fatalf("a follower wrote to the API server: %d Job stops, %d RenewFailed Events", stops, renewFailed)
 				}
 				select {
-				case ev := <-book.Events():
+				case ev := <-book.Events(locks.KindLockedJob):
 					t.Fatalf("a follower woke the reconciler for %s", ev.Object.GetName())
 				case <-time.After(20 * time.Millisecond):
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -26,16 +27,16 @@ func (b *Book) onRenew(l *redislock.Lock, err error) {
 	if ok {
 		e.failing = err != nil
 	}
-	var obj *batchv1alpha1.LockedJob
+	var w Workload
+	var onRenewFailed func(Workload, error)
 	if first {
-		obj = e.object()
+		w, onRenewFailed = e.Workload, b.handlers[e.Kind].OnRenewFailed
 	}
 	// The keeper retries a failed renewal; only the leader tells the user (an Event is a write).
-	onRenewFailed := b.OnRenewFailed
 	leading := b.term != 0
 	b.mu.Unlock()
 	if first && leading && onRenewFailed != nil {
-		onRenewFailed(obj, err)
+		onRenewFailed(w, err)
 	}
 }
 
@@ -45,21 +46,23 @@ func (b *Book) onRenew(l *redislock.Lock, err error) {
 func (b *Book) onShortLease(l *redislock.Lock, err error) {
 	b.mu.Lock()
 	e, ok := b.byLk[l]
-	var obj *batchv1alpha1.LockedJob
+	var w Workload
+	var tell func(Workload, error)
 	if ok {
-		obj = e.object()
+		w, tell = e.Workload, b.handlers[e.Kind].OnRenewFailed
 	}
-	tell, leading := b.OnRenewFailed, b.term != 0
+	leading := b.term != 0
 	b.mu.Unlock()
 	if ok && leading && tell != nil {
-		tell(obj, err)
+		tell(w, err)
 	}
 }
 
-// object is a reference to the entry's LockedJob, enough for events and enqueueing.
-func (e *bookEntry) object() *batchv1alpha1.LockedJob {
-	obj := &batchv1alpha1.LockedJob{}
-	obj.Namespace, obj.Name, obj.UID = e.LockedJob.Namespace, e.LockedJob.Name, e.UID
+// object names the entry's workload in the event that wakes its reconciler: metadata alone, which
+// is all a reconciler's queue reads of it, whatever the kind.
+func (e *bookEntry) object() *metav1.PartialObjectMetadata {
+	obj := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: string(e.Kind)}}
+	obj.Namespace, obj.Name, obj.UID = e.Object.Namespace, e.Object.Name, e.UID
 	return obj
 }
 
@@ -91,7 +94,7 @@ func (b *Book) onLost(l *redislock.Lock, err error) {
 // they are gone and the reconciler releases it.
 //
 // While the book does not lead it cannot stop the Job: it drops the lock quietly, and the leader
-// finds it lost (or re-adopts it, if Redis came back in time) when it re-observes the LockedJob.
+// finds it lost (or re-adopts it, if Redis came back in time) when it re-observes the workload.
 func (b *Book) onAtRisk(l *redislock.Lock, err error) {
 	b.mu.Lock()
 	e, ok := b.byLk[l]
@@ -107,7 +110,7 @@ func (b *Book) onAtRisk(l *redislock.Lock, err error) {
 	}
 }
 
-// reportLoss records the first loss of an entry, stops its Job and wakes the reconciler.
+// reportLoss records the first loss of an entry, stops its Job and wakes the reconciler of its kind.
 func (b *Book) reportLoss(e *bookEntry, cause error) {
 	b.mu.Lock()
 	first := e.lost == nil
@@ -116,7 +119,8 @@ func (b *Book) reportLoss(e *bookEntry, cause error) {
 	}
 	w := e.Workload
 	obj := e.object()
-	stopWorkload := b.StopWorkload
+	stopWorkload := b.handlers[w.Kind].StopWorkload
+	events := b.eventsOf(w.Kind)
 	b.mu.Unlock()
 	if !first {
 		return
@@ -130,7 +134,7 @@ func (b *Book) reportLoss(e *bookEntry, cause error) {
 			cancel()
 			<-b.stops
 		}
-		b.events <- event.GenericEvent{Object: obj}
+		events <- event.GenericEvent{Object: obj}
 	}()
 }
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestLostLockStopsTheJobOutsideTheQueue (#26): the book stops the Job of a lost lock itself,
@@ -13,7 +15,7 @@ import (
 func TestLostLockStopsTheJobOutsideTheQueue(t *testing.T) {
 	book, lockClient, rdb := unitLocks(t)
 	stopped := make(chan Workload, 1)
-	book.StopWorkload = func(_ context.Context, w Workload, _ error) { stopped <- w }
+	book.SetHandlers(locks.KindLockedJob, Handlers{StopWorkload: func(_ context.Context, w Workload, _ error) { stopped <- w }})
 
 	ctx := context.Background()
 	lock := trackedLock(t, book, lockClient, 3*time.Second)
@@ -30,11 +32,57 @@ func TestLostLockStopsTheJobOutsideTheQueue(t *testing.T) {
 		t.Fatalf("stopped %+v, want Job n-1 with the default policy Suspend", w)
 	}
 	select {
-	case <-book.Events():
+	case <-book.Events(locks.KindLockedJob):
 	case <-time.After(10 * time.Second):
 		t.Fatal("the reconciler was not woken after the stop")
 	}
 	if book.Lost("u") == nil || book.Holding("u") != nil {
 		t.Fatal("the book must remember the loss until the status shows it")
+	}
+}
+
+// TestLossWakesTheReconcilerOfItsKind: a lost lock of a Job is stopped by the Job reconciler's
+// handler and wakes that reconciler alone, on its own channel, so a loss never waits behind the
+// losses of another kind, and the LockedJob reconciler hears nothing of it.
+func TestLossWakesTheReconcilerOfItsKind(t *testing.T) {
+	book, lockClient, rdb := unitLocks(t)
+	byKind := map[locks.Kind]chan Workload{locks.KindLockedJob: make(chan Workload, 1), locks.KindJob: make(chan Workload, 1)}
+	for kind, ch := range byKind {
+		book.SetHandlers(kind, Handlers{StopWorkload: func(_ context.Context, w Workload, _ error) { ch <- w }})
+	}
+	ctx := t.Context()
+	lock, err := lockClient.Acquire(ctx, "k", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Workload{Kind: locks.KindJob, Object: types.NamespacedName{Namespace: "ns", Name: "n"}, UID: "u", Job: "n", Policy: batchv1alpha1.LockLostSuspend}
+	if err := book.Track(w, &Lock{l: lock}, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, lock.RedisKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-byKind[locks.KindJob]:
+		if got != w {
+			t.Fatalf("stopped %+v, want %+v", got, w)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Job of the lost lock was not stopped")
+	}
+	select {
+	case ev := <-book.Events(locks.KindJob):
+		if ev.Object.GetNamespace() != "ns" || ev.Object.GetName() != "n" || ev.Object.GetUID() != "u" {
+			t.Fatalf("woke the Job reconciler for %s/%s (%s), want ns/n (u)", ev.Object.GetNamespace(), ev.Object.GetName(), ev.Object.GetUID())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Job reconciler was not woken after the stop")
+	}
+	select {
+	case <-book.Events(locks.KindLockedJob):
+		t.Fatal("a Job's loss woke the LockedJob reconciler")
+	case <-byKind[locks.KindLockedJob]:
+		t.Fatal("a Job's loss went to the LockedJob reconciler's handler")
+	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -14,16 +14,16 @@ import (
 // and hands it to New); the reconcilers know the library only by the names in outcomes.go and by
 // the Lock of lock.go, which reaches no Redis. door_test.go keeps every other package off the library.
 
-// Claim names one LockedJob's lock as the lock library knows it: what every call about it carries.
+// Claim names one workload's lock as the lock library knows it: what every call about it carries.
 type Claim struct {
 	Key    string // the lock's name in the lock library (the reconciler's lockName)
-	Token  string // the LockedJob's derived token (Identity.Token)
+	Token  string // the workload's derived token (Identity.Token)
 	Holder string // its holder name, also its member in the lock's queue (Identity.Holder)
 	// Permits is how many may hold the lock at once, as its Lock declares (see
 	// locks.PermitReader): an acquisition passes it when more than one, and it only lowers what
 	// Redis admits (never stored). 0 or 1: the library obeys what Redis keeps.
 	Permits int
-	// Slot is the semaphore slot status records this LockedJob holds (nil: a plain lock, slot 0).
+	// Slot is the semaphore slot status records this workload holds (nil: a plain lock, slot 0).
 	Slot *int32
 }
 
@@ -45,7 +45,7 @@ func (b *Book) Acquire(ctx context.Context, c Claim, ttl time.Duration, score fl
 	return held(l), err
 }
 
-// Readopt asks for the lock with the LockedJob's own token, outside the queue: it finds a lock
+// Readopt asks for the lock with the workload's own token, outside the queue: it finds a lock
 // that is still ours (Lock.Readopted), acquires it afresh if it is free, and returns ErrNotAcquired
 // if another holder has it.
 func (b *Book) Readopt(ctx context.Context, c Claim, ttl time.Duration) (*Lock, error) {

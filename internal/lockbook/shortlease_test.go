@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -16,16 +16,16 @@ import (
 // before the keeper measured a round trip, no lease counts as short.
 func TestShortLeaseIsToldLikeARenewalThatMayNotComeBack(t *testing.T) {
 	book, c, _ := unitLocks(t)
-	var told []*batchv1alpha1.LockedJob
+	var told []Workload
 	var errs []error
-	book.SetHandlers(func(lj *batchv1alpha1.LockedJob, err error) { told, errs = append(told, lj), append(errs, err) }, nil)
+	book.SetHandlers(locks.KindLockedJob, Handlers{OnRenewFailed: func(w Workload, err error) { told, errs = append(told, w), append(errs, err) }})
 	if short, _, _ := book.ShortLease(time.Millisecond); short {
 		t.Fatal("a lease counted as short before any round trip was measured")
 	}
 	lock := trackedLock(t, book, c, time.Minute)
 	report := fmt.Errorf("lease of 3s, round trip 700ms: %w", redislock.ErrLeaseTooShort)
 	book.onShortLease(lock, report)
-	if len(told) != 1 || told[0].Name != "n" || told[0].UID != "u" || !errors.Is(errs[0], redislock.ErrLeaseTooShort) {
+	if len(told) != 1 || told[0].Object.Name != "n" || told[0].UID != "u" || !errors.Is(errs[0], redislock.ErrLeaseTooShort) {
 		t.Fatalf("told %v with %v, want LockedJob ns/n once with ErrLeaseTooShort", told, errs)
 	}
 	book.mu.Lock()

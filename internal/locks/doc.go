@@ -1,5 +1,6 @@
-// Package locks holds the rules of a LockedJob's lock that the operator and the kubectl plugin
-// share: its name for the lock library, the holder name and token (Identity), the order in which
+// Package locks holds the rules of a lock that the operator and the kubectl plugin share, for any
+// workload that asks for one (a Claimant: a LockedJob today, a labelled Job or Pod to come): its
+// name for the lock library, the holder name and token (Identity), the order in which
 // waiters are served (QueueScore, QueueCompare), and how many may hold it at once, as its Lock or
 // ClusterLock declares (Declaration, Permits, PermitReader). The operator's Identity is loaded at
 // start from its token-key Secret (LoadIdentity, beside the Secret's RBAC markers).

@@ -11,9 +11,9 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
 
-// Identity derives, for a LockedJob, the lock's name in Redis, the holder name others see and the
-// secret token that proves ownership. Everything is a pure function of the object and the
-// operator's configuration, so an operator that restarted derives the same token and re-adopts the
+// Identity derives, for a workload that asks for a lock (a Claimant), the lock's name in Redis,
+// the holder name others see and the secret token that proves ownership. Everything is a pure
+// function of the object and the operator's configuration, so an operator that restarted derives the same token and re-adopts the
 // locks it held without having stored the token anywhere.
 type Identity struct {
 	// ClusterID names this cluster in holder names and tokens, so clusters that share one Redis
@@ -27,8 +27,8 @@ type Identity struct {
 // LockKey is the lock's name handed to the lock library. A namespace-scoped key holds the cluster
 // ID and the namespace, so neither tenants nor clusters that share one Redis block each other;
 // Cluster scope is the one way to share a lock, across namespaces and clusters.
-func (id Identity) LockKey(lj *batchv1alpha1.LockedJob) string {
-	return id.KeyOf(lj.Spec.Lock.Scope, lj.Namespace, lj.Spec.Lock.Name)
+func (id Identity) LockKey(c Claimant) string {
+	return id.KeyOf(c.Lock.Scope, c.Namespace, c.Lock.Name)
 }
 
 // KeyOf is the lock library's name of the lock called name, of the given scope, used from
@@ -62,55 +62,82 @@ func (id Identity) Parse(key string) (scope batchv1alpha1.LockScope, namespace, 
 // and false for Cluster scope, whose key did not change. A LockedJob that acquired under it keeps
 // it (status.lockKey) until it releases; until none is left, a fresh acquisition under LockKey
 // must treat a holder of the legacy key as a holder of the lock (see docs/design.md, Migration).
-func (id Identity) LegacyLockKey(lj *batchv1alpha1.LockedJob) (string, bool) {
-	if lj.Spec.Lock.Scope == batchv1alpha1.LockScopeCluster {
+func (id Identity) LegacyLockKey(c Claimant) (string, bool) {
+	if c.Lock.Scope == batchv1alpha1.LockScopeCluster {
 		return "", false
 	}
-	return "ns/" + lj.Namespace + "/" + lj.Spec.Lock.Name, true
+	return "ns/" + c.Namespace + "/" + c.Lock.Name, true
 }
 
-// Holder is the name under which the LockedJob holds or waits for the lock. The UID prefix tells a
-// recreated LockedJob of the same name from its predecessor.
-func (id Identity) Holder(lj *batchv1alpha1.LockedJob) string {
-	uid := string(lj.UID)
+// Holder is the name under which the claimant holds or waits for the lock (its format per kind is
+// in Claimant's comment). The UID prefix tells a recreated object of the same name from its
+// predecessor.
+func (id Identity) Holder(c Claimant) string {
+	uid := string(c.UID)
 	if len(uid) > 8 {
 		uid = uid[:8]
 	}
-	return fmt.Sprintf("%s/%s/%s/%s", id.ClusterID, lj.Namespace, lj.Name, uid)
+	return fmt.Sprintf("%s/%s/%s/%s", id.ClusterID, c.Namespace, c.objectName(), uid)
 }
 
-// ParseHolder inverts Holder for a holder of any cluster: its cluster ID, the LockedJob's namespace
-// and name, and the UID prefix; false for a name Holder does not make.
-func ParseHolder(holder string) (clusterID, namespace, name, uidPrefix string, ok bool) {
+// HolderName is a holder name taken apart (ParseHolder).
+type HolderName struct {
+	ClusterID string
+	Kind      Kind
+	Namespace string
+	Name      string // the object's name, without its kind's prefix
+	UIDPrefix string
+}
+
+// ParseHolder inverts Holder for a holder of any cluster and kind; false for a name Holder does not
+// make (among them an object name with a prefix no kind has).
+func ParseHolder(holder string) (HolderName, bool) {
 	parts := strings.SplitN(holder, "/", 4)
 	if len(parts) != 4 {
-		return "", "", "", "", false
+		return HolderName{}, false
 	}
-	return parts[0], parts[1], parts[2], parts[3], true
+	h := HolderName{ClusterID: parts[0], Kind: KindLockedJob, Namespace: parts[1], Name: parts[2], UIDPrefix: parts[3]}
+	if prefix, name, ok := strings.Cut(parts[2], ":"); ok {
+		h.Kind, h.Name = kindOfPrefix(prefix+":"), name
+		if h.Kind == "" {
+			return HolderName{}, false
+		}
+	}
+	return h, true
 }
 
-// Token is the lock token of the LockedJob: HMAC-SHA256 over cluster and UID. Never log it.
-func (id Identity) Token(lj *batchv1alpha1.LockedJob) string {
+// kindOfPrefix is the kind whose holder names carry prefix, or "".
+func kindOfPrefix(prefix string) Kind {
+	for kind, p := range holderPrefix {
+		if p != "" && p == prefix {
+			return kind
+		}
+	}
+	return ""
+}
+
+// Token is the claimant's lock token: HMAC-SHA256 over cluster and UID. Never log it.
+func (id Identity) Token(c Claimant) string {
 	mac := hmac.New(sha256.New, id.TokenKey)
-	mac.Write([]byte(id.ClusterID + "\x00" + string(lj.UID)))
+	mac.Write([]byte(id.ClusterID + "\x00" + string(c.UID)))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // QueueScore orders waiters: higher priority first, then older first. Priorities lie in
 // [-1000, 1000] and creation times have second precision, so the score stays an exact float64.
-func (id Identity) QueueScore(lj *batchv1alpha1.LockedJob) float64 {
-	return float64(1000-int64(lj.Spec.Lock.Priority))*1e10 + float64(lj.CreationTimestamp.Unix())
+func (id Identity) QueueScore(c Claimant) float64 {
+	return float64(1000-int64(c.Lock.Priority))*1e10 + float64(c.Created.Unix())
 }
 
 // QueueCompare orders waiters as the lock library's queue serves them: by QueueScore, a sorted set
 // in Redis, which breaks equal scores by the member, the holder name cluster/namespace/name/uid;
-// within one cluster that is namespace, then name, then UID, which is what breaks ties here. It is
-// the order for readers without an Identity (the plugin); the operator hands the score itself to
-// the lock library.
-func QueueCompare(a, b *batchv1alpha1.LockedJob) int {
+// within one cluster that is namespace, then name (with its kind's prefix), then UID, which is
+// what breaks ties here. It is the order for readers without an Identity (the plugin); the
+// operator hands the score itself to the lock library.
+func QueueCompare(a, b Claimant) int {
 	var id Identity // the score does not depend on the cluster or the key
 	return cmp.Or(
 		cmp.Compare(id.QueueScore(a), id.QueueScore(b)),
-		strings.Compare(a.Namespace+"/"+a.Name+"/"+string(a.UID), b.Namespace+"/"+b.Name+"/"+string(b.UID)),
+		strings.Compare(a.Namespace+"/"+a.objectName()+"/"+string(a.UID), b.Namespace+"/"+b.objectName()+"/"+string(b.UID)),
 	)
 }

@@ -233,10 +233,10 @@ func lockedJobIn(lockedJob, namespace string) (ns, name string, ok bool) {
 // refOfHolderName names the LockedJob in ljs whose holder name (locks.Identity.Holder, of any
 // cluster) is holderName, or keeps the name as Redis has it.
 func refOfHolderName(holderName string, ljs []batchv1alpha1.LockedJob) *Ref {
-	if _, namespace, name, uid, ok := locks.ParseHolder(holderName); ok {
+	if h, ok := locks.ParseHolder(holderName); ok && h.Kind == locks.KindLockedJob {
 		for i := range ljs {
 			lj := &ljs[i]
-			if lj.Namespace == namespace && lj.Name == name && uid != "" && strings.HasPrefix(string(lj.UID), uid) {
+			if lj.Namespace == h.Namespace && lj.Name == h.Name && h.UIDPrefix != "" && strings.HasPrefix(string(lj.UID), h.UIDPrefix) {
 				return &Ref{Namespace: lj.Namespace, Name: lj.Name}
 			}
 		}

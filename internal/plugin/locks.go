@@ -285,8 +285,13 @@ func waitersInQueueOrder(members []*batchv1alpha1.LockedJob) []*batchv1alpha1.Lo
 			waiters = append(waiters, lj)
 		}
 	}
-	slices.SortFunc(waiters, locks.QueueCompare)
+	slices.SortFunc(waiters, queueCompare)
 	return waiters
+}
+
+// queueCompare is locks.QueueCompare for LockedJobs.
+func queueCompare(a, b *batchv1alpha1.LockedJob) int {
+	return locks.QueueCompare(locks.ClaimantOf(a), locks.ClaimantOf(b))
 }
 
 // lastHandoff is the latest acquisition by a LockedJob that was already waiting when another

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Explanation is what `kubectl lockedjob why` says about one LockedJob, as data (-o json|yaml).
@@ -177,7 +176,7 @@ func (e *Explanation) explainWaiting(lj *batchv1alpha1.LockedJob, peers []*batch
 	e.PermitsUnsupported = acquired != nil && acquired.Status == metav1.ConditionFalse && acquired.Reason == batchv1alpha1.ReasonPermitsUnsupported
 	e.Place = placeOf(lj)
 	for _, w := range waiters {
-		if locks.QueueCompare(w, lj) >= 0 {
+		if queueCompare(w, lj) >= 0 {
 			e.Behind++
 			continue
 		}
