@@ -54,6 +54,12 @@ func (o Options) enabled(name string) bool {
 // Setup sets up the reconcilers of o on mgr, over book. ctx bounds the goroutines the LockedJob
 // reconciler starts beside the manager's runnables.
 func Setup(ctx context.Context, mgr ctrl.Manager, book *lockbook.Book, o Options) error {
+	// The book acts on losses only while this manager leads; before the election and after a lost
+	// one it only renews (a process that builds a new manager keeps its book). One runnable for the
+	// book, whichever reconcilers use it: each Leadership call begins a term of its own.
+	if err := mgr.Add(book.Leadership()); err != nil {
+		return fmt.Errorf("add lock book leadership: %w", err)
+	}
 	if o.enabled(LockedJob) {
 		c := o.LockedJob
 		c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = o.Identity, o.ClusterScopeNamespaces, o.RedisTimeout

@@ -211,11 +211,6 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		r.APIReader = mgr.GetAPIReader()
 	}
 	r.Locks.SetHandlers(locks.KindLockedJob, lockbook.Handlers{OnRenewFailed: r.tellRenewFailed, StopWorkload: r.stopWorkload})
-	// The book acts on losses only while this manager leads; before the election and after a lost
-	// one it only renews (a process that builds a new manager keeps its book).
-	if err := mgr.Add(r.Locks.Leadership()); err != nil {
-		return fmt.Errorf("add lock book leadership: %w", err)
-	}
 	if err := indexForWakeups(ctx, mgr.GetFieldIndexer(), r.Config.Identity); err != nil {
 		return err
 	}
