@@ -62,7 +62,7 @@ func (r *LockedCronJobReconciler) actCron(ctx context.Context, p *cronPass, plan
 // one of them (its name, never its token).
 func (r *LockedCronJobReconciler) lockHeld(ctx context.Context, cj *batchv1alpha1.LockedCronJob) (held bool, holder string, err error) {
 	lj := runLock(cj)
-	permits, err := r.permits.Of(ctx, lj)
+	permits, err := r.permits.Of(ctx, locks.ClaimantOf(lj))
 	if err != nil {
 		return false, "", err
 	}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Observing a LockedCronJob: its spec parsed, its status, and its LockedJobs.
@@ -27,7 +28,7 @@ func (r *LockedCronJobReconciler) observeCron(ctx context.Context, p *cronPass) 
 	cj := p.cj
 	o := &p.obs
 	o.now = r.Clock.Now()
-	o.scopeAllowed = r.ClusterScopeNamespaces.Allows(runLock(cj))
+	o.scopeAllowed = r.ClusterScopeNamespaces.Allows(locks.ClaimantOf(runLock(cj)))
 	o.suspended = cj.Spec.Suspend != nil && *cj.Spec.Suspend
 	o.onBusy = cj.Spec.OnBusy
 	o.successLimit = int(limitOr(cj.Spec.SuccessfulJobsHistoryLimit, 3))

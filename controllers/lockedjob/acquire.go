@@ -40,7 +40,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		return ctrl.Result{}, false, r.giveUp(ctx, p, t.Duration)
 	}
 
-	permits, err := r.permits.Of(ctx, lj)
+	permits, err := r.permits.Of(ctx, locks.ClaimantOf(lj))
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}

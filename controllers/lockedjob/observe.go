@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Observing: what a pass reads before it decides (the LockedJob, the lock book, the Job, stuck pods).
@@ -29,7 +30,7 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 		hasFinalizer: controllerutil.ContainsFinalizer(lj, finalizer),
 		terminal:     lj.Status.Phase.IsTerminal(),
 		lockRecorded: conditionTrue(lj, batchv1alpha1.ConditionLockAcquired),
-		scopeAllowed: r.Config.ClusterScopeNamespaces.Allows(lj),
+		scopeAllowed: r.Config.ClusterScopeNamespaces.Allows(locks.ClaimantOf(lj)),
 		holding:      book.Lock,
 		lost:         book.Lost,
 		released:     book.Released,

@@ -10,6 +10,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Re-adopting (stepReadopt, stepDeleteReadopt): picking up a lock status says this LockedJob holds
@@ -17,7 +18,7 @@ import (
 
 // acquireOwn acquires or re-adopts the lock with this LockedJob's own token (no queue).
 func (r *LockedJobReconciler) acquireOwn(ctx context.Context, p *pass) (*lockbook.Lock, error) {
-	permits, err := r.permits.Of(ctx, p.lj)
+	permits, err := r.permits.Of(ctx, locks.ClaimantOf(p.lj))
 	if err != nil {
 		return nil, err
 	}

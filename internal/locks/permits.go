@@ -18,13 +18,13 @@ import (
 // obeys what Redis keeps, also for a caller that does not pass it; the number an acquisition passes
 // can only lower it.
 
-// Declaration returns an empty Lock or ClusterLock of the kind that declares lj's lock, and the
+// Declaration returns an empty Lock or ClusterLock of the kind that declares c's lock, and the
 // name it has, to read it into.
-func Declaration(lj *batchv1alpha1.LockedJob) (client.Object, types.NamespacedName) {
-	if lj.Spec.Lock.ScopeOrDefault() == batchv1alpha1.LockScopeCluster {
-		return &batchv1alpha1.ClusterLock{}, types.NamespacedName{Name: lj.Spec.Lock.Name}
+func Declaration(c Claimant) (client.Object, types.NamespacedName) {
+	if c.Lock.ScopeOrDefault() == batchv1alpha1.LockScopeCluster {
+		return &batchv1alpha1.ClusterLock{}, types.NamespacedName{Name: c.Lock.Name}
 	}
-	return &batchv1alpha1.Lock{}, types.NamespacedName{Namespace: lj.Namespace, Name: lj.Spec.Lock.Name}
+	return &batchv1alpha1.Lock{}, types.NamespacedName{Namespace: c.Namespace, Name: c.Lock.Name}
 }
 
 // Permits reads spec.permits of a Lock or ClusterLock as Admits does.
@@ -53,19 +53,19 @@ type PermitReader struct {
 	Served bool
 }
 
-// Of returns how many may hold lj's lock at once: the declaring object's spec.permits, or 1 when
+// Of returns how many may hold c's lock at once: the declaring object's spec.permits, or 1 when
 // nothing declares it, the declaring object is being deleted, or the Lock kinds are not installed.
-func (p PermitReader) Of(ctx context.Context, lj *batchv1alpha1.LockedJob) (int, error) {
+func (p PermitReader) Of(ctx context.Context, c Claimant) (int, error) {
 	if !p.Served {
 		return 1, nil
 	}
-	obj, name := Declaration(lj)
+	obj, name := Declaration(c)
 	err := p.Reader.Get(ctx, name, obj)
 	if apierrors.IsNotFound(err) {
 		return 1, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("get the permits of lock %s: %w", lj.Spec.Lock.Name, err)
+		return 0, fmt.Errorf("get the permits of lock %s: %w", c.Lock.Name, err)
 	}
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return 1, nil // being deleted: its lock goes back to one permit (the view controller's retire)

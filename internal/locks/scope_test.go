@@ -26,7 +26,7 @@ func TestScopeGate(t *testing.T) {
 		"Cluster scope, this namespace trusted":           {ScopeGate{"b", "a"}, lj("a", batchv1alpha1.LockScopeCluster), true},
 		"Cluster scope, every namespace trusted":          {ScopeGate{"*"}, lj("a", batchv1alpha1.LockScopeCluster), true},
 	} {
-		if got := tc.gate.Allows(tc.lj); got != tc.want {
+		if got := tc.gate.Allows(ClaimantOf(tc.lj)); got != tc.want {
 			t.Errorf("%s: Allows = %v, want %v", name, got, tc.want)
 		}
 	}

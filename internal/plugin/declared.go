@@ -94,7 +94,7 @@ func listDeclared(ctx context.Context, c client.Reader, namespace string, views 
 // lock: 1 when none declares it or the operator has no such kinds, 0 with a warning when the user
 // may not read it.
 func declaredPermits(ctx context.Context, c client.Reader, lj *batchv1alpha1.LockedJob) (int, []string, error) {
-	obj, key := locks.Declaration(lj)
+	obj, key := locks.Declaration(locks.ClaimantOf(lj))
 	kind := sourceLock
 	if _, ok := obj.(*batchv1alpha1.ClusterLock); ok {
 		kind = sourceClusterLock

@@ -1,0 +1,106 @@
+package locks
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// The bounds of a guarded Job's annotations: those of spec.lock (the CRD's markers), which the
+// admission policy of config/guard applies too.
+const (
+	maxLockName              = 253
+	minPriority, maxPriority = -1000, 1000
+	minTTL, maxTTL           = time.Second, 24 * time.Hour
+)
+
+var lockNameRe = regexp.MustCompile(batchv1alpha1.LockNamePattern)
+
+// ClaimantOfJob is the Claimant of a guarded Job: the lock its LabelGuardLock names, under the
+// terms of its optional annotations (api/v1alpha1/guard_types.go). The admission policy refuses a
+// Job whose label or annotations do not parse, but a Job let in while the policy was not in force
+// (or edited by someone it does not bind) may carry anything, so each is checked here again, and
+// the error names the label or annotation at fault.
+func ClaimantOfJob(job *batchv1.Job) (Claimant, error) {
+	name, ok := job.Labels[batchv1alpha1.LabelGuardLock]
+	if !ok {
+		return Claimant{}, fmt.Errorf("label %s: not set", batchv1alpha1.LabelGuardLock)
+	}
+	if len(name) > maxLockName || !lockNameRe.MatchString(name) {
+		return Claimant{}, fmt.Errorf("label %s: %q is not a lock name (%s)", batchv1alpha1.LabelGuardLock, name, batchv1alpha1.LockNamePattern)
+	}
+	lock := batchv1alpha1.LockSpec{Name: name, Scope: batchv1alpha1.LockScopeNamespace}
+	for _, parse := range []func(*batchv1alpha1.LockSpec, map[string]string) error{parseScope, parsePriority, parseTTL, parseOnLockLost} {
+		if err := parse(&lock, job.Annotations); err != nil {
+			return Claimant{}, err
+		}
+	}
+	return Claimant{
+		Kind:      KindJob,
+		Namespace: job.Namespace,
+		Name:      job.Name,
+		UID:       job.UID,
+		Created:   job.CreationTimestamp.Time,
+		Lock:      lock,
+	}, nil
+}
+
+func parseScope(lock *batchv1alpha1.LockSpec, annotations map[string]string) error {
+	v, ok := annotations[batchv1alpha1.AnnotationGuardScope]
+	if !ok {
+		return nil
+	}
+	switch scope := batchv1alpha1.LockScope(v); scope {
+	case batchv1alpha1.LockScopeNamespace, batchv1alpha1.LockScopeCluster:
+		lock.Scope = scope
+		return nil
+	}
+	return fmt.Errorf("annotation %s: %q is neither %s nor %s", batchv1alpha1.AnnotationGuardScope, v,
+		batchv1alpha1.LockScopeNamespace, batchv1alpha1.LockScopeCluster)
+}
+
+func parsePriority(lock *batchv1alpha1.LockSpec, annotations map[string]string) error {
+	v, ok := annotations[batchv1alpha1.AnnotationGuardPriority]
+	if !ok {
+		return nil
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < minPriority || n > maxPriority {
+		return fmt.Errorf("annotation %s: %q is not an integer from %d to %d", batchv1alpha1.AnnotationGuardPriority, v, minPriority, maxPriority)
+	}
+	lock.Priority = int32(n)
+	return nil
+}
+
+func parseTTL(lock *batchv1alpha1.LockSpec, annotations map[string]string) error {
+	v, ok := annotations[batchv1alpha1.AnnotationGuardTTL]
+	if !ok {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < minTTL || d > maxTTL {
+		return fmt.Errorf("annotation %s: %q is not a duration from %s to %s", batchv1alpha1.AnnotationGuardTTL, v, minTTL, maxTTL)
+	}
+	lock.TTL = &metav1.Duration{Duration: d}
+	return nil
+}
+
+func parseOnLockLost(lock *batchv1alpha1.LockSpec, annotations map[string]string) error {
+	v, ok := annotations[batchv1alpha1.AnnotationGuardOnLockLost]
+	if !ok {
+		return nil
+	}
+	switch policy := batchv1alpha1.LockLostPolicy(v); policy {
+	case batchv1alpha1.LockLostSuspend, batchv1alpha1.LockLostDelete, batchv1alpha1.LockLostIgnore:
+		lock.OnLockLost = policy
+		return nil
+	}
+	return fmt.Errorf("annotation %s: %q is not %s, %s or %s", batchv1alpha1.AnnotationGuardOnLockLost, v,
+		batchv1alpha1.LockLostSuspend, batchv1alpha1.LockLostDelete, batchv1alpha1.LockLostIgnore)
+}
