@@ -1,6 +1,7 @@
 // Package controllers sets up the operator's reconcilers on a manager: the LockedJob reconciler
-// (controllers/lockedjob), the per-lock view of Lock and ClusterLock (controllers/lockview) and
-// the LockedCronJob schedules (controllers/lockedcronjob), over one lock book. cmd/manager and the
+// (controllers/lockedjob), the per-lock view of Lock and ClusterLock (controllers/lockview), the
+// LockedCronJob schedules (controllers/lockedcronjob) and guarded Jobs (controllers/guardedjob),
+// over one lock book. cmd/manager and the
 // envtest suite both set them up here, so the suite runs what the operator runs.
 package controllers
 
@@ -13,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
+	"github.com/lockedjob/lockedjob/controllers/guardedjob"
 	"github.com/lockedjob/lockedjob/controllers/lockedcronjob"
 	"github.com/lockedjob/lockedjob/controllers/lockedjob"
 	"github.com/lockedjob/lockedjob/controllers/lockview"
@@ -25,6 +27,10 @@ const (
 	LockedJob     = "lockedjob"
 	LockView      = "lockview"
 	LockedCronJob = "lockedcronjob"
+	// GuardedJob acts only on Jobs labelled for a lock (batch.lockedjob.dev/lock), so it is on by
+	// default with the others; without the admission gate of config/guard no such Job is suspended,
+	// and it only marks them Unguarded.
+	GuardedJob = "guardedjob"
 )
 
 // Options are what the reconcilers share, and each one's own tuning.
@@ -39,10 +45,13 @@ type Options struct {
 	// LockedJob tunes the LockedJob reconciler; its Identity, ClusterScopeNamespaces and
 	// RedisTimeout are set from the fields above.
 	LockedJob lockedjob.Config
+	// GuardedJob tunes the guarded-Job reconciler; its Identity, ClusterScopeNamespaces and
+	// RedisTimeout are set from the fields above.
+	GuardedJob guardedjob.Config
 	// View tunes how often the per-lock view writes, reads Redis again and announces (zero: its
 	// defaults).
 	View lockview.Timing
-	// Controllers names the reconcilers to set up; empty sets up all three, as the operator does.
+	// Controllers names the reconcilers to set up; empty sets up all of them, as the operator does.
 	// A test that runs one of them on a clock of its own sets up the others here.
 	Controllers []string
 }
@@ -94,11 +103,25 @@ func Setup(ctx context.Context, mgr ctrl.Manager, book *lockbook.Book, o Options
 			return fmt.Errorf("set up lockedcronjob controller: %w", err)
 		}
 	}
+	if o.enabled(GuardedJob) {
+		c := o.GuardedJob
+		c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = o.Identity, o.ClusterScopeNamespaces, o.RedisTimeout
+		guarded := &guardedjob.GuardedJobReconciler{
+			Client:   mgr.GetClient(),
+			Recorder: mgr.GetEventRecorder("guardedjob"),
+			Locks:    book,
+			Config:   c,
+		}
+		if err := guarded.SetupWithManager(ctx, mgr); err != nil {
+			return fmt.Errorf("set up guardedjob controller: %w", err)
+		}
+	}
 	// +kubebuilder:scaffold:builder
 	return nil
 }
 
 // CacheOptions are the settings of the manager's cache that the reconcilers are written for.
 // Only the LockedJob reconciler narrows it today (to the Jobs it created; see
-// lockedjob.CacheOptions).
+// lockedjob.CacheOptions); the guarded-Job reconciler reads labelled Jobs from a cache of its own
+// (guardedjob.NewCache), so this one never holds the cluster's other Jobs.
 func CacheOptions() cache.Options { return lockedjob.CacheOptions() }

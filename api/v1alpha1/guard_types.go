@@ -42,6 +42,45 @@ const (
 	AnnotationGuardOnLockLost = "batch.lockedjob.dev/on-lock-lost"
 )
 
+// What the operator records on a guarded Job, in the Job's own annotations: a guarded Job has no
+// object of ours, so these hold what a LockedJob's status holds. The fence, holder and slot are
+// AnnotationFencingToken, AnnotationHolder and AnnotationSlot (the slot only for a semaphore), as
+// on a LockedJob's Job; the pod template carries those and AnnotationLock to the pods.
+const (
+	// AnnotationGuard is where the guard stands (a GuardState).
+	AnnotationGuard = "batch.lockedjob.dev/guard"
+	// AnnotationGuardLockKey is the Redis key of the lock the Job holds, as a LockedJob's
+	// status.lockKey.
+	AnnotationGuardLockKey = "batch.lockedjob.dev/lock-key"
+)
+
+// GuardState is the value of AnnotationGuard.
+type GuardState string
+
+const (
+	// GuardHeld: the operator holds the lock for the Job and unsuspended it.
+	GuardHeld GuardState = "Held"
+	// GuardReleased: the Job ended and the lock was released.
+	GuardReleased GuardState = "Released"
+	// GuardLost: the lock was lost while the Job held it; its on-lock-lost policy was applied.
+	GuardLost GuardState = "Lost"
+	// GuardUnguarded: the Job runs, or ran, without the operator holding its lock (it was not
+	// created suspended by the admission gate, or someone else unsuspended it): it is never a holder.
+	GuardUnguarded GuardState = "Unguarded"
+	// GuardScopeNotAllowed: Cluster scope from a namespace the operator does not trust; the Job stays
+	// suspended.
+	GuardScopeNotAllowed GuardState = "ScopeNotAllowed"
+)
+
+// Event reasons of guarded Jobs beside those they share with LockedJobs (ReasonAcquired,
+// ReasonReadopted, ReasonJobComplete, ReasonJobFailed, ReasonLockLost, ReasonScopeNotAllowed).
+const (
+	// ReasonUnguarded: a labelled Job runs without the operator holding its lock.
+	ReasonUnguarded = "Unguarded"
+	// ReasonGuardInvalid: a labelled Job's lock label or annotations do not parse.
+	ReasonGuardInvalid = "GuardInvalid"
+)
+
 // LockNamePattern is the rule of a lock's name: spec.lock.name's pattern in the CRD (the marker
 // on LockSpec.Name must spell the same: TestCRDLockNameIsLockNamePattern), and the rule the
 // admission policy applies to LabelGuardLock.

@@ -18,7 +18,8 @@ func TestCRDLockNameIsLockNamePattern(t *testing.T) {
 // TestGuardKeysAreQualifiedNames: the guard's label and annotations are keys the API server
 // accepts, in the group's own prefix, so no other tool's key can collide with them.
 func TestGuardKeysAreQualifiedNames(t *testing.T) {
-	for _, k := range []string{LabelGuardLock, AnnotationGuardScope, AnnotationGuardPriority, AnnotationGuardTTL, AnnotationGuardOnLockLost} {
+	for _, k := range []string{LabelGuardLock, AnnotationGuardScope, AnnotationGuardPriority, AnnotationGuardTTL, AnnotationGuardOnLockLost,
+		AnnotationGuard, AnnotationGuardLockKey} {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			t.Errorf("%q: %v", k, errs)
 		}

@@ -1,0 +1,130 @@
+package guardedjob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
+)
+
+// Acquiring (stepAcquire) and unsuspending (stepUnsuspend): join the lock's queue, wait or be
+// handed the lock, then let the Job run under it with one write.
+
+// acquire asks for the lock as a queued waiter, in the queue the LockedJobs of the same lock wait
+// in (one score rule, Identity.QueueScore), and has the book renew it once it is ours.
+func (r *GuardedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
+	permits, err := r.permits.Of(ctx, p.claimant)
+	if err != nil {
+		return ctrl.Result{}, false, err
+	}
+	if r.Locks.Admits(permits) < permits {
+		// Redlock grants no semaphore: each node would choose a slot of its own. Wait until the
+		// Lock declares one permit (the LockedJob's rule).
+		ctrl.LoggerFrom(ctx).Info("Waiting: the lock declares more permits than Redlock grants", "lock", p.claim.Key, "permits", permits)
+		return ctrl.Result{RequeueAfter: r.Config.WaitBackoffMax}, false, nil
+	}
+	p.claim.Permits = permits
+	rctx, cancel := r.redisCtx(ctx)
+	lock, err := r.Locks.Acquire(rctx, p.claim, ttlOf(p.claimant), r.Config.Identity.QueueScore(p.claimant), r.Config.waiterLiveness())
+	cancel()
+	if errors.Is(err, lockbook.ErrNotAcquired) {
+		return r.wait(ctx, p, err), false, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, false, fmt.Errorf("acquire %s: %w", p.claim.Key, err)
+	}
+	if err := r.Locks.Track(p.workloadOf(), lock, 0); err != nil {
+		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
+	}
+	p.obs.holding = lock
+	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.claim.Key, "fencingToken", lock.Fence(), "slot", lock.Slot())
+	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d%s", p.claimant.Lock.Name, lock.Fence(), slotPhrase(lock))
+	return ctrl.Result{}, true, nil
+}
+
+// wait leaves the Job suspended in line. Nothing is written: the Job's record says nothing while it
+// waits, so waiting costs no API write. The release waker wakes the waiter a release frees the
+// lock for; the backoff is the safety net (an expiry is announced by nobody) and, since every
+// attempt keeps the waiter queued, what keeps it in line.
+func (r *GuardedJobReconciler) wait(ctx context.Context, p *pass, notAcquired error) ctrl.Result {
+	var qe *lockbook.QueuedError
+	if errors.As(notAcquired, &qe) {
+		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for lock", "lock", p.claim.Key, "position", qe.Position)
+	}
+	waited := r.Clock.Since(p.job.CreationTimestamp.Time)
+	return ctrl.Result{RequeueAfter: jitter(min(max(waited/4, r.Config.WaitBackoffMin), r.Config.WaitBackoffMax))}
+}
+
+// jitter spreads passes that were scheduled together: d/2 up to d.
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+
+// unsuspend lets the Job run under the lock, in one optimistic write: the fence, lock, holder and
+// slot in the pod template (whose env vars the admission gate pointed at those annotations), the
+// record in the Job's annotations, the finalizer, and suspend false. A pod can start only after
+// this write, so none ever runs without the fence, nor with an older one; a pass that read a stale
+// Job writes nothing. The merge patch carries the whole finalizer list, the others' included.
+func (r *GuardedJobReconciler) unsuspend(ctx context.Context, p *pass) error {
+	lock := p.obs.holding
+	fence, slot := strconv.FormatInt(lock.Fence(), 10), strconv.Itoa(lock.Slot())
+	err := r.patchJob(ctx, p, "unsuspend", func(job *batchv1.Job) {
+		annotate(job,
+			batchv1alpha1.AnnotationFencingToken, fence,
+			batchv1alpha1.AnnotationHolder, p.claim.Holder,
+			batchv1alpha1.AnnotationGuardLockKey, r.Locks.RedisKey(p.claim.Key),
+			batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardHeld))
+		if lock.Semaphore() {
+			annotate(job, batchv1alpha1.AnnotationSlot, slot)
+		}
+		controllerutil.AddFinalizer(job, finalizer)
+		tmpl := &job.Spec.Template.ObjectMeta
+		if tmpl.Annotations == nil {
+			tmpl.Annotations = map[string]string{}
+		}
+		tmpl.Annotations[batchv1alpha1.AnnotationFencingToken] = fence
+		tmpl.Annotations[batchv1alpha1.AnnotationLock] = p.claimant.Lock.Name
+		tmpl.Annotations[batchv1alpha1.AnnotationHolder] = p.claim.Holder
+		tmpl.Annotations[batchv1alpha1.AnnotationSlot] = slot
+		job.Spec.Suspend = ptr.To(false)
+	})
+	if err != nil {
+		return err
+	}
+	p.obs.fenced, p.obs.suspended, p.obs.hasFinalizer, p.obs.guard = true, false, true, batchv1alpha1.GuardHeld
+	msg := p.acquired
+	if msg == "" {
+		msg = fmt.Sprintf("Holding lock %s with fencing token %d%s", p.claimant.Lock.Name, lock.Fence(), slotPhrase(lock))
+	}
+	r.event(p.job, corev1.EventTypeNormal, batchv1alpha1.ReasonAcquired, "Acquire", "%s; unsuspended", msg)
+	return nil
+}
+
+// markScopeNotAllowed records a Job whose namespace may not use Cluster scope: no Redis call was
+// made and no holder is named. It stays suspended until the user or the operator's gate changes.
+func (r *GuardedJobReconciler) markScopeNotAllowed(ctx context.Context, p *pass) error {
+	if err := r.recordGuard(ctx, p, batchv1alpha1.GuardScopeNotAllowed); err != nil {
+		return err
+	}
+	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonScopeNotAllowed, "Acquire",
+		"Lock %s has scope Cluster, which namespace %s may not use (the operator's --cluster-scope-namespaces); the Job stays suspended",
+		p.claimant.Lock.Name, p.job.Namespace)
+	return nil
+}
+
+// slotPhrase names a semaphore's slot in a message; nothing for a plain lock.
+func slotPhrase(lock *lockbook.Lock) string {
+	if !lock.Semaphore() {
+		return ""
+	}
+	return fmt.Sprintf(" (slot %d)", lock.Slot())
+}

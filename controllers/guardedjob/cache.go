@@ -1,0 +1,92 @@
+package guardedjob
+
+import (
+	"context"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
+)
+
+// The guarded Jobs the reconciler follows, in a cache of its own.
+//
+// Not the manager's cache: that one keeps only the operator's own Jobs (lockedjob.CacheOptions),
+// so the other Jobs of a cluster cost it no watch event and no memory, and a cache holds one
+// selector per kind. Widening it to every Job would bring back that cost; a second informer,
+// selected by the lock label on the API server, keeps every unlabelled Job out of memory and off
+// the wire. Its Jobs lose their pod templates and managedFields: the reconciler reads only
+// metadata, suspend and conditions, and writes by merge patches of the fields it changes, so what
+// the cache leaves out is never written back.
+
+// NewCache is the cache of guarded Jobs: those with LabelGuardLock and without LabelLockedJob (a
+// LockedJob's own Job runs under its LockedJob's lock; the admission gate refuses both labels
+// anyway). Add it to the manager (a cache is a runnable) before the controller that watches it.
+func NewCache(mgr ctrl.Manager) (cache.Cache, error) {
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme:           mgr.GetScheme(),
+		Mapper:           mgr.GetRESTMapper(),
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&batchv1.Job{}: {Label: guardedJobs(), Transform: stripJob},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("guarded job cache: %w", err)
+	}
+	return c, nil
+}
+
+// guardedJobs selects the Jobs that ask for a lock by label and are not a LockedJob's.
+func guardedJobs() labels.Selector {
+	guard, err := labels.NewRequirement(batchv1alpha1.LabelGuardLock, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant key that is a valid label key
+	}
+	own, err := labels.NewRequirement(batchv1alpha1.LabelLockedJob, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*guard, *own)
+}
+
+// guarded reports whether job is one the reconciler guards (what guardedJobs selects).
+func guarded(job *batchv1.Job) bool {
+	return guardedJobs().Matches(labels.Set(job.Labels))
+}
+
+// stripJob drops the pod template and managedFields of a cached Job.
+func stripJob(in any) (any, error) {
+	if job, ok := in.(*batchv1.Job); ok {
+		job.ManagedFields = nil
+		job.Spec.Template = corev1.PodTemplateSpec{}
+	}
+	return in, nil
+}
+
+// fieldLockKey indexes guarded Jobs by the Redis key of their lock, for release wake-ups.
+const fieldLockKey = "guardedLockKey"
+
+// indexLockKey indexes the cache's Jobs by the Redis key of the lock their label and annotations
+// ask for (none for a Job whose claim does not parse).
+func indexLockKey(ctx context.Context, c cache.Cache, id locks.Identity, book *lockbook.Book) error {
+	err := c.IndexField(ctx, &batchv1.Job{}, fieldLockKey, func(o client.Object) []string {
+		claimant, err := locks.ClaimantOfJob(o.(*batchv1.Job))
+		if err != nil {
+			return nil
+		}
+		return []string{book.RedisKey(id.LockKey(claimant))}
+	})
+	if err != nil {
+		return fmt.Errorf("index guarded jobs by lock key: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+// Package guardedjob is the reconciler of guarded Jobs (docs/design.md, "Guarded Jobs and Pods
+// (issue 22): the controller"): plain batch/v1 Jobs labelled batch.lockedjob.dev/lock, which the
+// admission gate (config/guard) creates suspended. It acquires the Job's lock through the lock
+// book, under the rules of internal/locks that the LockedJob reconciler follows too (one key, one
+// queue, one fencing sequence per lock name and scope), unsuspends the Job with the fence in its
+// pod template, and releases the lock once the Job's pods are gone.
+package guardedjob
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
+)
+
+const (
+	finalizer = batchv1alpha1.FinalizerReleaseLock
+	// maxStepsPerPass bounds the steps one pass chains (acquire → unsuspend is the longest; a
+	// re-adoption that finds the lock lost goes on to lose it).
+	maxStepsPerPass = 4
+	// podRecheck is how soon a pass that waits for a Job's pods to stop looks again: a pod's end
+	// does not change the Job until the Job controller counts it.
+	podRecheck = time.Second
+)
+
+// Config is the operator-wide behaviour of the reconciler.
+type Config struct {
+	// Identity derives lock keys, holder names and tokens, as for every other reconciler.
+	Identity locks.Identity
+	// ClusterScopeNamespaces is the one scope gate of every reconciler.
+	ClusterScopeNamespaces locks.ScopeGate
+	// RedisTimeout bounds every Redis call of a pass (default 2s).
+	RedisTimeout time.Duration
+	// WaitBackoffMin and WaitBackoffMax bound the jittered re-check of a waiting Job, the safety
+	// net behind release wake-ups and the way to notice a lock freed by an expiry; every re-check
+	// also keeps the waiter queued (see waiterLiveness). Defaults 1s and 15s.
+	WaitBackoffMin, WaitBackoffMax time.Duration
+	// MaxConcurrentReconciles is how many guarded Jobs are reconciled at once (default 1).
+	MaxConcurrentReconciles int
+}
+
+func (c *Config) defaults() {
+	c.WaitBackoffMin = sreconcile.DurationOr(c.WaitBackoffMin, time.Second)
+	if c.WaitBackoffMax < c.WaitBackoffMin {
+		c.WaitBackoffMax = max(15*time.Second, c.WaitBackoffMin)
+	}
+	c.RedisTimeout = sreconcile.DurationOr(c.RedisTimeout, 2*time.Second)
+}
+
+// waiterLiveness is how long a waiter stays queued in Redis without asking again: the LockedJob's
+// rule. A guarded waiter asks on its own backoff (at most WaitBackoffMax), well inside it, so only
+// a waiter whose operator stopped, or whose Job was deleted, drops out.
+func (c *Config) waiterLiveness() time.Duration { return 4*c.WaitBackoffMax + 30*time.Second }
+
+// GuardedJobReconciler reconciles a guarded Job: it acquires the lock, unsuspends the Job under it,
+// and releases the lock when the Job ends or is deleted.
+type GuardedJobReconciler struct {
+	// Client writes (merge patches, deletes) to the API server. Jobs are read from Jobs, never
+	// through Client: the manager's cache keeps only the operator's own Jobs.
+	Client client.Client
+	// Jobs reads guarded Jobs from the reconciler's own cache (NewCache).
+	Jobs client.Reader
+	// APIReader reads uncached: pods, and a Job the cache does not have (yet).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Locks     *lockbook.Book
+	Config    Config
+	Clock     clock.PassiveClock
+
+	permits locks.PermitReader
+}
+
+// pass is one run of Reconcile: the Job as read and what the pass knows of its lock.
+type pass struct {
+	job *batchv1.Job
+	// claimant is who the Job is to the lock; claim names the lock for the book, computed once.
+	claimant locks.Claimant
+	claim    lockbook.Claim
+	obs      observation
+	// acquired tells the acquisition of this pass; the unsuspend Event that follows carries it.
+	acquired string
+}
+
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile observes the guarded Job and its lock, decides the next step (see decide), and acts.
+// Every write is an optimistic merge patch of the Job itself: there is no object of ours.
+func (r *GuardedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	job, err := r.getJob(ctx, req.NamespacedName)
+	if err != nil || job == nil {
+		if job == nil && err == nil {
+			r.Locks.ForgetObject(locks.KindJob, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("Job", klog.KObj(job))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	p := r.observe(job)
+	var (
+		res  ctrl.Result
+		next bool
+	)
+	for range maxStepsPerPass {
+		st := decide(p.obs)
+		log.V(1).Info("Reconciling", "step", st.String())
+		res, next, err = r.act(ctx, p, st)
+		if err != nil || !next {
+			break
+		}
+	}
+	if apierrors.IsConflict(err) {
+		// A stale pass wrote nothing; run again on the Job as the API server has it now.
+		return ctrl.Result{RequeueAfter: sreconcile.ConflictRequeue}, nil
+	}
+	return res, err
+}
+
+// getJob reads the guarded Job from the reconciler's cache, else from the API server (a Job just
+// created may not be cached yet); nil when neither has it or it is no guarded Job.
+func (r *GuardedJobReconciler) getJob(ctx context.Context, key client.ObjectKey) (*batchv1.Job, error) {
+	job := &batchv1.Job{}
+	err := r.Jobs.Get(ctx, key, job)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, job)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get job %s: %w", key.Name, err)
+	}
+	if !guarded(job) {
+		return nil, nil
+	}
+	return job, nil
+}
+
+// SetupWithManager wires the reconciler: guarded Jobs from a cache of their own, lost-lock events
+// from the book and release wake-ups from Redis. It may be called again with a new manager after
+// the previous one lost its leadership: everything it registers belongs to the manager, and the
+// book's handlers are replaced.
+func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.Config.defaults()
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	jobs, err := NewCache(mgr)
+	if err != nil {
+		return err
+	}
+	if err := indexLockKey(ctx, jobs, r.Config.Identity, r.Locks); err != nil {
+		return err
+	}
+	if err := mgr.Add(jobs); err != nil {
+		return fmt.Errorf("add guarded job cache: %w", err)
+	}
+	r.Jobs = jobs
+	r.permits = sreconcile.PermitReader(mgr)
+	r.Locks.SetHandlers(locks.KindJob, lockbook.Handlers{StopWorkload: r.stopWorkload})
+
+	wake := make(chan event.GenericEvent, 256)
+	if err := mgr.Add(&releaseWaker{locks: r.Locks, identity: r.Config.Identity, jobs: jobs, wake: wake}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("guardedjob").
+		WatchesRawSource(source.Kind(jobs, &batchv1.Job{}, &handler.TypedEnqueueRequestForObject[*batchv1.Job]{})).
+		WatchesRawSource(source.Channel(r.Locks.Events(locks.KindJob), &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
+		Complete(r)
+}
+
+// event emits an Event on the Job with its note cut (sreconcile.CutMessage).
+func (r *GuardedJobReconciler) event(job *batchv1.Job, eventType, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(job, nil, eventType, reason, action, "%s", sreconcile.CutMessage(fmt.Sprintf(note, args...)))
+	}
+}
+
+// redisCtx bounds one Redis call of a pass.
+func (r *GuardedJobReconciler) redisCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.Config.RedisTimeout)
+}

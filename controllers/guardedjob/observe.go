@@ -1,0 +1,129 @@
+package guardedjob
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
+)
+
+// Observing: what a pass reads before it decides (the Job's record, the lock book) and, in the
+// steps that need it, the Job's pods.
+
+// observe builds the pass: who the Job is to the lock, and what the Job and the book say. It reads
+// nothing from Redis or the API server.
+func (r *GuardedJobReconciler) observe(job *batchv1.Job) *pass {
+	p := &pass{job: job}
+	claimant, err := locks.ClaimantOfJob(job)
+	if err != nil {
+		p.obs.invalid = err
+		return p
+	}
+	id := r.Config.Identity
+	p.claimant = claimant
+	p.claim = lockbook.Claim{Key: id.LockKey(claimant), Token: id.Token(claimant), Holder: id.Holder(claimant), Slot: recordedSlot(job)}
+	book := r.Locks.RecordOf(job.UID)
+	_, fenced := job.Annotations[batchv1alpha1.AnnotationFencingToken]
+	p.obs = observation{
+		deleting:     !job.DeletionTimestamp.IsZero(),
+		hasFinalizer: controllerutil.ContainsFinalizer(job, finalizer),
+		suspended:    job.Spec.Suspend != nil && *job.Spec.Suspend,
+		finished:     jobFinished(job),
+		fenced:       fenced,
+		guard:        batchv1alpha1.GuardState(job.Annotations[batchv1alpha1.AnnotationGuard]),
+		scopeAllowed: r.Config.ClusterScopeNamespaces.Allows(claimant),
+		holding:      book.Lock,
+		lost:         book.Lost,
+		released:     book.Released,
+	}
+	return p
+}
+
+// recordedFence is the fence the Job's record carries, and false if none (or not a number).
+func recordedFence(job *batchv1.Job) (int64, bool) {
+	v, ok := job.Annotations[batchv1alpha1.AnnotationFencingToken]
+	if !ok {
+		return 0, false
+	}
+	fence, err := strconv.ParseInt(v, 10, 64)
+	return fence, err == nil
+}
+
+// recordedSlot is the semaphore slot the Job's record carries (nil: a plain lock, slot 0).
+func recordedSlot(job *batchv1.Job) *int32 {
+	v, ok := job.Annotations[batchv1alpha1.AnnotationSlot]
+	if !ok {
+		return nil
+	}
+	slot, err := strconv.ParseInt(v, 10, 32)
+	if err != nil {
+		return nil
+	}
+	s := int32(slot)
+	return &s
+}
+
+// jobFinished reports a Job that completed or failed.
+func jobFinished(job *batchv1.Job) bool {
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// jobOutcome says in a sentence how a finished Job ended, and whether it succeeded.
+func jobOutcome(job *batchv1.Job) (bool, string) {
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return true, fmt.Sprintf("Job %s completed", job.Name)
+		case batchv1.JobFailed:
+			return false, fmt.Sprintf("Job %s failed: %s %s", job.Name, c.Reason, c.Message)
+		}
+	}
+	return false, fmt.Sprintf("Job %s ended", job.Name)
+}
+
+// runningPods counts the pods of the Job that have not stopped, found by the Job's controller-uid
+// label (the Job API sets it, and the admission gate refuses a manual selector), from the API
+// server. A pod that succeeded or failed runs nothing, so it does not hold the lock back; every
+// other pod counts until it is gone, terminating or not.
+func (r *GuardedJobReconciler) runningPods(ctx context.Context, job *batchv1.Job) (int, error) {
+	pods := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(job.Namespace),
+		client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
+		return 0, fmt.Errorf("list pods of job %s: %w", job.Name, err)
+	}
+	n := 0
+	for _, pod := range pods.Items {
+		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ttlOf is the lease of the Job's lock.
+func ttlOf(c locks.Claimant) (ttl time.Duration) {
+	if c.Lock.TTL == nil {
+		return batchv1alpha1.DefaultLockTTL
+	}
+	return c.Lock.TTL.Duration
+}
+
+// workloadOf is what the lock book knows of the Job: enough to stop it and wake this reconciler.
+func (p *pass) workloadOf() lockbook.Workload { return lockbook.WorkloadOf(p.claimant, p.job.Name) }
