@@ -38,6 +38,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/guardedjob"
 	"github.com/lockedjob/lockedjob/controllers/lockedjob"
 	"github.com/lockedjob/lockedjob/controllers/lockview"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
@@ -104,6 +105,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	rdb = redis.NewClient(&redis.Options{Addr: redisSrv.Addr(), ContextTimeoutEnabled: true})
 
+	installGuard()
 	op = startOperator()
 })
 
@@ -142,8 +144,8 @@ func startOperator(mutate ...func(*Options)) *operator {
 }
 
 // startOperatorOn is startOperator on the Redis servers at addrs: more than one is Redlock. It
-// sets up the LockedJob reconciler and the per-lock view as the operator does (Setup); the
-// LockedCronJob specs run their reconciler on a fake clock of their own (startCronController).
+// sets up the LockedJob reconciler, the per-lock view and the guarded-Job reconciler as the
+// operator does (Setup); the LockedCronJob specs run their reconciler on a fake clock of their own (startCronController).
 func startOperatorOn(addrs []string, mutate ...func(*Options)) *operator {
 	GinkgoHelper()
 	var nodes []redis.UniversalClient
@@ -173,8 +175,11 @@ func startOperatorOn(addrs []string, mutate ...func(*Options)) *operator {
 			WaitBackoffMax:      30 * time.Second,
 			UnwatchedJobRecheck: time.Second,
 		},
-		View:        lockview.Timing{MinInterval: 200 * time.Millisecond, Resync: 300 * time.Millisecond, Announce: 200 * time.Millisecond},
-		Controllers: []string{LockedJob, LockView},
+		View: lockview.Timing{MinInterval: 200 * time.Millisecond, Resync: 300 * time.Millisecond, Announce: 200 * time.Millisecond},
+		// Guarded waiters, as the LockedJob's, re-check only every 30s: a handoff seen sooner proves
+		// the release wake-up.
+		GuardedJob:  guardedjob.Config{WaitBackoffMin: 30 * time.Second, WaitBackoffMax: 30 * time.Second},
+		Controllers: []string{LockedJob, LockView, GuardedJob},
 	}
 	for _, m := range mutate {
 		m(&o)

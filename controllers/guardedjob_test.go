@@ -1,0 +1,275 @@
+package controllers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// installGuard loads the admission gate of guarded Jobs (config/guard, as the project's pinned
+// kustomize builds it; test/admission runs the same build) into the suite's API server, and waits
+// until both policies act on a probe sent as a dry run.
+func installGuard() {
+	GinkgoHelper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join("..", "bin", "kustomize"), "build", filepath.Join("..", "config", "guard"))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	Expect(cmd.Run()).To(Succeed(), "%s (run `make kustomize` first; make test-unit does): %s", cmd, stderr.String())
+	d := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	for {
+		var raw json.RawMessage
+		err := d.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		Expect(err).NotTo(HaveOccurred())
+		o := &unstructured.Unstructured{}
+		Expect(o.UnmarshalJSON(raw)).To(Succeed())
+		Expect(k8sClient.Create(ctx, o)).To(Succeed())
+	}
+	Eventually(func(g Gomega) {
+		probe := newGuardedJob("default", "probe", "probe")
+		g.Expect(k8sClient.Create(ctx, probe, client.DryRunAll)).To(Succeed())
+		g.Expect(probe.Spec.Suspend).To(HaveValue(BeTrue()), "the mutating policy is not in force")
+		bad := newGuardedJob("default", "probe", "probe", guardAnnotation(batchv1alpha1.AnnotationGuardScope, "Everywhere"))
+		g.Expect(k8sClient.Create(ctx, bad, client.DryRunAll)).To(MatchError(ContainSubstring(batchv1alpha1.AnnotationGuardScope)),
+			"the validating policy is not in force")
+	}).WithTimeout(timeout).Should(Succeed())
+}
+
+// newGuardedJob is a plain Job labelled for lock: the gate creates it suspended.
+func newGuardedJob(ns, name, lock string, mutate ...func(*batchv1.Job)) *batchv1.Job {
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{batchv1alpha1.LabelGuardLock: lock}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "work", Image: "busybox", Command: []string{"true"}}},
+		}}},
+	}
+	for _, m := range mutate {
+		m(job)
+	}
+	return job
+}
+
+func guardAnnotation(k, v string) func(*batchv1.Job) {
+	return func(j *batchv1.Job) {
+		if j.Annotations == nil {
+			j.Annotations = map[string]string{}
+		}
+		j.Annotations[k] = v
+	}
+}
+
+func createJob(job *batchv1.Job) *batchv1.Job {
+	GinkgoHelper()
+	Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	return job
+}
+
+func getJob(job *batchv1.Job) *batchv1.Job {
+	GinkgoHelper()
+	out := &batchv1.Job{}
+	Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(job), out)).To(Succeed())
+	return out
+}
+
+// waitHeld waits until the guarded Job runs under its lock and returns it with its fence.
+func waitHeld(job *batchv1.Job) (*batchv1.Job, int64) {
+	GinkgoHelper()
+	var got *batchv1.Job
+	Eventually(func(g Gomega) {
+		got = &batchv1.Job{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(job), got)).To(Succeed())
+		g.Expect(got.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardHeld)))
+		g.Expect(got.Spec.Suspend).To(HaveValue(BeFalse()))
+	}).Should(Succeed())
+	fence, err := strconv.ParseInt(got.Annotations[batchv1alpha1.AnnotationFencingToken], 10, 64)
+	Expect(err).NotTo(HaveOccurred())
+	return got, fence
+}
+
+// completeJob writes the status the Job controller writes when a Job succeeds.
+func completeJob(job *batchv1.Job) {
+	GinkgoHelper()
+	Eventually(func() error {
+		j := getJob(job)
+		now := metav1.Now()
+		j.Status.StartTime, j.Status.CompletionTime, j.Status.Succeeded = &now, &now, 1
+		j.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+		return k8sClient.Status().Update(ctx, j)
+	}).Should(Succeed())
+}
+
+// jobEvents are the Events regarding the Job, as "Reason: note".
+func jobEvents(job *batchv1.Job) []string {
+	GinkgoHelper()
+	var list eventsv1.EventList
+	Expect(k8sClient.List(ctx, &list, client.InNamespace(job.Namespace))).To(Succeed())
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Job" && e.Regarding.Name == job.Name {
+			out = append(out, e.Reason+": "+e.Note)
+		}
+	}
+	return out
+}
+
+// stillSuspended checks for a while that the Job waits, suspended and with no fence.
+func stillSuspended(job *batchv1.Job) {
+	GinkgoHelper()
+	Consistently(func(g Gomega) {
+		got := getJob(job)
+		g.Expect(got.Spec.Suspend).To(HaveValue(BeTrue()))
+		g.Expect(got.Annotations).NotTo(HaveKey(batchv1alpha1.AnnotationFencingToken))
+	}).WithTimeout(2 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+}
+
+var _ = Describe("Guarded Jobs", func() {
+	It("unsuspends a labelled Job under its lock, with the fence in its pod template", func() {
+		ns := newNamespace()
+		job := createJob(newGuardedJob(ns, "migrate", "db"))
+		Expect(getJob(job).Spec.Suspend).To(HaveValue(BeTrue()), "the gate creates it suspended")
+
+		got, fence := waitHeld(job)
+		Expect(fence).To(BeNumerically(">", 0))
+		Expect(got.Finalizers).To(ContainElement(batchv1alpha1.FinalizerReleaseLock))
+		Expect(got.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuardLockKey, "lockedjob:{ns/envtest/"+ns+"/db}"))
+		Expect(got.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationHolder, "envtest/"+ns+"/job:migrate/"+string(got.UID)[:8]))
+		Expect(got.Annotations).NotTo(HaveKey(batchv1alpha1.AnnotationSlot), "a plain lock has no slot")
+		tmpl := got.Spec.Template.Annotations
+		Expect(tmpl).To(HaveKeyWithValue(batchv1alpha1.AnnotationFencingToken, strconv.FormatInt(fence, 10)))
+		Expect(tmpl).To(HaveKeyWithValue(batchv1alpha1.AnnotationLock, "db"))
+		Expect(tmpl).To(HaveKeyWithValue(batchv1alpha1.AnnotationHolder, got.Annotations[batchv1alpha1.AnnotationHolder]))
+		Expect(tmpl).To(HaveKeyWithValue(batchv1alpha1.AnnotationSlot, "0"))
+		Eventually(func() []string { return jobEvents(job) }).Should(ContainElement(
+			MatchRegexp(`^Acquired: Acquired lock db with fencing token %d; unsuspended$`, fence)))
+	})
+
+	It("runs two guarded Jobs of one lock one after the other, the second under a higher fence", func() {
+		ns := newNamespace()
+		first := createJob(newGuardedJob(ns, "first", "db"))
+		_, fence1 := waitHeld(first)
+		second := createJob(newGuardedJob(ns, "second", "db"))
+		stillSuspended(second)
+
+		completeJob(first)
+		_, fence2 := waitHeld(second)
+		Expect(fence2).To(BeNumerically(">", fence1))
+		done := getJob(first)
+		Expect(done.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)))
+		Expect(done.Finalizers).NotTo(ContainElement(batchv1alpha1.FinalizerReleaseLock))
+		Expect(jobEvents(first)).To(ContainElement(MatchRegexp(`^JobComplete: Job first completed; released lock db \(fencing token %d\)$`, fence1)))
+	})
+
+	It("excludes a LockedJob and a guarded Job of one lock name, with fences rising across both", func() {
+		ns := newNamespace()
+		lj := waitPhase(create(newLockedJob(ns, "nightly", "db")), batchv1alpha1.PhaseRunning)
+		job := createJob(newGuardedJob(ns, "migrate", "db"))
+		stillSuspended(job)
+
+		finishJob(lj, true)
+		_, fence := waitHeld(job)
+		Expect(fence).To(BeNumerically(">", *lj.Status.FencingToken))
+
+		after := create(newLockedJob(ns, "after", "db"))
+		Consistently(func(g Gomega) {
+			g.Expect(fetch(after).Status.Phase).NotTo(Equal(batchv1alpha1.PhaseRunning))
+		}).WithTimeout(2 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+		completeJob(job)
+		ran := waitPhase(after, batchv1alpha1.PhaseRunning)
+		Expect(*ran.Status.FencingToken).To(BeNumerically(">", fence))
+	})
+
+	It("keeps one lock name of two namespaces apart, and refuses Cluster scope from an untrusted one without a Redis call", func() {
+		a, b := newNamespace(), newNamespace()
+		_, fa := waitHeld(createJob(newGuardedJob(a, "migrate", "db")))
+		_, fb := waitHeld(createJob(newGuardedJob(b, "migrate", "db")))
+		Expect(fa).To(BeNumerically(">", 0))
+		Expect(fb).To(BeNumerically(">", 0))
+
+		lock := "shared-" + a
+		refused := createJob(newGuardedJob(a, "global", lock, guardAnnotation(batchv1alpha1.AnnotationGuardScope, "Cluster")))
+		Eventually(func(g Gomega) {
+			g.Expect(getJob(refused).Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardScopeNotAllowed)))
+		}).Should(Succeed())
+		got := getJob(refused)
+		Expect(got.Spec.Suspend).To(HaveValue(BeTrue()))
+		Expect(got.Annotations).NotTo(HaveKey(batchv1alpha1.AnnotationHolder))
+		Expect(rdb.Keys(ctx, "*"+lock+"*").Val()).To(BeEmpty(), "no Redis call names the lock")
+		Expect(jobEvents(refused)).To(ContainElement(ContainSubstring("ScopeNotAllowed: Lock " + lock + " has scope Cluster")))
+	})
+
+	It("releases the lock of a deleted held Job, and lets the Job go", func() {
+		ns := newNamespace()
+		job := createJob(newGuardedJob(ns, "migrate", "db"))
+		waitHeld(job)
+		next := createJob(newGuardedJob(ns, "next", "db"))
+		stillSuspended(next)
+
+		Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{})
+		}).Should(Satisfy(apierrors.IsNotFound), "the finalizer goes and the Job with it")
+		waitHeld(next)
+	})
+
+	It("re-adopts a held guarded Job after a restart with the same fence, writing nothing to it", func() {
+		ns := newNamespace()
+		held, fence := waitHeld(createJob(newGuardedJob(ns, "migrate", "db")))
+
+		op.stop()
+		op = startOperator()
+		Eventually(func() bool { return op.book.Holding(held.UID) != nil }).Should(BeTrue(), "the new operator re-adopts the lock")
+		Expect(op.book.Holding(held.UID).Fence()).To(Equal(fence))
+		Consistently(func(g Gomega) {
+			g.Expect(getJob(held).ResourceVersion).To(Equal(held.ResourceVersion))
+		}).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	})
+
+	It("marks a Job labelled after it was created Unguarded, and never gives it a fence", func() {
+		ns := newNamespace()
+		job := newGuardedJob(ns, "late", "db")
+		delete(job.Labels, batchv1alpha1.LabelGuardLock)
+		createJob(job)
+		Eventually(func() error {
+			j := getJob(job)
+			j.Labels[batchv1alpha1.LabelGuardLock] = "db"
+			return k8sClient.Update(ctx, j)
+		}).Should(Succeed())
+
+		Eventually(func(g Gomega) {
+			g.Expect(getJob(job).Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardUnguarded)))
+		}).Should(Succeed())
+		got := getJob(job)
+		Expect(got.Annotations).NotTo(HaveKey(batchv1alpha1.AnnotationFencingToken))
+		Expect(got.Finalizers).NotTo(ContainElement(batchv1alpha1.FinalizerReleaseLock))
+		Expect(got.Spec.Suspend).To(HaveValue(BeFalse()), "left running")
+		Expect(jobEvents(job)).To(ContainElement(HavePrefix("Unguarded: ")))
+
+		// The lock stays free for a Job that asks for it properly.
+		_, fence := waitHeld(createJob(newGuardedJob(ns, "proper", "db")))
+		Expect(fence).To(BeNumerically(">", 0))
+	})
+})
