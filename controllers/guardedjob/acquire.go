@@ -58,8 +58,7 @@ func (r *GuardedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Resul
 // lock for; the backoff is the safety net (an expiry is announced by nobody) and, since every
 // attempt keeps the waiter queued, what keeps it in line.
 func (r *GuardedJobReconciler) wait(ctx context.Context, p *pass, notAcquired error) ctrl.Result {
-	var qe *lockbook.QueuedError
-	if errors.As(notAcquired, &qe) {
+	if qe, ok := errors.AsType[*lockbook.QueuedError](notAcquired); ok {
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for lock", "lock", p.claim.Key, "position", qe.Position)
 	}
 	waited := r.Clock.Since(p.job.CreationTimestamp.Time)

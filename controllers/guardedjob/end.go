@@ -29,7 +29,7 @@ func (r *GuardedJobReconciler) finish(ctx context.Context, p *pass) (ctrl.Result
 	if n, err := r.runningPods(ctx, p.job); err != nil || n > 0 {
 		return ctrl.Result{RequeueAfter: podRecheck}, err
 	}
-	fence, _ := recordedFence(p.job)
+	fence := recordedFence(p.job)
 	state, eventType, reason := batchv1alpha1.GuardReleased, corev1.EventTypeNormal, batchv1alpha1.ReasonJobComplete
 	ok, msg := jobOutcome(p.job)
 	if !ok {

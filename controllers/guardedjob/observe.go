@@ -48,14 +48,14 @@ func (r *GuardedJobReconciler) observe(job *batchv1.Job) *pass {
 	return p
 }
 
-// recordedFence is the fence the Job's record carries, and false if none (or not a number).
-func recordedFence(job *batchv1.Job) (int64, bool) {
-	v, ok := job.Annotations[batchv1alpha1.AnnotationFencingToken]
-	if !ok {
-		return 0, false
+// recordedFence is the fence the Job's record carries; 0, which no acquisition gets, if none (or
+// not a number), so a re-adoption never takes it for the lock it finds.
+func recordedFence(job *batchv1.Job) int64 {
+	fence, err := strconv.ParseInt(job.Annotations[batchv1alpha1.AnnotationFencingToken], 10, 64)
+	if err != nil {
+		return 0
 	}
-	fence, err := strconv.ParseInt(v, 10, 64)
-	return fence, err == nil
+	return fence
 }
 
 // recordedSlot is the semaphore slot the Job's record carries (nil: a plain lock, slot 0).

@@ -44,7 +44,7 @@ func (r *GuardedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Resul
 		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
 	}
 	p.obs.holding = lock
-	fence, _ := recordedFence(p.job)
+	fence := recordedFence(p.job)
 	if !continues(lock, fence, p.claim.Slot) {
 		// Keep the fresh lock until the Job is stopped and its pods are gone; it is released after.
 		cause := fmt.Errorf("lease of fencing token %d expired while the operator was away: %w", fence, lockbook.ErrLockLost)
