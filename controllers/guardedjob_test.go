@@ -272,4 +272,40 @@ var _ = Describe("Guarded Jobs", func() {
 		_, fence := waitHeld(createJob(newGuardedJob(ns, "proper", "db")))
 		Expect(fence).To(BeNumerically(">", 0))
 	})
+
+	DescribeTable("applies its on-lock-lost policy when the lock vanishes behind the operator's back, and says so",
+		func(policy batchv1alpha1.LockLostPolicy, check func(*batchv1.Job)) {
+			ns := newNamespace()
+			victim := createJob(newGuardedJob(ns, "victim", "lost",
+				guardAnnotation(batchv1alpha1.AnnotationGuardOnLockLost, string(policy)),
+				guardAnnotation(batchv1alpha1.AnnotationGuardTTL, "3s")))
+			held, _ := waitHeld(victim)
+			Expect(rdb.Del(ctx, held.Annotations[batchv1alpha1.AnnotationGuardLockKey]).Err()).To(Succeed())
+
+			Eventually(func(g Gomega) {
+				got := &batchv1.Job{}
+				err := k8sClient.Get(ctx, client.ObjectKeyFromObject(victim), got)
+				if policy == batchv1alpha1.LockLostDelete && apierrors.IsNotFound(err) {
+					return // deleted, and let go: no record left to read
+				}
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(got.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardLost)))
+			}).Should(Succeed())
+			Eventually(func() []string { return jobEvents(victim) }).Should(ContainElement(HavePrefix("LockLost: ")))
+			check(victim)
+		},
+		Entry("Suspend suspends the Job", batchv1alpha1.LockLostSuspend, func(job *batchv1.Job) {
+			Eventually(func() *bool { return getJob(job).Spec.Suspend }).Should(HaveValue(BeTrue()))
+		}),
+		Entry("Delete deletes the Job", batchv1alpha1.LockLostDelete, func(job *batchv1.Job) {
+			Eventually(func() bool {
+				got := &batchv1.Job{}
+				err := k8sClient.Get(ctx, client.ObjectKeyFromObject(job), got)
+				return apierrors.IsNotFound(err) || err == nil && got.DeletionTimestamp != nil
+			}).Should(BeTrue())
+		}),
+		Entry("Ignore keeps the Job running", batchv1alpha1.LockLostIgnore, func(job *batchv1.Job) {
+			Consistently(func() *bool { return getJob(job).Spec.Suspend }).WithTimeout(time.Second).Should(HaveValue(BeFalse()))
+		}),
+	)
 })

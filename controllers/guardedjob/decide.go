@@ -99,6 +99,10 @@ func decideDeletion(o observation) step {
 	switch {
 	case !o.hasFinalizer:
 		return stepIdle // a waiter (no finalizer): its place in line goes with the queue's liveness
+	case o.lost != nil && o.fenced && !ended(o.guard):
+		// Deleted by its on-lock-lost policy (or by its user) after the loss: record Lost and say
+		// why before it goes, since no other pass will.
+		return stepLoseLock
 	case o.fenced && o.holding == nil && o.lost == nil && !o.released && !ended(o.guard):
 		return stepDeleteReadopt
 	default:

@@ -97,7 +97,7 @@ func (r *GuardedJobReconciler) release(ctx context.Context, p *pass) error {
 // the Job's pods are gone (stepReleaseAfterLoss).
 func (r *GuardedJobReconciler) loseLock(ctx context.Context, p *pass) error {
 	policy := p.claimant.Lock.OnLockLostOrDefault()
-	if !p.obs.finished {
+	if !p.obs.finished && !p.obs.deleting {
 		if err := r.stopJob(ctx, p.job, policy); err != nil {
 			return err
 		}
