@@ -97,7 +97,7 @@ type pass struct {
 	acquired string
 }
 
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
