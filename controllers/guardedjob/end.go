@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
@@ -31,7 +32,7 @@ func (r *GuardedJobReconciler) finish(ctx context.Context, p *pass) (ctrl.Result
 	}
 	fence := recordedFence(p.job)
 	state, eventType, reason := batchv1alpha1.GuardReleased, corev1.EventTypeNormal, batchv1alpha1.ReasonJobComplete
-	ok, msg := jobOutcome(p.job)
+	ok, msg := reconcile.JobOutcome(p.job)
 	if !ok {
 		eventType, reason = corev1.EventTypeWarning, batchv1alpha1.ReasonJobFailed
 	}
@@ -161,7 +162,7 @@ func (r *GuardedJobReconciler) stopJob(ctx context.Context, job *batchv1.Job, po
 // reconcile worker. The pass that runs afterwards finds it stopped and records Lost.
 func (r *GuardedJobReconciler) stopWorkload(ctx context.Context, w lockbook.Workload, cause error) {
 	job, err := r.getJob(ctx, w.Object)
-	if err == nil && job != nil && job.UID == w.UID && !jobFinished(job) {
+	if err == nil && job != nil && job.UID == w.UID && !reconcile.JobFinished(job) {
 		err = r.stopJob(ctx, job, w.Policy)
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -37,7 +38,7 @@ func (r *GuardedJobReconciler) observe(job *batchv1.Job) *pass {
 		deleting:     !job.DeletionTimestamp.IsZero(),
 		hasFinalizer: controllerutil.ContainsFinalizer(job, finalizer),
 		suspended:    job.Spec.Suspend != nil && *job.Spec.Suspend,
-		finished:     jobFinished(job),
+		finished:     reconcile.JobFinished(job),
 		fenced:       fenced,
 		guard:        batchv1alpha1.GuardState(job.Annotations[batchv1alpha1.AnnotationGuard]),
 		scopeAllowed: r.Config.ClusterScopeNamespaces.Allows(claimant),
@@ -70,32 +71,6 @@ func recordedSlot(job *batchv1.Job) *int32 {
 	}
 	s := int32(slot)
 	return &s
-}
-
-// jobFinished reports a Job that completed or failed.
-func jobFinished(job *batchv1.Job) bool {
-	for _, c := range job.Status.Conditions {
-		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
-// jobOutcome says in a sentence how a finished Job ended, and whether it succeeded.
-func jobOutcome(job *batchv1.Job) (bool, string) {
-	for _, c := range job.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete:
-			return true, fmt.Sprintf("Job %s completed", job.Name)
-		case batchv1.JobFailed:
-			return false, fmt.Sprintf("Job %s failed: %s %s", job.Name, c.Reason, c.Message)
-		}
-	}
-	return false, fmt.Sprintf("Job %s ended", job.Name)
 }
 
 // runningPods counts the pods of the Job that have not stopped, found by the Job's controller-uid

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/controllers/internal/unit"
 )
 
@@ -77,7 +78,7 @@ func TestCachedJobsKeepWhatTheOperatorReads(t *testing.T) {
 		t.Errorf("the pod template or managedFields are cached: %+v", got)
 	}
 	if got.UID != "u" || got.Annotations[batchv1alpha1.AnnotationFencingToken] != "7" || len(got.OwnerReferences) != 1 ||
-		got.Spec.Suspend == nil || !jobFinished(got) || got.Status.Active != 1 {
+		got.Spec.Suspend == nil || !reconcile.JobFinished(got) || got.Status.Active != 1 {
 		t.Errorf("the transform dropped what the operator reads: %+v", got)
 	}
 }

@@ -3,6 +3,7 @@ package lockedjob
 import (
 	batchv1 "k8s.io/api/batch/v1"
 
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
@@ -75,7 +76,7 @@ func decide(o observation) step {
 		// Before a finished Job on purpose: we cannot tell whether the lock was lost before or after
 		// the Job's last write, so LockLost is the honest outcome.
 		return stepLoseLock
-	case o.released, o.job != nil && jobFinished(o.job):
+	case o.released, o.job != nil && reconcile.JobFinished(o.job):
 		return stepFinish
 	case o.holding == nil && o.lockRecorded:
 		return stepReadopt
@@ -100,7 +101,7 @@ func decideDeletion(o observation) step {
 		return stepIdle
 	case !o.terminal && o.lockRecorded && o.holding == nil && o.lost == nil:
 		return stepDeleteReadopt
-	case o.job != nil && !jobFinished(o.job) && o.job.DeletionTimestamp.IsZero():
+	case o.job != nil && !reconcile.JobFinished(o.job) && o.job.DeletionTimestamp.IsZero():
 		return stepDeleteJob
 	default:
 		return stepDeleteRelease

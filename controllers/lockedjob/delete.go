@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
@@ -62,7 +63,7 @@ func mayHoldOrWait(o observation) bool {
 // otherwise every pod object counts until it is gone, terminating or not. Only pod metadata is read.
 func (r *LockedJobReconciler) waitForPods(ctx context.Context, p *pass) (bool, error) {
 	lj := p.lj
-	if lj.Status.JobName == "" || (p.obs.job != nil && jobFinished(p.obs.job)) {
+	if lj.Status.JobName == "" || (p.obs.job != nil && reconcile.JobFinished(p.obs.job)) {
 		return false, nil
 	}
 	n, err := r.podsOf(ctx, lj.Namespace, lj.Status.JobName)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
@@ -40,7 +41,7 @@ func (r *LockedJobReconciler) finish(ctx context.Context, p *pass) (next bool, e
 	lj.Status.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}
 	ok, msg := true, "The Job ended"
 	if p.obs.job != nil {
-		ok, msg = jobOutcome(p.obs.job)
+		ok, msg = reconcile.JobOutcome(p.obs.job)
 	}
 	// One Event tells the end and the release, which always come together.
 	told := fmt.Sprintf("%s; released lock %s (fencing token %d)", msg, lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken))
@@ -140,7 +141,7 @@ func (r *LockedJobReconciler) releaseAfterEnd(ctx context.Context, p *pass) (ctr
 func (r *LockedJobReconciler) loseLock(ctx context.Context, p *pass, cause error) error {
 	lj := p.lj
 	policy := lj.Spec.Lock.OnLockLostOrDefault()
-	if job := p.obs.job; job != nil && !jobFinished(job) {
+	if job := p.obs.job; job != nil && !reconcile.JobFinished(job) {
 		if err := r.stopJob(ctx, job, policy); err != nil {
 			return err
 		}
@@ -179,7 +180,7 @@ func (r *LockedJobReconciler) stopJob(ctx context.Context, job *batchv1.Job, pol
 func (r *LockedJobReconciler) stopWorkload(ctx context.Context, w lockbook.Workload, cause error) {
 	lj := lockedJobOf(w)
 	job, err := r.findJob(ctx, lj, w.Job)
-	if err == nil && job != nil && !jobFinished(job) {
+	if err == nil && job != nil && !reconcile.JobFinished(job) {
 		err = r.stopJob(ctx, job, w.Policy)
 	}
 	if err != nil {

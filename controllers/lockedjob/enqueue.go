@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 )
 
 // Enqueueing: the work-queue priorities and the event handlers that set them.
@@ -78,7 +79,7 @@ func jobEndedFirst(owner handler.EventHandler) handler.EventHandler {
 
 func ended(o client.Object) bool {
 	job, ok := o.(*batchv1.Job)
-	return ok && jobFinished(job)
+	return ok && sreconcile.JobFinished(job)
 }
 
 // Priorities in the controller's work queue (controller-runtime's priority queue; default 0). Under a

@@ -6,6 +6,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 )
 
 // The finalizer guards a held lock and the pods under it.
@@ -27,7 +29,7 @@ func (r *LockedJobReconciler) addFinalizer(ctx context.Context, p *pass) error {
 // passes). A Job left running (spec.lock.onLockLost Ignore, or a suspended one) keeps the
 // finalizer, and deletion stops it as before.
 func (r *LockedJobReconciler) letGo(ctx context.Context, p *pass) error {
-	if job := p.obs.job; job != nil && !jobFinished(job) {
+	if job := p.obs.job; job != nil && !reconcile.JobFinished(job) {
 		return nil
 	}
 	return r.removeFinalizer(ctx, p)

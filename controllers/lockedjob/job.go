@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 )
 
 // buildJob makes the Job of one acquisition from the template. The fencing token, lock, holder and
@@ -95,32 +96,6 @@ func merged(base, extra map[string]string) map[string]string {
 	return out
 }
 
-// jobFinished reports whether the Job reached a terminal condition.
-func jobFinished(job *batchv1.Job) bool {
-	for _, c := range job.Status.Conditions {
-		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
-// jobOutcome says whether a finished Job succeeded, and why in a sentence.
-func jobOutcome(job *batchv1.Job) (bool, string) {
-	for _, c := range job.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete:
-			return true, fmt.Sprintf("Job %s completed", job.Name)
-		case batchv1.JobFailed:
-			return false, fmt.Sprintf("Job %s failed: %s %s", job.Name, c.Reason, c.Message)
-		}
-	}
-	return false, fmt.Sprintf("Job %s has not finished", job.Name)
-}
-
 // stuckReasons are the waiting reasons of a container that will not start without someone fixing
 // something; a pod merely being created (ContainerCreating, PodInitializing) is not stuck.
 var stuckReasons = map[string]bool{
@@ -132,5 +107,5 @@ var stuckReasons = map[string]bool{
 // mayBeStuck reports whether the Job has pods and none of them is ready: only then is a look at the
 // pods worth an API call.
 func mayBeStuck(job *batchv1.Job) bool {
-	return !jobFinished(job) && job.Status.Active > 0 && derefInt32(job.Status.Ready) == 0
+	return !reconcile.JobFinished(job) && job.Status.Active > 0 && derefInt32(job.Status.Ready) == 0
 }
