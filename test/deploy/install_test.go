@@ -140,6 +140,42 @@ func (c *localCluster) checkInstalled(ctx context.Context, t *testing.T, want []
 	}
 }
 
+// readCustomResources lists every custom resource that objs define, once each, until the API
+// server answers, as the manager's informers do when it starts. The manager here runs on a kwok
+// node, so without this nothing ever reads them: the API server builds a resource's watch cache on
+// its first read and refuses lists (429) until the cache is ready, and when that first read is the
+// CRD finalizer's own list at uninstall, the finalizer backs off exponentially (its workqueue's
+// default, 5 ms doubling to 1000 s), minutes on a loaded machine: "Terminating=True
+// (InstanceDeletionFailed: could not list instances: storage is (re)initializing)".
+func (c *localCluster) readCustomResources(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	start := time.Now()
+	for _, o := range objs {
+		if o.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+		plural, _, _ := unstructured.NestedString(o.Object, "spec", "names", "plural")
+		versions, _, _ := unstructured.NestedSlice(o.Object, "spec", "versions")
+		if group == "" || plural == "" || len(versions) == 0 {
+			t.Fatalf("%s names no group, plural or version", key(o))
+		}
+		version, _, _ := unstructured.NestedString(versions[0].(map[string]any), "name")
+		gvr := schema.GroupVersionResource{Group: group, Version: version, Resource: plural}
+		var err error
+		for ctx.Err() == nil {
+			if _, err = c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
+				break
+			}
+			pause(ctx, 200*time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("list %s: %v", gvr, err)
+		}
+	}
+	t.Logf("every custom resource answered a list in %s", time.Since(start).Round(time.Millisecond))
+}
+
 // waitGone polls until none of objs exists any more.
 // Deleting a namespace can take a while on a loaded machine (the namespace controller waits for its
 // pods), so the wait has a deadline of its own rather than what is left of the caller's.
@@ -288,6 +324,7 @@ func TestInstallOnLocalCluster(t *testing.T) {
 		t.Logf("helm install --wait took %s", time.Since(start).Round(time.Millisecond))
 		c.checkInstalled(ctx, t, want)
 		c.waitAvailable(ctx, t, image)
+		c.readCustomResources(ctx, t, want)
 
 		tl.run(t, env, tl.helm, "uninstall", release, "--kubeconfig", c.kubeconfig, "--namespace", operatorNS, "--wait")
 		c.waitGone(ctx, t, want)
@@ -304,6 +341,7 @@ func TestInstallOnLocalCluster(t *testing.T) {
 		c.waitAvailable(ctx, t, image)
 		t.Logf("make deploy → Deployment Available (kwok pod) in %s", time.Since(start).Round(time.Millisecond))
 		c.checkLeaseRequestsPrioritised(ctx, t)
+		c.readCustomResources(ctx, t, rendered)
 
 		tl.run(t, env, "make", "-s", "-o", "manifests", "undeploy", "IMG="+image)
 		c.waitGone(ctx, t, rendered)
@@ -333,6 +371,7 @@ func TestInstallOnLocalCluster(t *testing.T) {
 		if node := c.waitAvailable(ctx, t, image); node != fakeRealNode {
 			t.Errorf("the manager's pod runs on %q, want the real node %q", node, fakeRealNode)
 		}
+		c.readCustomResources(ctx, t, decode(t, manifests))
 		// Not kubectl's own wait: waitGone bounds it and says what is left.
 		tl.run(t, nil, c.kubectl(), "--kubeconfig", c.kubeconfig, "delete", "--wait=false", "-f", manifestsFile)
 		c.waitGone(ctx, t, decode(t, manifests))
