@@ -115,23 +115,9 @@ func (r *GuardedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	ctx = ctrl.LoggerInto(ctx, log)
 
 	p := r.observe(job)
-	var (
-		res  ctrl.Result
-		next bool
-	)
-	for range maxStepsPerPass {
-		st := decide(p.obs)
-		log.V(1).Info("Reconciling", "step", st.String())
-		res, next, err = r.act(ctx, p, st)
-		if err != nil || !next {
-			break
-		}
-	}
-	if apierrors.IsConflict(err) {
-		// A stale pass wrote nothing; run again on the Job as the API server has it now.
-		return ctrl.Result{RequeueAfter: sreconcile.ConflictRequeue}, nil
-	}
-	return res, err
+	return sreconcile.Steps(ctx, maxStepsPerPass,
+		func() step { return decide(p.obs) },
+		func(ctx context.Context, st step) (ctrl.Result, bool, error) { return r.act(ctx, p, st) })
 }
 
 // getJob reads the guarded Job from the reconciler's cache, else from the API server (a Job just

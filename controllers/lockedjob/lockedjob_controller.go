@@ -179,23 +179,9 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 	}()
 
-	var (
-		res  ctrl.Result
-		err  error
-		next bool
-	)
-	for range maxStepsPerPass {
-		st := decide(p.obs)
-		log.V(1).Info("Reconciling", "step", st.String())
-		res, next, err = r.act(ctx, p, st)
-		if err != nil || !next {
-			break
-		}
-	}
-	if apierrors.IsConflict(err) {
-		return ctrl.Result{RequeueAfter: reconcile.ConflictRequeue}, nil
-	}
-	return res, err
+	return reconcile.Steps(ctx, maxStepsPerPass,
+		func() step { return decide(p.obs) },
+		func(ctx context.Context, st step) (ctrl.Result, bool, error) { return r.act(ctx, p, st) })
 }
 
 // SetupWithManager wires the reconciler: LockedJobs, the Jobs they own, lost-lock events from the
