@@ -173,11 +173,12 @@ func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	if err := mgr.Add(&releaseWaker{locks: r.Locks, identity: r.Config.Identity, jobs: jobs, wake: wake}); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("guardedjob").
 		WatchesRawSource(source.Kind(jobs, &batchv1.Job{}, &handler.TypedEnqueueRequestForObject[*batchv1.Job]{})).
 		WatchesRawSource(source.Channel(r.Locks.Events(locks.KindJob), &handler.EnqueueRequestForObject{})).
-		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{}))
+	return sreconcile.WakeOnPermits(b, r.permits, r.waitersOfLock).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Complete(r)
 }
