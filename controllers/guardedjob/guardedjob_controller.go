@@ -12,6 +12,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -95,6 +96,8 @@ type pass struct {
 	obs      observation
 	// acquired tells the acquisition of this pass; the unsuspend Event that follows carries it.
 	acquired string
+	// drift says how the label or annotations of a held Job differ from the lock it holds.
+	drift string
 }
 
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch;delete
@@ -115,6 +118,9 @@ func (r *GuardedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	ctx = ctrl.LoggerInto(ctx, log)
 
 	p := r.observe(job)
+	if p.drift != "" {
+		r.event(job, corev1.EventTypeWarning, batchv1alpha1.ReasonGuardInvalid, "Reconcile", "%s", p.drift)
+	}
 	return sreconcile.Steps(ctx, maxStepsPerPass,
 		func() step { return decide(p.obs) },
 		func(ctx context.Context, st step) (ctrl.Result, bool, error) { return r.act(ctx, p, st) })
