@@ -167,7 +167,7 @@ func (c *localCluster) readCustomResources(ctx context.Context, t *testing.T, ob
 			if _, err = c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
 				break
 			}
-			pause(ctx, 200*time.Millisecond)
+			pause(ctx)
 		}
 		if err != nil {
 			t.Fatalf("list %s: %v", gvr, err)
@@ -197,7 +197,7 @@ func (c *localCluster) waitGone(_ context.Context, t *testing.T, objs []*unstruc
 		if len(left) == 0 {
 			return
 		}
-		pause(ctx, 200*time.Millisecond)
+		pause(ctx)
 	}
 	ns, err := c.cs.CoreV1().Namespaces().Get(context.Background(), operatorNS, metav1.GetOptions{})
 	if err == nil {
@@ -244,7 +244,7 @@ func (c *localCluster) waitAvailable(ctx context.Context, t *testing.T, wantImag
 				return c.podNode(ctx, t, d)
 			}
 		}
-		pause(ctx, 200*time.Millisecond)
+		pause(ctx)
 	}
 	t.Fatalf("Deployment %s/%s not Available before the deadline; last status %+v", operatorNS, managerDeployment, statusOf(last))
 	return ""
@@ -276,10 +276,14 @@ func (c *localCluster) podNode(ctx context.Context, t *testing.T, d *appsv1.Depl
 	return pods.Items[0].Spec.NodeName
 }
 
-func pause(ctx context.Context, d time.Duration) {
+// pollEvery is how often the install checks read the cluster again.
+const pollEvery = 200 * time.Millisecond
+
+// pause waits for the next poll, or until ctx ends.
+func pause(ctx context.Context) {
 	select {
 	case <-ctx.Done():
-	case <-time.After(d):
+	case <-time.After(pollEvery):
 	}
 }
 
@@ -405,7 +409,7 @@ func (c *localCluster) addFakeRealNode(ctx context.Context, t *testing.T) {
 				}
 			}
 		}
-		pause(ctx, 200*time.Millisecond)
+		pause(ctx)
 	}
 	t.Fatalf("kwok gave node %s no InternalIP before the deadline", fakeRealNode)
 }
