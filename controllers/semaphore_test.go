@@ -258,6 +258,52 @@ var _ = Describe("Semaphores", func() {
 		Expect(slotOf(low)).To(Equal(*b.Status.Slot))
 	})
 
+	It("shares a Lock's permits between guarded Jobs and LockedJobs, each holder in a slot of its own, and hands a freed slot to a guarded waiter", func() {
+		declare("pool", 2)
+		lj := waitPhase(create(newLockedJob(ns, "a", "pool")), batchv1alpha1.PhaseRunning)
+		job, fence := waitHeld(createJob(newGuardedJob(ns, "b", "pool")))
+		jobSlot := job.Annotations[batchv1alpha1.AnnotationSlot]
+		Expect([]string{strconv.Itoa(int(slotOf(lj))), jobSlot}).To(ConsistOf("0", "1"))
+		Expect(job.Spec.Template.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationSlot, jobSlot))
+		Expect(job.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuardLockKey, lj.Status.LockKey),
+			"a holder of any slot records the lock's key")
+
+		By("keeping a third claimant suspended while both permits are held")
+		waiter := createJob(newGuardedJob(ns, "c", "pool"))
+		stillSuspended(waiter)
+
+		By("handing the LockedJob's slot to the guarded waiter, with a fence above the slot's last")
+		finishJob(lj, true)
+		got, waiterFence := waitHeld(waiter)
+		Expect(got.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationSlot, strconv.Itoa(int(*lj.Status.Slot))))
+		Expect(waiterFence).To(BeNumerically(">", *lj.Status.FencingToken))
+		Expect(getJob(job).Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationFencingToken, strconv.FormatInt(fence, 10)),
+			"the other holder keeps its slot and fence")
+	})
+
+	It("keeps a guarded Job of a lock with more than one permit suspended on Redlock, says why, and runs it as a plain lock at one permit", func() {
+		var addrs []string
+		for range 3 {
+			srv, err := redisserver.StartProcess()
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(srv.Close)
+			addrs = append(addrs, srv.Addr())
+		}
+		op.stop()
+		op = startOperatorOn(addrs)
+		DeferCleanup(func() { op.stop(); op = startOperator() })
+
+		l := declare("wide", 2)
+		job := createJob(newGuardedJob(ns, "x", "wide"))
+		Eventually(func() []string { return jobEvents(job) }).Should(ContainElement(
+			"PermitsUnsupported: Lock wide declares 2 permits, and the operator's Redis is Redlock, which admits one holder per lock: waiting until the Lock declares 1"))
+		stillSuspended(job)
+
+		setPermits(l, 1)
+		got, _ := waitHeld(job)
+		Expect(got.Annotations).NotTo(HaveKey(batchv1alpha1.AnnotationSlot), "a plain lock has no slot")
+	})
+
 	It("makes the LockedJobs of a lock with more than one permit wait on Redlock, and says why", func() {
 		var addrs []string
 		for range 3 {

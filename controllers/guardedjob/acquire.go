@@ -16,6 +16,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Acquiring (stepAcquire) and unsuspending (stepUnsuspend): join the lock's queue, wait or be
@@ -29,10 +30,7 @@ func (r *GuardedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Resul
 		return ctrl.Result{}, false, err
 	}
 	if r.Locks.Admits(permits) < permits {
-		// Redlock grants no semaphore: each node would choose a slot of its own. Wait until the
-		// Lock declares one permit (the LockedJob's rule).
-		ctrl.LoggerFrom(ctx).Info("Waiting: the lock declares more permits than Redlock grants", "lock", p.claim.Key, "permits", permits)
-		return ctrl.Result{RequeueAfter: r.Config.WaitBackoffMax}, false, nil
+		return r.waitForPermits(ctx, p, permits), false, nil
 	}
 	p.claim.Permits = permits
 	rctx, cancel := r.redisCtx(ctx)
@@ -51,6 +49,16 @@ func (r *GuardedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Resul
 	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.claim.Key, "fencingToken", lock.Fence(), "slot", lock.Slot())
 	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d%s", p.claimant.Lock.Name, lock.Fence(), slotPhrase(lock))
 	return ctrl.Result{}, true, nil
+}
+
+// waitForPermits keeps a Job suspended whose lock declares more permits than Redlock can grant (the
+// LockedJob's rule, locks.RedlockRefusal), and says so in an Event on every try: the Job has no
+// status to say it in, and the recorder folds repeats of one Event into a series.
+func (r *GuardedJobReconciler) waitForPermits(ctx context.Context, p *pass, permits int) ctrl.Result {
+	msg := locks.RedlockRefusal(p.claimant.Lock.Name, permits)
+	ctrl.LoggerFrom(ctx).Info("Waiting: the lock declares more permits than Redlock grants", "lock", p.claim.Key, "permits", permits)
+	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonPermitsUnsupported, "Acquire", "%s", msg)
+	return ctrl.Result{RequeueAfter: r.Config.WaitBackoffMax}
 }
 
 // wait leaves the Job suspended in line. Nothing is written: the Job's record says nothing while it

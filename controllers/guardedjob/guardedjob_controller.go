@@ -12,6 +12,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -95,6 +96,8 @@ type pass struct {
 	obs      observation
 	// acquired tells the acquisition of this pass; the unsuspend Event that follows carries it.
 	acquired string
+	// drift says how the label or annotations of a held Job differ from the lock it holds.
+	drift string
 }
 
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch;delete
@@ -115,23 +118,12 @@ func (r *GuardedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	ctx = ctrl.LoggerInto(ctx, log)
 
 	p := r.observe(job)
-	var (
-		res  ctrl.Result
-		next bool
-	)
-	for range maxStepsPerPass {
-		st := decide(p.obs)
-		log.V(1).Info("Reconciling", "step", st.String())
-		res, next, err = r.act(ctx, p, st)
-		if err != nil || !next {
-			break
-		}
+	if p.drift != "" {
+		r.event(job, corev1.EventTypeWarning, batchv1alpha1.ReasonGuardInvalid, "Reconcile", "%s", p.drift)
 	}
-	if apierrors.IsConflict(err) {
-		// A stale pass wrote nothing; run again on the Job as the API server has it now.
-		return ctrl.Result{RequeueAfter: sreconcile.ConflictRequeue}, nil
-	}
-	return res, err
+	return sreconcile.Steps(ctx, maxStepsPerPass,
+		func() step { return decide(p.obs) },
+		func(ctx context.Context, st step) (ctrl.Result, bool, error) { return r.act(ctx, p, st) })
 }
 
 // getJob reads the guarded Job from the reconciler's cache, else from the API server (a Job just
@@ -187,11 +179,12 @@ func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	if err := mgr.Add(&releaseWaker{locks: r.Locks, identity: r.Config.Identity, jobs: jobs, wake: wake}); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("guardedjob").
 		WatchesRawSource(source.Kind(jobs, &batchv1.Job{}, &handler.TypedEnqueueRequestForObject[*batchv1.Job]{})).
 		WatchesRawSource(source.Channel(r.Locks.Events(locks.KindJob), &handler.EnqueueRequestForObject{})).
-		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{}))
+	return sreconcile.WakeOnPermits(b, r.permits, r.waitersOfLock).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Complete(r)
 }

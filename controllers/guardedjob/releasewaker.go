@@ -8,7 +8,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -63,7 +62,7 @@ func (w *releaseWaker) wakeFor(ctx context.Context, r lockbook.Released) {
 	}
 	for i := range list.Items {
 		job := &list.Items[i]
-		if _, fenced := job.Annotations[batchv1alpha1.AnnotationFencingToken]; !fenced && job.Spec.Suspend != nil && *job.Spec.Suspend {
+		if waiting(job) {
 			w.send(ctx, job)
 		}
 	}

@@ -86,7 +86,7 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 // asks again when the Lock changes (wakeOnPermits) and on the longest backoff.
 func (r *LockedJobReconciler) waitForPermits(p *pass, permits int) ctrl.Result {
 	lj := p.lj
-	msg := fmt.Sprintf("Lock %s declares %d permits, and the operator's Redis is Redlock, which admits one holder per lock: waiting until the Lock declares 1", lj.Spec.Lock.Name, permits)
+	msg := locks.RedlockRefusal(lj.Spec.Lock.Name, permits)
 	if lj.Status.Phase != batchv1alpha1.PhaseWaiting || lj.Status.Message != msg {
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonPermitsUnsupported, "Acquire", "%s", msg)
 	}

@@ -31,7 +31,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -179,23 +178,9 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 	}()
 
-	var (
-		res  ctrl.Result
-		err  error
-		next bool
-	)
-	for range maxStepsPerPass {
-		st := decide(p.obs)
-		log.V(1).Info("Reconciling", "step", st.String())
-		res, next, err = r.act(ctx, p, st)
-		if err != nil || !next {
-			break
-		}
-	}
-	if apierrors.IsConflict(err) {
-		return ctrl.Result{RequeueAfter: reconcile.ConflictRequeue}, nil
-	}
-	return res, err
+	return reconcile.Steps(ctx, maxStepsPerPass,
+		func() step { return decide(p.obs) },
+		func(ctx context.Context, st step) (ctrl.Result, bool, error) { return r.act(ctx, p, st) })
 }
 
 // SetupWithManager wires the reconciler: LockedJobs, the Jobs they own, lost-lock events from the
@@ -231,14 +216,8 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		WatchesRawSource(source.Channel(r.Locks.Events(locks.KindLockedJob), enqueueAt(priorityUrgent))).
 		WatchesRawSource(source.Channel(handed, enqueueAt(priorityUrgent))).
 		WatchesRawSource(source.Channel(moved, enqueueAt(0)))
-	// Without the Lock kinds every lock admits one holder; with them, a changed number of permits
-	// wakes the lock's waiters.
 	r.permits = reconcile.PermitReader(mgr)
-	if r.permits.Served {
-		changed := builder.WithPredicates(permitsChanged)
-		b = b.Watches(&batchv1alpha1.Lock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeNamespace)), changed).
-			Watches(&batchv1alpha1.ClusterLock{}, handler.EnqueueRequestsFromMapFunc(r.wakeOnPermits(batchv1alpha1.LockScopeCluster)), changed)
-	}
+	b = reconcile.WakeOnPermits(b, r.permits, r.waitersOfLock)
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Named("lockedjob").
 		Complete(r)

@@ -72,3 +72,10 @@ func (p PermitReader) Of(ctx context.Context, c Claimant) (int, error) {
 	}
 	return Permits(obj), nil
 }
+
+// RedlockRefusal says why a claimant of lock waits while it declares permits > 1 and the
+// operator's Redis is Redlock, which admits one holder per lock: each node would choose a slot on
+// its own, and no slot might reach a majority. LockedJobs and guarded Jobs say it alike.
+func RedlockRefusal(lock string, permits int) string {
+	return fmt.Sprintf("Lock %s declares %d permits, and the operator's Redis is Redlock, which admits one holder per lock: waiting until the Lock declares 1", lock, permits)
+}

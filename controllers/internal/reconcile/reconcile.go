@@ -1,7 +1,7 @@
-// Package reconcile holds what every reconciler of controllers/ shares in a pass: how soon a pass
-// that lost a write race runs again, the one cut of the free text it writes, and the fallback for
-// unset durations. It imports nothing of the reconcilers, so each can use it without reaching into
-// another's files.
+// Package reconcile holds what every reconciler of controllers/ shares in a pass: how a pass runs
+// its steps (Steps), how soon a pass that lost a write race runs again, the one cut of the free
+// text it writes, and the fallback for unset durations. It imports nothing of the reconcilers, so
+// each can use it without reaching into another's files.
 //
 // Beside controller-runtime's reconcile package, import it as sreconcile (shared).
 package reconcile

@@ -5,7 +5,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // UnservedKind returns the first of kinds (of batch.lockedjob.dev/v1alpha1) that the API server does
@@ -25,10 +24,4 @@ func UnservedKind(mgr ctrl.Manager, kinds ...string) string {
 // SkipUnserved logs that the controller named what is off because kind is not served.
 func SkipUnserved(what, kind string) {
 	ctrl.Log.WithName("setup").Info("A CRD is not installed: "+what+" is off until it is and the operator restarts", "missing", kind)
-}
-
-// PermitReader reads the permits of locks from the manager's cache, and answers 1 for every lock
-// while the Lock kinds are not served.
-func PermitReader(mgr ctrl.Manager) locks.PermitReader {
-	return locks.PermitReader{Reader: mgr.GetClient(), Served: UnservedKind(mgr, "Lock", "ClusterLock") == ""}
 }
