@@ -1,12 +1,6 @@
 package controllers
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -17,42 +11,20 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 // installGuard loads the admission gate of guarded Jobs (config/guard, as the project's pinned
-// kustomize builds it; test/admission runs the same build) into the suite's API server, and waits
-// until both policies act on a probe sent as a dry run.
+// kustomize builds it; test/admission and the fault suite install the same build) into the
+// suite's API server, and waits until both policies are in force.
 func installGuard() {
 	GinkgoHelper()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join("..", "bin", "kustomize"), "build", filepath.Join("..", "config", "guard"))
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	Expect(cmd.Run()).To(Succeed(), "%s (run `make kustomize` first; make test-unit does): %s", cmd, stderr.String())
-	d := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
-	for {
-		var raw json.RawMessage
-		err := d.Decode(&raw)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		Expect(err).NotTo(HaveOccurred())
-		o := &unstructured.Unstructured{}
-		Expect(o.UnmarshalJSON(raw)).To(Succeed())
-		Expect(k8sClient.Create(ctx, o)).To(Succeed())
-	}
-	Eventually(func(g Gomega) {
-		probe := newGuardedJob("default", "probe", "probe")
-		g.Expect(k8sClient.Create(ctx, probe, client.DryRunAll)).To(Succeed())
-		g.Expect(probe.Spec.Suspend).To(HaveValue(BeTrue()), "the mutating policy is not in force")
-		bad := newGuardedJob("default", "probe", "probe", guardAnnotation(batchv1alpha1.AnnotationGuardScope, "Everywhere"))
-		g.Expect(k8sClient.Create(ctx, bad, client.DryRunAll)).To(MatchError(ContainSubstring(batchv1alpha1.AnnotationGuardScope)),
-			"the validating policy is not in force")
-	}).WithTimeout(timeout).Should(Succeed())
+	policies, err := testkit.GuardPolicies("..")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(testkit.InstallGuard(ctx, k8sClient, policies, "default", timeout)).To(Succeed())
 }
 
 // newGuardedJob is a plain Job labelled for lock: the gate creates it suspended.

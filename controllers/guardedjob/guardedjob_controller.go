@@ -140,7 +140,7 @@ func (r *GuardedJobReconciler) getJob(ctx context.Context, key client.ObjectKey)
 	if err != nil {
 		return nil, fmt.Errorf("get job %s: %w", key.Name, err)
 	}
-	if !guarded(job) {
+	if !locks.IsGuardedJob(job) {
 		return nil, nil
 	}
 	return job, nil

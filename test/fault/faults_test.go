@@ -367,7 +367,7 @@ func leadershipSurvived(r *run, h history) []string {
 	if len(a1Leases) == 1 && !a1Leases[0].End.IsZero() {
 		logf("%s: the lock passed on %s after a1's pod ended", r.sc.name, a1Leases[0].End.Sub(podEnd).Round(time.Millisecond))
 	}
-	for _, l := range h.LockedJobs {
+	for _, l := range h.Claimants {
 		if l.Phase != string(batchv1alpha1.PhaseSucceeded) {
 			fails = append(fails, fmt.Sprintf("%s ended %s (%s), want Succeeded", l.holder(), l.Phase, l.Message))
 		}

@@ -14,7 +14,7 @@ func (c *cluster) history(namespace string, now time.Time) ([]jobEntry, []podSpa
 	var jobs []jobEntry
 	for _, j := range h.Jobs {
 		jobs = append(jobs, jobEntry{Cluster: c.name, Namespace: j.Namespace, Name: j.Name, UID: j.UID,
-			LockedJob: j.LockedJob, Fence: j.Fence, Slot: j.Slot, Added: j.Added, Finished: j.Ended()})
+			Claimant: j.LockedJob, Fence: j.Fence, Slot: j.Slot, Added: j.Added, Finished: j.Ended()})
 	}
 	var pods []podSpan
 	for _, p := range h.Pods {
@@ -30,7 +30,7 @@ func (c *cluster) history(namespace string, now time.Time) ([]jobEntry, []podSpa
 		span := podSpan{Cluster: c.name, Namespace: p.Namespace, Name: p.Name, JobUID: p.JobUID, Fence: p.Fence,
 			Slot: p.Slot, Start: p.Running, End: end, Terminating: p.Terminating}
 		if j, ok := h.JobByUID(p.JobUID); ok {
-			span.Job, span.LockedJob = j.Name, j.LockedJob
+			span.Job, span.Claimant = j.Name, j.LockedJob
 			if span.Fence == 0 {
 				span.Fence = j.Fence
 			}

@@ -71,7 +71,7 @@ type run struct {
 	faultAt time.Time
 
 	mu       sync.Mutex
-	terminal map[string]lockedJobEntry // holder -> last seen, with the first terminal time
+	terminal map[string]claimantEntry // holder -> last seen, with the first terminal time
 	// allowOverlap is set by a scenario that learns during the run that a
 	// process went away (e.g. an operator that lost its leadership).
 	allowOverlap bool
@@ -93,7 +93,7 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 		passAll()
 		ctx := t.Context()
 		r := &run{t: t, sc: sc, ns: namespacePrefix + sc.name, lock: "lock-" + sc.name, ctx: ctx, start: time.Now(),
-			terminal: map[string]lockedJobEntry{}}
+			terminal: map[string]claimantEntry{}}
 		marks := map[string]testkit.LogMark{}
 		for name, o := range env.operators {
 			marks[name] = o.mark()
@@ -302,10 +302,10 @@ func (r *run) history(healedAt time.Time) history {
 	r.mu.Lock()
 	for key, e := range r.terminal {
 		e.Events = events[key]
-		h.LockedJobs = append(h.LockedJobs, e)
+		h.Claimants = append(h.Claimants, e)
 	}
 	r.mu.Unlock()
-	slices.SortFunc(h.LockedJobs, func(a, b lockedJobEntry) int { return strings.Compare(a.holder(), b.holder()) })
+	slices.SortFunc(h.Claimants, func(a, b claimantEntry) int { return strings.Compare(a.holder(), b.holder()) })
 	slices.SortFunc(h.Jobs, func(a, b jobEntry) int { return a.Added.Compare(b.Added) })
 	slices.SortFunc(h.Pods, func(a, b podSpan) int { return a.Start.Compare(b.Start) })
 	return h
@@ -353,14 +353,14 @@ func (r *run) logHistory(h history, v verdict) {
 			l.Slot, rel(l.Start, r.start), rel(l.End, r.start), l.LongestGap.Round(time.Millisecond), l.LeastLeft.Round(time.Millisecond))
 	}
 	for _, j := range h.Jobs {
-		fmt.Fprintf(&b, "job  %s/%-14s lj=%-3s fence=%d slot=%d uid=%.8s added=%s finished=%s\n", j.Cluster, j.Name, j.LockedJob, j.Fence,
+		fmt.Fprintf(&b, "job  %s/%-14s lj=%-3s fence=%d slot=%d uid=%.8s added=%s finished=%s\n", j.Cluster, j.Name, j.Claimant, j.Fence,
 			j.Slot, j.UID, rel(j.Added, r.start), rel(j.Finished, r.start))
 	}
 	for _, p := range h.Pods {
 		fmt.Fprintf(&b, "pod  %s/%-22s job=%.8s fence=%d slot=%d running %s .. %s (terminating from %s)\n", p.Cluster, p.Name, p.JobUID,
 			p.Fence, p.Slot, rel(p.Start, r.start), rel(p.End, r.start), rel(p.Terminating, r.start))
 	}
-	for _, l := range h.LockedJobs {
+	for _, l := range h.Claimants {
 		fmt.Fprintf(&b, "lj   %s phase=%s terminal=%s events=%v message=%q\n     conditions=%v\n", l.holder(), l.Phase,
 			rel(l.TerminalAt, r.start), l.Events, l.Message, l.Conditions)
 	}

@@ -2,10 +2,11 @@
 
 // Command scale is the scale benchmark of issue 13 (`make bench-scale`): it brings up its own
 // local cluster (4 kwok nodes, no real node), a real redis-server and the operator built from a
-// checkout as a local process, runs the scenarios one after another, each side by side with the
-// plain-Job baseline, and prints one table: wall times, API writes by verb and resource, Redis
-// calls, CPU and memory, handoff gaps, and an exclusion check from the watches. Then it tears
-// everything down. docs/benchmarks.md ("Scale") shows the numbers.
+// checkout as a local process, runs the scenarios one after another (LockedJobs, and guarded Jobs
+// under the admission gate of config/guard), each side by side with the plain-Job baseline, and
+// prints one table: wall times, API writes by verb and resource, Redis calls, CPU and memory,
+// handoff gaps, and an exclusion check from the watches. Then it tears everything down.
+// docs/benchmarks.md ("Scale") shows the numbers.
 package main
 
 import (
@@ -43,6 +44,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/lockedjob/lockedjob/test/scale/measure"
+	"github.com/lockedjob/lockedjob/test/testkit"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
@@ -73,12 +75,12 @@ type options struct {
 
 func parseFlags() options {
 	var o options
-	flag.IntVar(&o.objects, "n", 1000, "Objects per scenario (plain, distinct, shared, steady).")
-	flag.IntVar(&o.deep, "deep", 200, "Waiters queued on the one lock of the deep scenario.")
-	flag.IntVar(&o.waiters, "waiters", 10, "LockedJobs per lock in the shared scenario (n/waiters locks).")
+	flag.IntVar(&o.objects, "n", 1000, "Objects per scenario (plain, distinct, shared, steady and their guarded-Job twins).")
+	flag.IntVar(&o.deep, "deep", 200, "Waiters queued on the one lock of the deep and guarded-deep scenarios.")
+	flag.IntVar(&o.waiters, "waiters", 10, "LockedJobs (guarded Jobs) per lock in the shared (guarded-shared) scenario (n/waiters locks).")
 	flag.DurationVar(&o.window, "window", 60*time.Second, "Steady-state window measured after all steady LockedJobs run.")
-	flag.StringVar(&o.scenarios, "scenarios", "plain,distinct,shared,deep,steady", "Comma-separated scenarios to run, in this order.")
-	flag.DurationVar(&o.podRun, "pod-run", time.Second, "Pod lifetime (kwok pod-complete delay) of plain Jobs and LockedJobs.")
+	flag.StringVar(&o.scenarios, "scenarios", strings.Join(defaultScenarios, ","), "Comma-separated scenarios to run, in this order.")
+	flag.DurationVar(&o.podRun, "pod-run", time.Second, "Pod lifetime (kwok pod-complete delay) of plain Jobs, LockedJobs and guarded Jobs.")
 	flag.DurationVar(&o.steadyRun, "steady-run", 10*time.Minute, "Pod lifetime in the steady scenario: longer than reaching Running plus the window.")
 	flag.StringVar(&o.operatorBin, "operator-bin", "", "Operator binary to run (default: built from -operator-src).")
 	flag.StringVar(&o.operatorSrc, "operator-src", "", "Checkout to build the operator from (default: this one), e.g. another worktree.")
@@ -176,8 +178,15 @@ func run(ctx context.Context, o options) (err error) {
 	if err := b.install(ctx); err != nil {
 		return err
 	}
+	if anyGuarded(scenarios) {
+		// Before the first scenario, so every scenario of the run, plain Jobs and LockedJobs
+		// included, runs on a cluster with the gate in force.
+		if err := b.installGuard(ctx); err != nil {
+			return err
+		}
+	}
 
-	header := describeRun(o, src, b.operatorBin)
+	header := describeRun(o, src, b.operatorBin, anyGuarded(scenarios))
 	fmt.Print(header)
 	var results []measure.Result
 	for _, s := range scenarios {
@@ -199,6 +208,13 @@ func run(ctx context.Context, o options) (err error) {
 	return nil
 }
 
+// defaultScenarios is every scenario, each guarded-Job one after its LockedJob twin: the same
+// objects, locks and pods, asked for by a label on a plain Job instead of a LockedJob.
+var defaultScenarios = []string{"plain", "distinct", "guarded-distinct", "shared", "guarded-shared", "deep", "guarded-deep", "steady"}
+
+// deepLock is the one lock of the deep scenarios.
+const deepLock = "deep"
+
 func buildScenarios(o options) ([]scenario, error) {
 	n := o.objects
 	if n < 1 || o.deep < 1 || o.waiters < 1 || n%o.waiters != 0 {
@@ -210,14 +226,21 @@ func buildScenarios(o options) ([]scenario, error) {
 	shared := func(i int) string { return fmt.Sprintf("lock-%05d", i%locks) }
 	// Keyed by the scenario's own name, so -scenarios and the table cannot disagree on one.
 	all := map[string]scenario{}
+	deep := func(int) string { return deepLock }
 	for _, s := range []scenario{
 		{name: "plain", objects: n, run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
 		{name: "distinct", objects: n, locks: n, lockOf: distinct, run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
 		{name: "shared", objects: n, locks: locks, lockOf: shared, run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
-		{name: "deep", objects: o.deep, locks: 1, lockOf: func(int) string { return "deep" },
-			run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
+		{name: "deep", objects: o.deep, locks: 1, lockOf: deep, run: o.podRun, goal: batchv1alpha1.PhaseSucceeded},
 		{name: "steady", objects: n, locks: n, lockOf: distinct, run: o.steadyRun,
 			goal: batchv1alpha1.PhaseRunning, window: o.window},
+		// Succeeded, for a guarded Job: Complete (or Failed) and its lock released (guard Released).
+		{name: "guarded-distinct", objects: n, locks: n, lockOf: distinct, guarded: true, run: o.podRun,
+			goal: batchv1alpha1.PhaseSucceeded},
+		{name: "guarded-shared", objects: n, locks: locks, lockOf: shared, guarded: true, run: o.podRun,
+			goal: batchv1alpha1.PhaseSucceeded},
+		{name: "guarded-deep", objects: o.deep, locks: 1, lockOf: deep, guarded: true, run: o.podRun,
+			goal: batchv1alpha1.PhaseSucceeded},
 	} {
 		all[s.name] = s
 	}
@@ -225,11 +248,16 @@ func buildScenarios(o options) ([]scenario, error) {
 	for name := range strings.SplitSeq(o.scenarios, ",") {
 		s, ok := all[strings.TrimSpace(name)]
 		if !ok {
-			return nil, fmt.Errorf("unknown scenario %q (plain, distinct, shared, deep, steady)", name)
+			return nil, fmt.Errorf("unknown scenario %q (%s)", name, strings.Join(defaultScenarios, ", "))
 		}
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// anyGuarded reports whether a scenario of ss runs guarded Jobs, which need the admission gate.
+func anyGuarded(ss []scenario) bool {
+	return slices.ContainsFunc(ss, func(s scenario) bool { return s.guarded })
 }
 
 func buildOperator(src, work string) (string, error) {
@@ -320,6 +348,20 @@ func (b *bench) install(ctx context.Context) error {
 	return b.waitGarbageCollectorKnowsLockedJobs(ctx)
 }
 
+// installGuard installs the admission gate of guarded Jobs (config/guard, as the pinned kustomize
+// builds it) and waits until it is in force.
+func (b *bench) installGuard(ctx context.Context) error {
+	policies, err := testkit.GuardPolicies(b.root)
+	if err != nil {
+		return err
+	}
+	log.Printf("installing the admission gate of guarded Jobs (config/guard)")
+	if err := testkit.InstallGuard(ctx, b.k8s, policies, operatorNamespace, time.Minute); err != nil {
+		return fmt.Errorf("install the admission gate: %w", err)
+	}
+	return nil
+}
+
 // waitGarbageCollectorKnowsLockedJobs waits until kube-controller-manager's garbage collector
 // watches LockedJobs. It discovers a new CRD only on its next resync (every 30s), and until then
 // the Jobs of deleted LockedJobs stand: the first scenario's deletion took 40s longer than the
@@ -366,7 +408,7 @@ func (b *bench) operatorArgs() []string {
 }
 
 // describeRun is the header of the output: what ran, where, with what.
-func describeRun(o options, src, bin string) string {
+func describeRun(o options, src, bin string, gate bool) string {
 	rev, _ := utils.Run(exec.Command("git", "-C", src, "log", "-1", "--format=%h %s"))
 	dirty, _ := utils.Run(exec.Command("git", "-C", src, "status", "--porcelain", "--untracked-files=no"))
 	if strings.TrimSpace(dirty) != "" {
@@ -382,6 +424,9 @@ func describeRun(o options, src, bin string) string {
 	fmt.Fprintf(&b, "operator:  %s from %s: %s\n", bin, src, strings.TrimSpace(rev))
 	fmt.Fprintf(&b, "operator flags beyond the defaults: %s\n", o.operatorArgs)
 	fmt.Fprintf(&b, "cluster:   4 kwok nodes, kube-controller-manager %s\n", kcm)
+	if gate {
+		fmt.Fprintf(&b, "admission: the gate of guarded Jobs (config/guard) in force for every scenario\n")
+	}
 	fmt.Fprintf(&b, "machine:   %d cores, load average %s at start\n", runtime.NumCPU(), loadAvg())
 	fmt.Fprintf(&b, "pods:      %s (steady: %s), n=%d, deep=%d, %d waiters per shared lock, window %s\n",
 		o.podRun, o.steadyRun, o.objects, o.deep, o.waiters, o.window)

@@ -16,11 +16,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/test/scale/measure"
 )
 
 // recorder keeps what the watches of one scenario's namespace saw, stamped with the time the
-// benchmark saw it: every Job (lock, fence, appeared, finished) and every LockedJob's phase.
+// benchmark saw it: every Job (lock, fence, appeared, finished), every LockedJob's phase, and where
+// each guarded Job's guard stood.
 type recorder struct {
 	mu        sync.Mutex
 	runs      map[string]*measure.Run // by Job name
@@ -31,7 +33,18 @@ type recorder struct {
 	since     map[string]time.Time // when each LockedJob was seen entering its phase
 	queued    map[string]time.Time // when each LockedJob was first seen Waiting
 	versions  map[string]int       // how many versions of each LockedJob were seen
-	errs      []error
+	// waiting is when each guarded Job was first seen (created suspended: it waits from then on;
+	// the operator writes nothing while it waits), ends when its guard was first seen at an end.
+	waiting map[string]time.Time
+	ends    map[string]guardEnd
+	errs    []error
+}
+
+// guardEnd is a guarded Job's guard annotation at an end (Released, Lost, Unguarded) and when the
+// benchmark first saw it there.
+type guardEnd struct {
+	state batchv1alpha1.GuardState
+	at    time.Time
 }
 
 func newRecorder() *recorder {
@@ -44,25 +57,24 @@ func newRecorder() *recorder {
 		since:     map[string]time.Time{},
 		queued:    map[string]time.Time{},
 		versions:  map[string]int{},
+		waiting:   map[string]time.Time{},
+		ends:      map[string]guardEnd{},
 	}
 }
 
 func (r *recorder) job(j *batchv1.Job, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	guarded := locks.IsGuardedJob(j)
+	if guarded {
+		r.guard(j, now)
+	}
 	run, ok := r.runs[j.Name]
 	if !ok {
-		run = &measure.Run{Lock: j.Name, Job: j.Name, Created: now}
-		if lock, ok := j.Annotations[batchv1alpha1.AnnotationLock]; ok {
-			run.Lock = lock
-			fence, err := strconv.ParseInt(j.Annotations[batchv1alpha1.AnnotationFencingToken], 10, 64)
-			if err != nil {
-				r.errs = append(r.errs, fmt.Errorf("job %s: fencing token annotation: %w", j.Name, err))
-			}
-			run.Fence = fence
+		if run, ok = r.newRun(j, guarded, now); !ok {
+			return
 		}
 		r.runs[j.Name] = run
-		r.owners[j.Name] = j.Annotations[batchv1alpha1.AnnotationLockedJob]
 	}
 	if j.Status.Ready != nil && *j.Status.Ready > 0 {
 		r.ready[j.Name] = true
@@ -76,6 +88,49 @@ func (r *recorder) job(j *batchv1.Job, now time.Time) {
 			r.succeeded[j.Name] = c.Type == batchv1.JobComplete
 			return
 		}
+	}
+}
+
+// newRun starts the run of a Job seen for the first time, or, for a guarded Job, the first time it
+// is seen able to run. A plain Job's lock is its own name; a LockedJob's Job carries its lock and
+// fence from its creation. A guarded Job is created suspended and waits until the operator
+// unsuspends it under the lock in one write that also carries the fence: its run starts then, and
+// it was queued from its creation. Until then ok is false, and nothing but the wait is recorded.
+func (r *recorder) newRun(j *batchv1.Job, guarded bool, now time.Time) (run *measure.Run, ok bool) {
+	run = &measure.Run{Lock: j.Name, Job: j.Name, Created: now}
+	fence, fenced := j.Annotations[batchv1alpha1.AnnotationFencingToken]
+	switch {
+	case guarded:
+		if _, seen := r.waiting[j.Name]; !seen {
+			r.waiting[j.Name] = now
+		}
+		if !fenced || (j.Spec.Suspend != nil && *j.Spec.Suspend) {
+			return nil, false // an Unguarded Job never has a run, only its end (guard)
+		}
+		run.Lock, run.Queued = j.Labels[batchv1alpha1.LabelGuardLock], r.waiting[j.Name]
+	case j.Annotations[batchv1alpha1.AnnotationLock] != "":
+		run.Lock = j.Annotations[batchv1alpha1.AnnotationLock]
+		r.owners[j.Name] = j.Annotations[batchv1alpha1.AnnotationLockedJob]
+	default:
+		return run, true
+	}
+	var err error
+	if run.Fence, err = strconv.ParseInt(fence, 10, 64); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("job %s: fencing token annotation: %w", j.Name, err))
+	}
+	return run, true
+}
+
+// guard records when a guarded Job's guard annotation was first seen at an end.
+func (r *recorder) guard(j *batchv1.Job, now time.Time) {
+	g := batchv1alpha1.GuardState(j.Annotations[batchv1alpha1.AnnotationGuard])
+	switch g {
+	case batchv1alpha1.GuardReleased, batchv1alpha1.GuardLost, batchv1alpha1.GuardUnguarded:
+	default:
+		return
+	}
+	if _, seen := r.ends[j.Name]; !seen {
+		r.ends[j.Name] = guardEnd{state: g, at: now}
 	}
 }
 
@@ -111,6 +166,34 @@ func (r *recorder) plainDone() (complete, failed int, last time.Time) {
 		}
 		if t := r.runs[name].Completed; t.After(last) {
 			last = t
+		}
+	}
+	return complete, failed, last
+}
+
+// guardedDone counts the guarded Jobs that reached the goal, a Job Complete and its lock released
+// (guard Released), and those that ended otherwise: Failed and released, or guard Lost or
+// Unguarded; and when the last of them was seen so. A Job's end is the later of its condition and
+// its guard's: the operator releases only after the Job ended and its pods stopped.
+func (r *recorder) guardedDone() (complete, failed int, last time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, end := range r.ends {
+		ok, finished := r.succeeded[name]
+		if end.state == batchv1alpha1.GuardReleased && !finished {
+			continue // the Job's condition is not seen yet
+		}
+		if end.state == batchv1alpha1.GuardReleased && ok {
+			complete++
+		} else {
+			failed++
+		}
+		at := end.at
+		if run := r.runs[name]; run != nil && run.Completed.After(at) {
+			at = run.Completed
+		}
+		if at.After(last) {
+			last = at
 		}
 	}
 	return complete, failed, last
@@ -154,7 +237,9 @@ func (r *recorder) allRuns() []measure.Run {
 	out := make([]measure.Run, 0, len(r.runs))
 	for name, run := range r.runs {
 		c := *run
-		c.Queued = r.queued[r.owners[name]]
+		if owner := r.owners[name]; owner != "" {
+			c.Queued = r.queued[owner]
+		}
 		out = append(out, c)
 	}
 	return out

@@ -25,15 +25,18 @@ import (
 type scenario struct {
 	name    string
 	objects int
-	locks   int                          // 0: plain Jobs
-	lockOf  func(i int) string           // the lock of the i-th object
+	locks   int                // 0: plain Jobs
+	lockOf  func(i int) string // the lock of the i-th object
+	// guarded: the objects are guarded Jobs (a plain Job with the lock label, created suspended by
+	// the admission gate), not LockedJobs.
+	guarded bool
 	run     time.Duration                // pod lifetime (kwok pod-complete delay)
 	goal    batchv1alpha1.LockedJobPhase // Succeeded, or Running for a steady state
 	window  time.Duration                // steady state measured after the goal
 }
 
 // podTemplate gives every pod the same exact kwok timing (delay == jitter-delay turns the
-// jitter off), plain or locked, so the two differ only in the operator.
+// jitter off), plain, locked or guarded, so they differ only in the operator.
 func podTemplate(run time.Duration) corev1.PodTemplateSpec {
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
 	annotations := map[string]string{}
@@ -65,8 +68,12 @@ func (s scenario) object(ns string, i int) client.Object {
 	name := fmt.Sprintf("%s-%05d", s.name, i)
 	zero := int32(0)
 	spec := batchv1.JobSpec{BackoffLimit: &zero, Template: podTemplate(s.run)}
-	if s.locks == 0 {
+	switch {
+	case s.locks == 0:
 		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+	case s.guarded:
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels: map[string]string{batchv1alpha1.LabelGuardLock: s.lockOf(i)}}, Spec: spec}
 	}
 	return &batchv1alpha1.LockedJob{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -123,7 +130,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 	}); err != nil {
 		return res, err
 	}
-	if s.locks > 0 {
+	if s.locks > 0 && !s.guarded {
 		if err := startWatch(wctx, b.k8s, &batchv1alpha1.LockedJobList{}, ns, rec, func(o client.Object, now time.Time) {
 			rec.lockedJob(o.(*batchv1alpha1.LockedJob), now)
 		}); err != nil {
@@ -154,8 +161,11 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 	log.Printf("%s: %d objects created in %s", s.name, s.objects, time.Since(start).Round(time.Millisecond))
 
 	reached := func() (done, failed int, last time.Time) {
-		if s.locks == 0 {
+		switch {
+		case s.locks == 0:
 			return rec.plainDone()
+		case s.guarded:
+			return rec.guardedDone()
 		}
 		return rec.reached(s.goal)
 	}
@@ -260,7 +270,8 @@ wait:
 }
 
 // deleteAll deletes every object of the scenario and waits until no LockedJob, Job or pod is
-// left in its namespace.
+// left in its namespace. A guarded Job that still carries the operator's finalizer is listed until
+// the operator lets it go, so the wait covers it too.
 func (b *bench) deleteAll(ctx context.Context, op *operator, s scenario, ns string) (*measure.Phase, error) {
 	before, err := b.probes.snapshot(ctx, op)
 	if err != nil {

@@ -10,13 +10,16 @@ import (
 // Run is one Job of a lock as a watch saw it: when it appeared and when it first showed a
 // terminal condition (zero if never).
 type Run struct {
-	Lock      string
-	Job       string
-	Fence     int64
+	Lock  string
+	Job   string
+	Fence int64
+	// Created is when the Job was first seen able to run: a LockedJob's Job is created so, a
+	// guarded Job is created suspended and unsuspended with its fence once its lock is held.
 	Created   time.Time
 	Completed time.Time
-	// Queued is when the Job's LockedJob was first seen Waiting (zero if never): a successor
-	// that waited before its predecessor finished is a handoff, not a LockedJob that came late.
+	// Queued is when the Job's LockedJob was first seen Waiting, or a guarded Job first seen
+	// (suspended, waiting for its lock) (zero if never): a successor that waited before its
+	// predecessor finished is a handoff, not a claimant that came late.
 	Queued time.Time
 }
 

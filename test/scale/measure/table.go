@@ -87,14 +87,24 @@ func millis(d time.Duration) string {
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
+const verbPatch = "PATCH"
+
 func isStatusPatch(k RequestKey) bool {
-	return k.Resource == "lockedjobs" && k.Subresource == "status" && k.Verb == "PATCH"
+	return k.Resource == "lockedjobs" && k.Subresource == "status" && k.Verb == verbPatch
 }
+
 func isEvent(k RequestKey) bool  { return k.Resource == "events" }
 func isJob(k RequestKey) bool    { return k.Resource == "jobs" }
 func isPod(k RequestKey) bool    { return k.Resource == "pods" }
 func isLease(k RequestKey) bool  { return k.Resource == "leases" }
 func isLocked(k RequestKey) bool { return k.Resource == "lockedjobs" }
+
+// isJobPatch matches PATCHes of Jobs themselves, not their status: the operator's writes to a
+// guarded Job (the unsuspend and the release), which the Job controller's status writes would hide
+// in the jobs row.
+func isJobPatch(k RequestKey) bool {
+	return k.Resource == "jobs" && k.Subresource == "" && k.Verb == verbPatch
+}
 
 // writes counts r's write requests matching m, per object.
 func writes(m func(RequestKey) bool) func(Result, *Result) string {
@@ -145,6 +155,7 @@ var rows = []row{
 	}},
 	{"  events / object", writes(isEvent)},
 	{"  jobs (+status) / object", writes(isJob)},
+	{"  of which jobs PATCH (not status)", writes(isJobPatch)},
 	{"  pods (+status, binding) / object", writes(isPod)},
 	{"  leases (background, total)", func(r Result, _ *Result) string { return fmt.Sprintf("%.0f", r.API.Writes(isLease)) }},
 	{"Redis commands / object (scripts)", func(r Result, _ *Result) string {
