@@ -48,6 +48,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers"
+	"github.com/lockedjob/lockedjob/controllers/guardedjob"
 	"github.com/lockedjob/lockedjob/controllers/lockedjob"
 	"github.com/lockedjob/lockedjob/internal/campaign"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
@@ -195,6 +196,10 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id locks
 			LegacyLockKeys:          o.legacyLockKeys,
 			// A successor re-adopts only after the old leader's lease ran out.
 			FailoverTime: o.leaseDuration,
+		},
+		GuardedJob: guardedjob.Config{
+			WaitBackoffMax:          o.waitBackoffMax,
+			MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		},
 	})
 }
