@@ -79,6 +79,40 @@ var _ = Describe("Lock view", func() {
 		}).Should(Succeed())
 	})
 
+	It("names a guarded Job that holds a declared Lock by its Job, and the handoff from it to a LockedJob", func() {
+		view := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guarded"}}
+		Expect(k8sClient.Create(ctx, view)).To(Succeed())
+		job, fence := waitHeld(createJob(newGuardedJob(ns, "migrate", "guarded")))
+		waiter := waitPhase(create(newLockedJob(ns, "after", "guarded")), batchv1alpha1.PhaseWaiting)
+
+		var seen batchv1alpha1.Lock
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(view), &seen)).To(Succeed())
+			st := seen.Status
+			g.Expect(st.Holders).To(HaveLen(1))
+			g.Expect(st.Holders[0].Job).To(Equal("migrate"))
+			g.Expect(st.Holders[0].LockedJob).To(BeEmpty())
+			g.Expect(st.Holders[0].Holder).To(Equal(job.Annotations[batchv1alpha1.AnnotationHolder]))
+			g.Expect(st.Holders[0].FencingToken).To(Equal(fence))
+			g.Expect(st.Holders[0].AcquiredAt).To(BeNil(), "a guarded Job records no acquisition time")
+			g.Expect(st.Head).To(Equal(testIdentity.Holder(locks.ClaimantOf(waiter))))
+		}).Should(Succeed())
+
+		By("naming the Job, kind first, in the handoff to the waiting LockedJob")
+		completeJob(job)
+		next := waitPhase(waiter, batchv1alpha1.PhaseRunning)
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(view), &seen)).To(Succeed())
+			g.Expect(seen.Status.Holders).To(HaveLen(1))
+			g.Expect(seen.Status.Holders[0].LockedJob).To(Equal("after"))
+			g.Expect(seen.Status.Holders[0].Job).To(BeEmpty())
+			g.Expect(seen.Status.LastHandoff).NotTo(BeNil())
+			g.Expect(seen.Status.LastHandoff.From).To(Equal("job/migrate"))
+			g.Expect(seen.Status.LastHandoff.To).To(Equal("after"))
+			g.Expect(seen.Status.Holders[0].FencingToken).To(Equal(*next.Status.FencingToken))
+		}).Should(Succeed())
+	})
+
 	It("shows a ClusterLock's holder by namespace and name", func() {
 		op.stop()
 		op = startOperator(func(o *Options) { o.ClusterScopeNamespaces = []string{"*"} })

@@ -40,7 +40,8 @@ type LockViewSpec struct {
 
 // LockHolder is one holder of a lock as Redis shows it. It never carries the holder's token.
 type LockHolder struct {
-	// holder is the holder's name: cluster ID, namespace, LockedJob name and a UID prefix.
+	// holder is the holder's name: cluster ID, namespace, LockedJob name (job:<name> for a guarded
+	// Job) and a UID prefix.
 	// +kubebuilder:validation:MaxLength=512
 	Holder string `json:"holder"`
 
@@ -49,6 +50,13 @@ type LockHolder struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=317
 	LockedJob string `json:"lockedJob,omitempty"`
+
+	// job is the holding guarded Job's name (a batch/v1 Job labelled batch.lockedjob.dev/lock),
+	// when it lives in this cluster and in the Lock's namespace (for a ClusterLock:
+	// "namespace/name").
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	Job string `json:"job,omitempty"`
 
 	// slot is the semaphore slot the holder has (0 for a lock of one permit).
 	// +optional
@@ -59,7 +67,8 @@ type LockHolder struct {
 	// +optional
 	FencingToken int64 `json:"fencingToken,omitempty"`
 
-	// acquiredAt is when the holder acquired the lock, when its LockedJob is in this cluster.
+	// acquiredAt is when the holder acquired the lock, when its LockedJob is in this cluster (a
+	// guarded Job records no acquisition time).
 	// +optional
 	AcquiredAt *metav1.Time `json:"acquiredAt,omitempty"`
 }
@@ -67,11 +76,13 @@ type LockHolder struct {
 // LockHandoff is a lock passing from one holder to the next, as the operator saw it between two
 // reads: holders it saw in between (the view is written at most every few seconds) are not named.
 type LockHandoff struct {
-	// from is the holder that left: its LockedJob when it is in this cluster, else its holder name.
+	// from is the holder that left: its LockedJob (name, or "namespace/name" for a ClusterLock)
+	// or its guarded Job ("job/name", "namespace/job/name") when it is in this cluster, else its
+	// holder name.
 	// +kubebuilder:validation:MaxLength=512
 	From string `json:"from"`
 
-	// to is the holder that came: its LockedJob when it is in this cluster, else its holder name.
+	// to is the holder that came, named as from is.
 	// +kubebuilder:validation:MaxLength=512
 	To string `json:"to"`
 
@@ -88,7 +99,7 @@ type LockViewStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	LockKey string `json:"lockKey,omitempty"`
 
-	// holders are the LockedJobs that hold the lock now, by slot.
+	// holders are the LockedJobs and guarded Jobs that hold the lock now, by slot.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
@@ -149,6 +160,7 @@ type LockViewStatus struct {
 // +kubebuilder:printcolumn:name="Last-Handoff",type=date,JSONPath=`.status.lastHandoff.at`
 // +kubebuilder:printcolumn:name="Head",type=string,JSONPath=`.status.head`,priority=10
 // +kubebuilder:printcolumn:name="Holder-Name",type=string,JSONPath=`.status.holders[0].holder`,priority=10
+// +kubebuilder:printcolumn:name="Holder-Job",type=string,JSONPath=`.status.holders[0].job`,priority=10
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // Lock shows a lock of scope Namespace, named like the lock, in the namespace of its LockedJobs:
@@ -189,6 +201,7 @@ type LockList struct {
 // +kubebuilder:printcolumn:name="Last-Handoff",type=date,JSONPath=`.status.lastHandoff.at`
 // +kubebuilder:printcolumn:name="Head",type=string,JSONPath=`.status.head`,priority=10
 // +kubebuilder:printcolumn:name="Holder-Name",type=string,JSONPath=`.status.holders[0].holder`,priority=10
+// +kubebuilder:printcolumn:name="Holder-Job",type=string,JSONPath=`.status.holders[0].job`,priority=10
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // ClusterLock shows a lock of scope Cluster, named like the lock: who holds it (in any namespace,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -137,7 +138,7 @@ func handoff(before, now []batchv1alpha1.LockHolder, at time.Time) *batchv1alpha
 	if from == nil {
 		return nil
 	}
-	return &batchv1alpha1.LockHandoff{From: cmp.Or(from.LockedJob, from.Holder), To: cmp.Or(to.LockedJob, to.Holder),
+	return &batchv1alpha1.LockHandoff{From: handoffName(*from), To: handoffName(*to),
 		At: metav1.Time{Time: acquiredAt(*to, at).Truncate(time.Second)}}
 }
 
@@ -149,27 +150,45 @@ func acquiredAt(h batchv1alpha1.LockHolder, otherwise time.Time) time.Time {
 }
 
 // holder describes the holder named holderName. A holder of this cluster is named by its
-// LockedJob (and, if the cache has it holding, when it acquired); another cluster's only by name.
+// LockedJob (and, if the cache has it holding, when it acquired) or its guarded Job (whose record
+// has no acquisition time, so none is shown); another cluster's only by name.
 func (r *LockViewReconciler) holder(ctx context.Context, holderName string, fence int64, slot int32, namespace string) batchv1alpha1.LockHolder {
 	h := batchv1alpha1.LockHolder{Holder: holderName, FencingToken: fence, Slot: slot}
 	parsed, ok := locks.ParseHolder(holderName)
-	if !ok || parsed.ClusterID != r.Identity.ClusterID || parsed.Kind != locks.KindLockedJob {
+	if !ok || parsed.ClusterID != r.Identity.ClusterID || (parsed.Kind != locks.KindLockedJob && parsed.Kind != locks.KindJob) {
 		return h
 	}
-	ljNamespace, ljName := parsed.Namespace, parsed.Name
+	var name string
 	switch namespace {
 	case "":
-		h.LockedJob = ljNamespace + "/" + ljName
-	case ljNamespace:
-		h.LockedJob = ljName
+		name = parsed.Namespace + "/" + parsed.Name
+	case parsed.Namespace:
+		name = parsed.Name
 	default:
 		return h // a Namespace-scope key names its namespace: another one cannot hold it
 	}
+	if parsed.Kind == locks.KindJob {
+		h.Job = name
+		return h
+	}
+	h.LockedJob = name
 	lj := &batchv1alpha1.LockedJob{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ljNamespace, Name: ljName}, lj); err == nil && lj.Status.Holder == holderName {
+	if err := r.Get(ctx, types.NamespacedName{Namespace: parsed.Namespace, Name: parsed.Name}, lj); err == nil && lj.Status.Holder == holderName {
 		h.AcquiredAt = lj.Status.AcquiredAt
 	}
 	return h
+}
+
+// handoffName names a holder in a LockHandoff: its LockedJob, its guarded Job with the kind in
+// front (kubectl's "job/name", after the namespace for a ClusterLock), else its holder name.
+func handoffName(h batchv1alpha1.LockHolder) string {
+	if h.Job == "" {
+		return cmp.Or(h.LockedJob, h.Holder)
+	}
+	if ns, name, found := strings.Cut(h.Job, "/"); found {
+		return ns + "/job/" + name
+	}
+	return "job/" + h.Job
 }
 
 func (r *LockViewReconciler) setRedis(status *batchv1alpha1.LockViewStatus, s metav1.ConditionStatus, reason, msg string) {

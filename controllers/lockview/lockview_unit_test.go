@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -12,6 +13,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/unit"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // TestViewOfWakesOnlyDeclaredLocks: a LockedJob's change asks for a pass of its lock's view only
@@ -52,6 +54,8 @@ func TestHandoffSeenBetweenTwoReads(t *testing.T) {
 	b := batchv1alpha1.LockHolder{Holder: "c/ns/b/2", LockedJob: "b", AcquiredAt: at(-5), Slot: 1}
 	c := batchv1alpha1.LockHolder{Holder: "c/ns/c/3", LockedJob: "c", AcquiredAt: at(-2)}
 	remote := batchv1alpha1.LockHolder{Holder: "other/ns/r/4"}
+	job := batchv1alpha1.LockHolder{Holder: "c/ns/job:a/5", Job: "a"}
+	sharedJob := batchv1alpha1.LockHolder{Holder: "c/ns/job:m/6", Job: "ns/m"}
 	for _, tc := range []struct {
 		name        string
 		before, now []batchv1alpha1.LockHolder
@@ -70,6 +74,10 @@ func TestHandoffSeenBetweenTwoReads(t *testing.T) {
 		{"a semaphore: one came beside a staying holder, nobody left", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{a, b}, nil},
 		{"to another cluster's holder", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{remote},
 			&batchv1alpha1.LockHandoff{From: "a", To: "other/ns/r/4", At: metav1.Time{Time: now}}},
+		{"a LockedJob to a guarded Job of the same name: the Job's kind in front", []batchv1alpha1.LockHolder{a}, []batchv1alpha1.LockHolder{job},
+			&batchv1alpha1.LockHandoff{From: "a", To: "job/a", At: metav1.Time{Time: now}}},
+		{"a ClusterLock's guarded Job to a LockedJob", []batchv1alpha1.LockHolder{sharedJob}, []batchv1alpha1.LockHolder{c},
+			&batchv1alpha1.LockHandoff{From: "ns/job/m", To: "c", At: *at(-2)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := handoff(tc.before, tc.now, now)
@@ -91,4 +99,41 @@ func TestEveryWriterCutsItsMessage(t *testing.T) {
 			unit.CheckCut(t, "condition "+c.Type, c.Message)
 		}
 	})
+}
+
+// TestHolderNamesItsWorkload: a holder of this cluster is named by its LockedJob (with when it
+// acquired, from its status) or its guarded Job (which records no acquisition time), in the Lock's
+// namespace or, for a ClusterLock, as namespace/name; anything else only by its holder name.
+func TestHolderNamesItsWorkload(t *testing.T) {
+	acquired := metav1.NewTime(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run"},
+		Status: batchv1alpha1.LockedJobStatus{Holder: "c/ns/run/1234", AcquiredAt: &acquired}}
+	guarded := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "migrate", Labels: map[string]string{batchv1alpha1.LabelGuardLock: "l"}}}
+	r := &LockViewReconciler{Client: fake.NewClientBuilder().WithScheme(unit.Scheme(t)).WithObjects(lj, guarded).Build(),
+		Identity: locks.Identity{ClusterID: "c"}}
+	for _, tc := range []struct {
+		name, holder, namespace string
+		want                    batchv1alpha1.LockHolder
+	}{
+		{"a LockedJob of the Lock's namespace", "c/ns/run/1234", "ns",
+			batchv1alpha1.LockHolder{Holder: "c/ns/run/1234", LockedJob: "run", AcquiredAt: &acquired}},
+		{"a guarded Job of the Lock's namespace", "c/ns/job:migrate/abcd", "ns",
+			batchv1alpha1.LockHolder{Holder: "c/ns/job:migrate/abcd", Job: "migrate"}},
+		{"a guarded Job holding a ClusterLock", "c/ns/job:migrate/abcd", "",
+			batchv1alpha1.LockHolder{Holder: "c/ns/job:migrate/abcd", Job: "ns/migrate"}},
+		{"a guarded Job of another namespace cannot hold a Namespace-scope key", "c/other/job:migrate/abcd", "ns",
+			batchv1alpha1.LockHolder{Holder: "c/other/job:migrate/abcd"}},
+		{"another cluster's guarded Job", "far/ns/job:migrate/abcd", "ns",
+			batchv1alpha1.LockHolder{Holder: "far/ns/job:migrate/abcd"}},
+		{"a kind the view does not name", "c/ns/pod:p/abcd", "ns",
+			batchv1alpha1.LockHolder{Holder: "c/ns/pod:p/abcd"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.want.FencingToken, tc.want.Slot = 9, 1
+			got := r.holder(context.Background(), tc.holder, 9, 1, tc.namespace)
+			if !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("holder = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
 }

@@ -91,12 +91,12 @@ var _ = Describe("kubectl lockedjob on one contended lock", Ordered, func() {
 		Expect(got.Items).To(HaveLen(2))
 		nightly := got.Items[0]
 		Expect(nightly.Lock).To(Equal("nightly"))
-		Expect(nightly.Holder).To(Equal(&Holder{Namespace: ns, Name: "a", FencingToken: ptr.To[int64](7), AcquiredAt: at(now.Add(-3 * time.Minute))}))
+		Expect(nightly.Holder).To(Equal(&Holder{Kind: kindLockedJob, Namespace: ns, Name: "a", FencingToken: ptr.To[int64](7), AcquiredAt: at(now.Add(-3 * time.Minute))}))
 		Expect(nightly.Holders).To(Equal([]Holder{*nightly.Holder}), "a plain lock: holder is its one holder")
 		Expect([]int{nightly.InUse, nightly.Permits}).To(Equal([]int{1, 1}))
 		Expect(nightly.Waiting).To(Equal(3))
-		Expect(nightly.Head).To(Equal(&Ref{Namespace: ns, Name: "b"}))
-		Expect(nightly.LastHandoff).To(Equal(&Handoff{From: Ref{Namespace: ns, Name: "old"}, To: Ref{Namespace: ns, Name: "a"},
+		Expect(nightly.Head).To(Equal(&Ref{Kind: kindLockedJob, Namespace: ns, Name: "b"}))
+		Expect(nightly.LastHandoff).To(Equal(&Handoff{From: Ref{Kind: kindLockedJob, Namespace: ns, Name: "old"}, To: Ref{Kind: kindLockedJob, Namespace: ns, Name: "a"},
 			ReleasedAt: metav1.NewTime(now.Add(-3 * time.Minute)), AcquiredAt: metav1.NewTime(now.Add(-3 * time.Minute))}))
 		Expect(stdout).NotTo(ContainSubstring("token\""), "only fencingToken, never a lock token")
 
@@ -335,7 +335,7 @@ No Events (the API server keeps them for an hour by default).
 		Expect(json.Unmarshal([]byte(res.stdout), &e)).To(Succeed())
 		Expect([]int{e.InUse, e.Permits}).To(Equal([]int{2, 2}))
 		Expect(e.Holders).To(HaveLen(2))
-		Expect(e.Holders[1]).To(Equal(Holder{Namespace: ns, Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(now.Add(-time.Minute))}))
+		Expect(e.Holders[1]).To(Equal(Holder{Kind: kindLockedJob, Namespace: ns, Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(now.Add(-time.Minute))}))
 	})
 
 	It("explains a holder: its slot and fence, and how many permits are in use", func() {
@@ -376,8 +376,8 @@ No Events (the API server keeps them for an hour by default).
 		Expect(view.Source).To(Equal("Lock"))
 		Expect(view.Waiting).To(Equal(3), "two more waiters in another cluster, as Redis counts them")
 		Expect(view.Holders).To(Equal([]Holder{
-			{Namespace: ns, Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(now.Add(-5 * time.Minute))},
-			{Namespace: ns, Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(now.Add(-time.Minute))},
+			{Kind: kindLockedJob, Namespace: ns, Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(now.Add(-5 * time.Minute))},
+			{Kind: kindLockedJob, Namespace: ns, Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(now.Add(-time.Minute))},
 		}))
 		Expect(view.Holder).To(Equal(&view.Holders[0]))
 	})
@@ -397,7 +397,7 @@ var _ = Describe("kubectl lockedjob for a user who may read one namespace only",
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{batchv1alpha1.GroupVersion.Group}, Resources: []string{"lockedjobs"}, Verbs: []string{"get", "list", "watch"}},
 				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"list"}},
-				{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get"}},
+				{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get", "list"}},
 			},
 		}
 		Expect(k8sClient.Create(ctx, role)).To(Succeed())
@@ -418,10 +418,11 @@ var _ = Describe("kubectl lockedjob for a user who may read one namespace only",
 			g.Expect(res.code).To(Equal(ExitOK), res.stderr)
 		}).Should(Succeed())
 		warnings := strings.Split(strings.TrimSuffix(res.stderr, "\n"), "\n")
-		Expect(warnings).To(HaveLen(3))
+		Expect(warnings).To(HaveLen(4))
 		Expect(warnings[0]).To(HavePrefix(fmt.Sprintf("Warning: cannot list LockedJobs in all namespaces, so Cluster-scoped locks show only namespace %s: ", ns1)))
-		Expect(warnings[1]).To(HavePrefix("Warning: cannot read Locks, so locks show what their LockedJobs say: "))
-		Expect(warnings[2]).To(HavePrefix("Warning: cannot read ClusterLocks, so locks show what their LockedJobs say: "))
+		Expect(warnings[1]).To(HavePrefix(fmt.Sprintf("Warning: cannot list Jobs in all namespaces, so Cluster-scoped locks show only the guarded Jobs of namespace %s: ", ns1)))
+		Expect(warnings[2]).To(HavePrefix("Warning: cannot read Locks, so locks show what their LockedJobs say: "))
+		Expect(warnings[3]).To(HavePrefix("Warning: cannot read ClusterLocks, so locks show what their LockedJobs say: "))
 		Expect(parseTable(res.stdout)).To(Equal([]map[string]string{{
 			"LOCK": "shared-ro", "SCOPE": "Cluster", "NAMESPACE": "", "IN USE": "1/1", "HOLDERS": holderName(holder),
 			"HELD FOR": "<none>", "WAITING": "1", "HEAD": ns1 + "/waiter", "LAST HANDOFF": "<none>",

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,11 +91,11 @@ func listDeclared(ctx context.Context, c client.Reader, namespace string, views 
 	return declared, warnings, nil
 }
 
-// declaredPermits is spec.permits of the Lock (ClusterLock for scope Cluster) named after lj's
-// lock: 1 when none declares it or the operator has no such kinds, 0 with a warning when the user
-// may not read it.
-func declaredPermits(ctx context.Context, c client.Reader, lj *batchv1alpha1.LockedJob) (int, []string, error) {
-	obj, key := locks.Declaration(locks.ClaimantOf(lj))
+// declaredPermits is spec.permits of the Lock (ClusterLock for scope Cluster) named after the
+// claimant's lock: 1 when none declares it or the operator has no such kinds, 0 with a warning
+// when the user may not read it.
+func declaredPermits(ctx context.Context, c client.Reader, claimant locks.Claimant) (int, []string, error) {
+	obj, key := locks.Declaration(claimant)
 	kind := sourceLock
 	if _, ok := obj.(*batchv1alpha1.ClusterLock); ok {
 		kind = sourceClusterLock
@@ -117,10 +118,13 @@ func declaredPermits(ctx context.Context, c client.Reader, lj *batchv1alpha1.Loc
 // tokens, the number waiting and the
 // head from that status: it is read from Redis, so it also sees holders and waiters of other
 // clusters that share the Redis. An older one is stale (the operator writes a Lock at most every few
-// seconds), and the LockedJobs' view stays. The last handoff is always derived from the LockedJobs
-// (ljs), which also name the head when it is one of them. A declared lock no LockedJob in view uses
-// gets a row of its own.
-func OverlayDeclared(views []LockView, ljs []batchv1alpha1.LockedJob, declared []Declared) []LockView {
+// seconds), and the LockedJobs' view stays. A guarded Job records no time, so its changes cannot
+// tell a stale status: until the operator reads the lock again, the Lock's holders may lag one
+// (see docs/design.md, "The per-lock view"). The last handoff is always derived from the
+// LockedJobs (ljs); they and the guarded Jobs (jobs) name the head when it is one of them. A
+// declared lock no LockedJob or guarded Job in view uses gets a row of its own.
+func OverlayDeclared(views []LockView, ljs []batchv1alpha1.LockedJob, jobs []batchv1.Job, declared []Declared) []LockView {
+	members, _ := membersOf(ljs, jobs)
 	index := map[lockID]int{}
 	for i := range views {
 		index[lockID{scope: views[i].Scope, namespace: views[i].Namespace, name: views[i].Lock}] = i
@@ -142,7 +146,7 @@ func OverlayDeclared(views []LockView, ljs []batchv1alpha1.LockedJob, declared [
 			i = len(views) - 1
 			index[id] = i
 		}
-		overlay(&views[i], &d, ljs)
+		overlay(&views[i], &d, members)
 	}
 	sortViews(views)
 	return views
@@ -170,7 +174,7 @@ func lastChanges(ljs []batchv1alpha1.LockedJob) map[lockID]time.Time {
 	return last
 }
 
-func overlay(v *LockView, d *Declared, ljs []batchv1alpha1.LockedJob) {
+func overlay(v *LockView, d *Declared, members []member) {
 	v.Source = sourceLock
 	if d.Scope == batchv1alpha1.LockScopeCluster {
 		v.Source = sourceClusterLock
@@ -189,57 +193,64 @@ func overlay(v *LockView, d *Declared, ljs []batchv1alpha1.LockedJob) {
 		v.Waiting = int(*d.Status.Waiting)
 		v.Head = nil
 		if d.Status.Head != "" {
-			v.Head = refOfHolderName(d.Status.Head, ljs)
+			v.Head = refOfHolderName(d.Status.Head, members)
 		}
 	}
 }
 
-// declaredHolder is one of a declared lock's status.holders. A holder that is a LockedJob in view
-// (among derived) takes its acquiredAt from there when the Lock has none. withSlots keeps its slot.
+// declaredHolder is one of a declared lock's status.holders: its LockedJob (lockedJob) or guarded
+// Job (job), else its name in Redis. A holder that is a LockedJob in view (among derived) takes its
+// acquiredAt from there when the Lock has none. withSlots keeps its slot.
 func declaredHolder(h batchv1alpha1.LockHolder, namespace string, withSlots bool, derived []Holder) Holder {
-	holder := Holder{FencingToken: ptr.To(h.FencingToken), AcquiredAt: h.AcquiredAt}
+	holder := holderNamed(h.Holder)
+	holder.FencingToken, holder.AcquiredAt = ptr.To(h.FencingToken), h.AcquiredAt
 	if withSlots {
 		holder.Slot = ptr.To(h.Slot)
 	}
-	ns, name, ok := lockedJobIn(h.LockedJob, namespace)
+	kind, workload := locks.KindLockedJob, h.LockedJob
+	if h.Job != "" {
+		kind, workload = locks.KindJob, h.Job
+	}
+	ns, name, ok := workloadIn(workload, namespace)
 	if !ok {
-		holder.Identity = h.Holder
 		return holder
 	}
-	holder.Namespace, holder.Name = ns, name
+	holder.Kind, holder.Identity, holder.Namespace, holder.Name = kind, "", ns, name
 	if holder.AcquiredAt != nil {
 		return holder
 	}
 	for _, d := range derived {
-		if d.Namespace == ns && d.Name == name {
+		if d.Kind == kind && d.Namespace == ns && d.Name == name {
 			holder.AcquiredAt = d.AcquiredAt
 		}
 	}
 	return holder
 }
 
-// lockedJobIn splits a LockHolder's lockedJob ("name" in a Lock's namespace, "namespace/name" for
-// a ClusterLock).
-func lockedJobIn(lockedJob, namespace string) (ns, name string, ok bool) {
-	if lockedJob == "" {
+// workloadIn splits a LockHolder's lockedJob or job ("name" in a Lock's namespace,
+// "namespace/name" for a ClusterLock).
+func workloadIn(workload, namespace string) (ns, name string, ok bool) {
+	if workload == "" {
 		return "", "", false
 	}
-	if ns, name, found := strings.Cut(lockedJob, "/"); found {
+	if ns, name, found := strings.Cut(workload, "/"); found {
 		return ns, name, true
 	}
-	return namespace, lockedJob, true
+	return namespace, workload, true
 }
 
-// refOfHolderName names the LockedJob in ljs whose holder name (locks.Identity.Holder, of any
-// cluster) is holderName, or keeps the name as Redis has it.
-func refOfHolderName(holderName string, ljs []batchv1alpha1.LockedJob) *Ref {
-	if h, ok := locks.ParseHolder(holderName); ok && h.Kind == locks.KindLockedJob {
-		for i := range ljs {
-			lj := &ljs[i]
-			if lj.Namespace == h.Namespace && lj.Name == h.Name && h.UIDPrefix != "" && strings.HasPrefix(string(lj.UID), h.UIDPrefix) {
-				return &Ref{Namespace: lj.Namespace, Name: lj.Name}
-			}
+// refOfHolderName names the LockedJob or guarded Job among members whose holder name
+// (locks.Identity.Holder, of any cluster) is holderName, or keeps the name as Redis has it.
+func refOfHolderName(holderName string, members []member) *Ref {
+	h, ok := locks.ParseHolder(holderName)
+	if !ok {
+		return &Ref{Identity: holderName}
+	}
+	for _, m := range members {
+		c := m.claimant
+		if c.Kind == h.Kind && c.Namespace == h.Namespace && c.Name == h.Name && h.UIDPrefix != "" && strings.HasPrefix(string(c.UID), h.UIDPrefix) {
+			return ptr.To(m.ref())
 		}
 	}
-	return &Ref{Identity: holderName}
+	return &Ref{Kind: h.Kind, Identity: holderName}
 }

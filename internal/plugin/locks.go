@@ -3,13 +3,12 @@ package plugin
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -37,9 +36,11 @@ type LockView struct {
 	// view had before semaphores, and what it still means for a plain lock, so scripts that read
 	// holder keep working; read holders for a semaphore.
 	Holder *Holder `json:"holder,omitempty"`
-	// Waiting counts the LockedJobs of the lock in phase Waiting.
+	// Waiting counts the waiters of the lock: LockedJobs in phase Waiting and guarded Jobs that
+	// wait (suspended by the admission gate, with no fence).
 	Waiting int `json:"waiting"`
-	// Head is the waiter whose status says it is next (status.queuePosition 1).
+	// Head is the waiter whose status says it is next (status.queuePosition 1), else, when the
+	// first waiter in queue order is a guarded Job (which records no place), that Job.
 	Head *Ref `json:"head,omitempty"`
 	// LastHandoff is the latest release that passed the lock to a waiter, as far as status tells it.
 	LastHandoff *Handoff `json:"lastHandoff,omitempty"`
@@ -56,35 +57,46 @@ const (
 	sourceClusterLock = "ClusterLock"
 )
 
-// Ref names a LockedJob; or, for a head of the queue that is no LockedJob in view (another
-// cluster's), only its name in Redis.
+// Ref names a LockedJob or a guarded Job; or, for a head of the queue that is neither in view
+// (another cluster's), only its name in Redis.
 type Ref struct {
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name,omitempty"`
-	// Identity is the waiter's name in Redis (cluster/namespace/name/uid) when Name is empty.
+	// Kind is LockedJob or Job (a guarded Job); for a Ref known only by Identity, the kind its
+	// holder name says, when it says one.
+	Kind      locks.Kind `json:"kind,omitempty"`
+	Namespace string     `json:"namespace,omitempty"`
+	Name      string     `json:"name,omitempty"`
+	// Identity is the waiter's name in Redis (cluster/namespace/name/uid, job:name for a guarded
+	// Job) when Name is empty.
 	Identity string `json:"identity,omitempty"`
 }
 
-// Holder is the holder of a lock: a LockedJob whose condition LockAcquired is True, or, when no
-// LockedJob in view holds it (a holder in a namespace the user cannot list, or in another cluster
-// sharing the Redis), the holder name the waiters read from Redis (status.blockedBy).
+// Holder is the holder of a lock: a LockedJob whose condition LockAcquired is True or a guarded
+// Job whose guard is Held, or, when none in view holds it (a holder in a namespace the user cannot
+// list, or in another cluster sharing the Redis), the holder name the waiters read from Redis
+// (status.blockedBy).
 type Holder struct {
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name,omitempty"`
+	// Kind is LockedJob or Job (a guarded Job); for a holder known only by Identity, the kind its
+	// holder name says, when it says one.
+	Kind      locks.Kind `json:"kind,omitempty"`
+	Namespace string     `json:"namespace,omitempty"`
+	Name      string     `json:"name,omitempty"`
 	// Identity is the holder's name in Redis (cluster/namespace/name/uid), set only when no
-	// LockedJob in view holds the lock.
+	// LockedJob or guarded Job in view holds the lock.
 	Identity string `json:"identity,omitempty"`
-	// Slot is the semaphore slot it holds (status.slot, or the Lock's status.holders[].slot), when
+	// Slot is the semaphore slot it holds (status.slot, a guarded Job's annotation
+	// batch.lockedjob.dev/slot, or the Lock's status.holders[].slot), when
 	// the operator acquired the lock as a semaphore: the fencing token orders it only against the
 	// earlier holders of this slot.
 	Slot *int32 `json:"slot,omitempty"`
-	// FencingToken is the holder's fencing token (status.fencingToken); not a secret.
+	// FencingToken is the holder's fencing token (status.fencingToken, a guarded Job's annotation
+	// batch.lockedjob.dev/fencing-token); not a secret.
 	FencingToken *int64 `json:"fencingToken,omitempty"`
-	// AcquiredAt is when it acquired the lock (status.acquiredAt).
+	// AcquiredAt is when it acquired the lock (status.acquiredAt); a guarded Job records none.
 	AcquiredAt *metav1.Time `json:"acquiredAt,omitempty"`
 }
 
-// Handoff is a release that passed the lock from one LockedJob to a waiter.
+// Handoff is a release that passed the lock from one LockedJob to a waiting one (a guarded Job
+// records neither when it waited nor when it released).
 type Handoff struct {
 	From       Ref         `json:"from"`
 	To         Ref         `json:"to"`
@@ -100,76 +112,45 @@ type lockID struct {
 	name      string
 }
 
-func lockOf(lj *batchv1alpha1.LockedJob) lockID {
-	if lj.Spec.Lock.Scope == batchv1alpha1.LockScopeCluster {
-		return lockID{scope: batchv1alpha1.LockScopeCluster, name: lj.Spec.Lock.Name}
+func lockOf(lj *batchv1alpha1.LockedJob) lockID { return lockOfClaimant(locks.ClaimantOf(lj)) }
+
+func lockOfClaimant(c locks.Claimant) lockID {
+	if c.Lock.Scope == batchv1alpha1.LockScopeCluster {
+		return lockID{scope: batchv1alpha1.LockScopeCluster, name: c.Lock.Name}
 	}
 	// An object the API server defaulted has a scope; one written before defaulting may not.
-	return lockID{scope: batchv1alpha1.LockScopeNamespace, namespace: lj.Namespace, name: lj.Spec.Lock.Name}
+	return lockID{scope: batchv1alpha1.LockScopeNamespace, namespace: c.Namespace, name: c.Lock.Name}
 }
 
 // listLocks is the one place that knows where the per-lock view comes from: the LockedJobs' status
-// (DeriveLocks), and, for a lock declared as a Lock or ClusterLock (issue 11, part 2), that
-// resource's status, which the operator reads from Redis (OverlayDeclared). namespace "" lists
-// every namespace. warnings say what could not be seen.
+// and the guarded Jobs' annotations (DeriveLocks), and, for a lock declared as a Lock or
+// ClusterLock (issue 11, part 2), that resource's status, which the operator reads from Redis
+// (OverlayDeclared). namespace "" lists every namespace. warnings say what could not be seen.
 func listLocks(ctx context.Context, c client.Reader, namespace string) (views []LockView, warnings []string, err error) {
-	ljs, warnings, err := listLockedJobs(ctx, c, namespace)
+	ljs, jobs, warnings, err := listWorkloads(ctx, c, namespace)
 	if err != nil {
 		return nil, nil, err
 	}
-	views = DeriveLocks(ljs)
+	_, invalid := membersOf(ljs, jobs)
+	warnings = append(warnings, invalid...)
+	views = DeriveLocks(ljs, jobs)
 	declared, more, err := listDeclared(ctx, c, namespace, views)
 	if err != nil {
 		return nil, nil, err
 	}
-	return OverlayDeclared(views, ljs, declared), append(warnings, more...), nil
+	return OverlayDeclared(views, ljs, jobs, declared), append(warnings, more...), nil
 }
 
-// listLockedJobs lists the LockedJobs of namespace ("" for all), plus, for Cluster-scoped locks
-// used there, their LockedJobs in other namespaces: who holds a shared lock is often elsewhere.
-// Without the right to list every namespace, it says so in a warning and shows what it can.
-func listLockedJobs(ctx context.Context, c client.Reader, namespace string) ([]batchv1alpha1.LockedJob, []string, error) {
-	var list batchv1alpha1.LockedJobList
-	if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
-		return nil, nil, fmt.Errorf("list LockedJobs: %w", err)
-	}
-	if namespace == "" {
-		return list.Items, nil, nil
-	}
-	shared := map[string]bool{}
-	for i := range list.Items {
-		if id := lockOf(&list.Items[i]); id.scope == batchv1alpha1.LockScopeCluster {
-			shared[id.name] = true
-		}
-	}
-	if len(shared) == 0 {
-		return list.Items, nil, nil
-	}
-	var all batchv1alpha1.LockedJobList
-	if err := c.List(ctx, &all); err != nil {
-		if apierrors.IsForbidden(err) {
-			return list.Items, []string{fmt.Sprintf("cannot list LockedJobs in all namespaces, so Cluster-scoped locks show only namespace %s: %v", namespace, err)}, nil
-		}
-		return nil, nil, fmt.Errorf("list LockedJobs of Cluster-scoped locks: %w", err)
-	}
-	items := list.Items
-	for i := range all.Items {
-		lj := &all.Items[i]
-		if id := lockOf(lj); lj.Namespace != namespace && id.scope == batchv1alpha1.LockScopeCluster && shared[id.name] {
-			items = append(items, *lj)
-		}
-	}
-	return items, nil, nil
-}
-
-// DeriveLocks groups LockedJobs by lock and reads, from their status, who holds each lock, how many
-// wait, who is next and the last handoff. It is a pure function of the objects; status is what the
-// operator last recorded, so it can lag Redis by one pass.
-func DeriveLocks(ljs []batchv1alpha1.LockedJob) []LockView {
-	groups := map[lockID][]*batchv1alpha1.LockedJob{}
-	for i := range ljs {
-		id := lockOf(&ljs[i])
-		groups[id] = append(groups[id], &ljs[i])
+// DeriveLocks groups LockedJobs and guarded Jobs by lock and reads, from the LockedJobs' status and
+// the Jobs' annotations, who holds each lock, how many wait, who is next and the last handoff. It
+// is a pure function of the objects; they say what the operator last recorded, so it can lag Redis
+// by one pass. A guarded Job whose label or annotations do not parse is left out.
+func DeriveLocks(ljs []batchv1alpha1.LockedJob, jobs []batchv1.Job) []LockView {
+	members, _ := membersOf(ljs, jobs)
+	groups := map[lockID][]*member{}
+	for i := range members {
+		id := members[i].lock()
+		groups[id] = append(groups[id], &members[i])
 	}
 	views := make([]LockView, 0, len(groups))
 	for id, members := range groups {
@@ -185,19 +166,29 @@ func sortViews(views []LockView) {
 	})
 }
 
-func deriveLock(id lockID, members []*batchv1alpha1.LockedJob) LockView {
+func deriveLock(id lockID, members []*member) LockView {
 	v := LockView{Lock: id.name, Scope: id.scope, Namespace: id.namespace, Source: sourceLockedJobs, Permits: 1}
 	waiters := waitersInQueueOrder(members)
 	v.Waiting = len(waiters)
 	v.setHolders(holdersOf(members, waiters))
-	for _, w := range waiters {
-		if p := w.Status.QueuePosition; p != nil && *p == 1 {
-			v.Head = &Ref{Namespace: w.Namespace, Name: w.Name}
-			break
-		}
-	}
+	v.Head = headOf(waiters)
 	v.LastHandoff = lastHandoff(members)
 	return v
+}
+
+// headOf is the waiter whose status says it is next (status.queuePosition 1, which the operator
+// read from Redis). With none, the first waiter in queue order when it is a guarded Job: a guarded
+// Job records no place, and one that stands before every LockedJob waiting is next.
+func headOf(waitersInOrder []*member) *Ref {
+	for _, w := range waitersInOrder {
+		if w.lj != nil && w.lj.Status.QueuePosition != nil && *w.lj.Status.QueuePosition == 1 {
+			return ptr.To(w.ref())
+		}
+	}
+	if len(waitersInOrder) > 0 && waitersInOrder[0].lj == nil {
+		return ptr.To(waitersInOrder[0].ref())
+	}
+	return nil
 }
 
 // setHolders sets Holders, InUse and Holder together, so they never disagree. No holders is nil,
@@ -228,91 +219,87 @@ func slotsAbove0(holders []Holder) bool {
 	return slices.ContainsFunc(holders, func(h Holder) bool { return h.Slot != nil && *h.Slot > 0 })
 }
 
-// holdersOf are the LockedJobs that say they hold the lock (condition LockAcquired True), one per
-// slot, lowest slot first (a plain lock has only slot 0). Should two say so of one slot for a
-// moment (the old holder's status not yet written), the higher fencing token is the later holder:
-// tokens rise within a slot. With none, the holder the waiters saw in Redis, the head's view first.
-func holdersOf(members, waitersInOrder []*batchv1alpha1.LockedJob) []Holder {
-	bySlot := map[int32]*batchv1alpha1.LockedJob{}
-	for _, lj := range members {
-		if !meta.IsStatusConditionTrue(lj.Status.Conditions, batchv1alpha1.ConditionLockAcquired) {
+// holdersOf are the members that say they hold the lock (a LockedJob's condition LockAcquired
+// True, a guarded Job's guard Held), one per slot, lowest slot first (a plain lock has only slot
+// 0). Should two say so of one slot for a moment (the old holder's record not yet written), the
+// higher fencing token is the later holder: tokens rise within a slot, across both kinds. With
+// none, the holder the waiting LockedJobs saw in Redis, the first in line's view first.
+func holdersOf(members, waitersInOrder []*member) []Holder {
+	bySlot := map[int32]*member{}
+	for _, m := range members {
+		if !m.holding {
 			continue
 		}
-		slot := slotOf(lj)
-		if held := bySlot[slot]; held == nil || fence(lj) > fence(held) {
-			bySlot[slot] = lj
+		slot := ptr.Deref(m.slot, 0)
+		if held := bySlot[slot]; held == nil || ptr.Deref(m.fence, -1) > ptr.Deref(held.fence, -1) {
+			bySlot[slot] = m
 		}
 	}
 	holders := make([]Holder, 0, len(bySlot))
 	for _, slot := range slices.Sorted(maps.Keys(bySlot)) {
-		lj := bySlot[slot]
-		holders = append(holders, Holder{Namespace: lj.Namespace, Name: lj.Name, Slot: lj.Status.Slot,
-			FencingToken: lj.Status.FencingToken, AcquiredAt: lj.Status.AcquiredAt})
+		m := bySlot[slot]
+		ref := m.ref()
+		holders = append(holders, Holder{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Slot: m.slot,
+			FencingToken: m.fence, AcquiredAt: m.acquiredAt})
 	}
 	if len(holders) > 0 {
 		return holders
 	}
 	for _, w := range waitersInOrder {
-		if w.Status.BlockedBy != "" {
-			return []Holder{{Identity: w.Status.BlockedBy}}
+		if w.lj != nil && w.lj.Status.BlockedBy != "" {
+			return []Holder{holderNamed(w.lj.Status.BlockedBy)}
 		}
 	}
 	return nil
 }
 
-// slotOf is the slot lj holds; a plain lock's holder (no status.slot) holds slot 0, whose keys a
-// plain lock shares with a semaphore's first slot.
-func slotOf(lj *batchv1alpha1.LockedJob) int32 {
-	if lj.Status.Slot == nil {
-		return 0
+// holderNamed is a holder known only by its name in Redis, with the kind that name says.
+func holderNamed(holderName string) Holder {
+	h := Holder{Identity: holderName}
+	if parsed, ok := locks.ParseHolder(holderName); ok {
+		h.Kind = parsed.Kind
 	}
-	return *lj.Status.Slot
+	return h
 }
 
-func fence(lj *batchv1alpha1.LockedJob) int64 {
-	if lj.Status.FencingToken == nil {
-		return -1
-	}
-	return *lj.Status.FencingToken
-}
-
-// waitersInQueueOrder are the members in phase Waiting, in the order the operator's queue serves
-// them (locks.QueueCompare).
-func waitersInQueueOrder(members []*batchv1alpha1.LockedJob) []*batchv1alpha1.LockedJob {
-	var waiters []*batchv1alpha1.LockedJob
-	for _, lj := range members {
-		if lj.Status.Phase == batchv1alpha1.PhaseWaiting {
-			waiters = append(waiters, lj)
+// waitersInQueueOrder are the members that wait, of both kinds, in the order the operator's queue
+// serves them (locks.QueueCompare: the one rule, with the score the operator hands to Redis).
+func waitersInQueueOrder(members []*member) []*member {
+	var waiters []*member
+	for _, m := range members {
+		if m.waiting {
+			waiters = append(waiters, m)
 		}
 	}
-	slices.SortFunc(waiters, queueCompare)
+	slices.SortFunc(waiters, func(a, b *member) int { return locks.QueueCompare(a.claimant, b.claimant) })
 	return waiters
-}
-
-// queueCompare is locks.QueueCompare for LockedJobs.
-func queueCompare(a, b *batchv1alpha1.LockedJob) int {
-	return locks.QueueCompare(locks.ClaimantOf(a), locks.ClaimantOf(b))
 }
 
 // lastHandoff is the latest acquisition by a LockedJob that was already waiting when another
 // LockedJob of the lock released it: the release passed the lock on. An acquisition after a lease
 // expired (a lost lock has no releasedAt) is not a handoff. Times have second precision, so a
 // release and the acquisition it allowed may carry the same second.
-func lastHandoff(members []*batchv1alpha1.LockedJob) *Handoff {
+func lastHandoff(members []*member) *Handoff {
+	var ljs []*batchv1alpha1.LockedJob
+	for _, m := range members {
+		if m.lj != nil {
+			ljs = append(ljs, m.lj)
+		}
+	}
 	var last *Handoff
-	for _, to := range members {
+	for _, to := range ljs {
 		acquired := to.Status.AcquiredAt
 		if acquired == nil || to.Status.WaitingSince == nil {
 			continue
 		}
-		from := lastReleaseBefore(members, to)
+		from := lastReleaseBefore(ljs, to)
 		if from == nil || to.Status.WaitingSince.After(from.Status.ReleasedAt.Time) {
 			continue
 		}
 		if last == nil || acquired.After(last.AcquiredAt.Time) {
 			last = &Handoff{
-				From:       Ref{Namespace: from.Namespace, Name: from.Name},
-				To:         Ref{Namespace: to.Namespace, Name: to.Name},
+				From:       memberOfLockedJob(from).ref(),
+				To:         memberOfLockedJob(to).ref(),
 				ReleasedAt: *from.Status.ReleasedAt,
 				AcquiredAt: *acquired,
 			}

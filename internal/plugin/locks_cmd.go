@@ -22,12 +22,14 @@ func newLocksCommand(s *session) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "locks [-A]",
 		Short: "List locks: permits in use, holders, how long they have held, waiters, the head of the queue, the last handoff",
-		Long: `List the locks the LockedJobs of a namespace (or of all, with -A) run under, one row per lock:
-how many of its permits are in use (a semaphore, declared by a Lock's spec.permits, admits several
-holders), who holds it (name, slot of a semaphore and fencing token), for how long, how many wait,
-who is next, and the last handoff. It is derived from the LockedJobs' status, which the operator
-writes on every change, or from a declared Lock's status when that is fresher; a Cluster-scoped
-lock shows its LockedJobs in every namespace you may list.`,
+		Long: `List the locks the LockedJobs and guarded Jobs (Jobs labelled batch.lockedjob.dev/lock) of a
+namespace (or of all, with -A) run under, one row per lock: how many of its permits are in use (a
+semaphore, declared by a Lock's spec.permits, admits several holders), who holds it (a LockedJob by
+name, a guarded Job as job/NAME; slot of a semaphore and fencing token), for how long, how many
+wait, who is next, and the last handoff. It is derived from the LockedJobs' status and the guarded
+Jobs' annotations, which the operator writes on every change, or from a declared Lock's status when
+that is fresher; a Cluster-scoped lock shows its LockedJobs and guarded Jobs in every namespace you
+may list.`,
 		Example: `  kubectl lockedjob locks
   kubectl lockedjob locks -A -o yaml`,
 		Args: cobra.NoArgs,
@@ -68,9 +70,9 @@ func (o *locksOptions) run(ctx context.Context, s *session) error {
 	}
 	if len(views) == 0 {
 		if o.allNamespaces {
-			say(s.streams.ErrOut, "No LockedJobs found.\n")
+			say(s.streams.ErrOut, "No LockedJobs or guarded Jobs found.\n")
 		} else {
-			say(s.streams.ErrOut, "No LockedJobs found in namespace %s.\n", namespace)
+			say(s.streams.ErrOut, "No LockedJobs or guarded Jobs found in namespace %s.\n", namespace)
 		}
 		return nil
 	}
@@ -90,12 +92,12 @@ func printLocksTable(s *session, views []LockView) error {
 		case v.Head.Name == "":
 			head = v.Head.Identity
 		default:
-			head = ref(v.Head.Namespace, v.Head.Name, cluster)
+			head = ref(v.Head.Kind, v.Head.Namespace, v.Head.Name, cluster)
 		}
 		handoff := none
 		if h := v.LastHandoff; h != nil {
 			handoff = fmt.Sprintf("%s ago (%s -> %s)", since(now, &h.AcquiredAt),
-				ref(h.From.Namespace, h.From.Name, cluster), ref(h.To.Namespace, h.To.Name, cluster))
+				ref(h.From.Kind, h.From.Namespace, h.From.Name, cluster), ref(h.To.Kind, h.To.Namespace, h.To.Name, cluster))
 		}
 		fmt.Fprintf(&rows, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%s\t%s\n",
 			v.Lock, v.Scope, v.Namespace, v.InUse, v.Permits, holders, heldFor, v.Waiting, head, handoff)
@@ -136,7 +138,7 @@ func holderCell(h *Holder, withNamespace, semaphore bool) string {
 	}
 	cell := h.Identity
 	if h.Name != "" {
-		cell = ref(h.Namespace, h.Name, withNamespace)
+		cell = ref(h.Kind, h.Namespace, h.Name, withNamespace)
 	}
 	if len(about) == 0 {
 		return cell

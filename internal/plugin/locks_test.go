@@ -72,15 +72,15 @@ func TestDeriveLocks(t *testing.T) {
 				lj("w2", waitingAt(1, "c/ns/h/x")),
 			},
 			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1, Waiting: 2,
-				InUse: 1, Holders: []Holder{{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))}},
-				Holder: &Holder{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))},
-				Head:   &Ref{Namespace: "ns", Name: "w2"}}},
+				InUse: 1, Holders: []Holder{{Kind: kindLockedJob, Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))}},
+				Holder: &Holder{Kind: kindLockedJob, Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))},
+				Head:   &Ref{Kind: kindLockedJob, Namespace: "ns", Name: "w2"}}},
 		},
 		"two say they hold it for a moment: the higher fence is the later holder": {
 			ljs: []batchv1alpha1.LockedJob{lj("before", holding(4, -time.Hour)), lj("after", holding(5, -time.Second))},
 			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1,
-				InUse: 1, Holders: []Holder{{Namespace: "ns", Name: "after", FencingToken: ptr.To[int64](5), AcquiredAt: at(t0.Add(-time.Second))}},
-				Holder: &Holder{Namespace: "ns", Name: "after", FencingToken: ptr.To[int64](5), AcquiredAt: at(t0.Add(-time.Second))}}},
+				InUse: 1, Holders: []Holder{{Kind: kindLockedJob, Namespace: "ns", Name: "after", FencingToken: ptr.To[int64](5), AcquiredAt: at(t0.Add(-time.Second))}},
+				Holder: &Holder{Kind: kindLockedJob, Namespace: "ns", Name: "after", FencingToken: ptr.To[int64](5), AcquiredAt: at(t0.Add(-time.Second))}}},
 		},
 		"no LockedJob in view holds it: the holder the waiters read from Redis, the first in line's view": {
 			ljs: []batchv1alpha1.LockedJob{
@@ -88,8 +88,8 @@ func TestDeriveLocks(t *testing.T) {
 				lj("early", waitingAt(1, "other/ns/x/1234")),
 			},
 			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1, Waiting: 2,
-				InUse: 1, Holders: []Holder{{Identity: "other/ns/x/1234"}},
-				Holder: &Holder{Identity: "other/ns/x/1234"}, Head: &Ref{Namespace: "ns", Name: "early"}}},
+				InUse: 1, Holders: []Holder{{Kind: kindLockedJob, Identity: "other/ns/x/1234"}},
+				Holder: &Holder{Kind: kindLockedJob, Identity: "other/ns/x/1234"}, Head: &Ref{Kind: kindLockedJob, Namespace: "ns", Name: "early"}}},
 		},
 		"same lock name in two namespaces, and Cluster scope: three locks": {
 			ljs: []batchv1alpha1.LockedJob{
@@ -111,7 +111,7 @@ func TestDeriveLocks(t *testing.T) {
 				lj("third", ran(-5*time.Minute, -2*time.Minute, 0)),
 			},
 			want: []LockView{{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 1, LastHandoff: &Handoff{
-				From: Ref{Namespace: "ns", Name: "second"}, To: Ref{Namespace: "ns", Name: "third"},
+				From: Ref{Kind: kindLockedJob, Namespace: "ns", Name: "second"}, To: Ref{Kind: kindLockedJob, Namespace: "ns", Name: "third"},
 				ReleasedAt: metav1.NewTime(t0.Add(-2 * time.Minute)), AcquiredAt: metav1.NewTime(t0.Add(-2 * time.Minute)),
 			}}},
 		},
@@ -127,7 +127,7 @@ func TestDeriveLocks(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, DeriveLocks(tc.ljs)); diff != "" {
+			if diff := cmp.Diff(tc.want, DeriveLocks(tc.ljs, nil)); diff != "" {
 				t.Errorf("DeriveLocks (-want,+got):\n%s", diff)
 			}
 		})

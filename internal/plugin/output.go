@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
+
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Output formats of -o. Empty is the human form (a table, or sentences).
@@ -73,8 +75,13 @@ func since(now time.Time, t *metav1.Time) string {
 	return duration.HumanDuration(now.Sub(t.Time))
 }
 
-// ref names a LockedJob the short way where its namespace goes without saying.
-func ref(namespace, name string, withNamespace bool) string {
+// ref names a LockedJob (kind LockedJob, or none) or a guarded Job (kind Job) the short way where
+// its namespace goes without saying: a LockedJob by its name, as `why NAME` takes it, a guarded Job
+// as kubectl names a Job, job/NAME, which `why job/NAME` takes.
+func ref(kind locks.Kind, namespace, name string, withNamespace bool) string {
+	if kind == locks.KindJob {
+		name = "job/" + name
+	}
 	if withNamespace {
 		return namespace + "/" + name
 	}

@@ -34,9 +34,9 @@ func TestDeriveLocksOfASemaphore(t *testing.T) {
 				lj("w", waitingAt(1, "c/ns/a/x")),
 			},
 			want: []Holder{
-				{Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(t0.Add(-time.Hour))},
-				{Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(t0.Add(-time.Minute))},
-				{Namespace: "ns", Name: "c", Slot: ptr.To[int32](2), FencingToken: ptr.To[int64](4), AcquiredAt: at(t0.Add(-time.Second))},
+				{Kind: kindLockedJob, Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(t0.Add(-time.Hour))},
+				{Kind: kindLockedJob, Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(t0.Add(-time.Minute))},
+				{Kind: kindLockedJob, Namespace: "ns", Name: "c", Slot: ptr.To[int32](2), FencingToken: ptr.To[int64](4), AcquiredAt: at(t0.Add(-time.Second))},
 			},
 		},
 		"two say they hold one slot for a moment: the higher fence of that slot is the later holder, whatever other slots' fences": {
@@ -46,8 +46,8 @@ func TestDeriveLocksOfASemaphore(t *testing.T) {
 				lj("other", holding(2, -time.Minute), inSlot(0)),
 			},
 			want: []Holder{
-				{Namespace: "ns", Name: "other", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](2), AcquiredAt: at(t0.Add(-time.Minute))},
-				{Namespace: "ns", Name: "new", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](31), AcquiredAt: at(t0.Add(-time.Second))},
+				{Kind: kindLockedJob, Namespace: "ns", Name: "other", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](2), AcquiredAt: at(t0.Add(-time.Minute))},
+				{Kind: kindLockedJob, Namespace: "ns", Name: "new", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](31), AcquiredAt: at(t0.Add(-time.Second))},
 			},
 		},
 		"a plain holder (no slot) holds slot 0, which it shares with a semaphore's first slot": {
@@ -57,14 +57,14 @@ func TestDeriveLocksOfASemaphore(t *testing.T) {
 				lj("second", holding(3, -time.Minute), inSlot(1)),
 			},
 			want: []Holder{
-				{Namespace: "ns", Name: "first", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](6), AcquiredAt: at(t0.Add(-time.Second))},
-				{Namespace: "ns", Name: "second", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))},
+				{Kind: kindLockedJob, Namespace: "ns", Name: "first", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](6), AcquiredAt: at(t0.Add(-time.Second))},
+				{Kind: kindLockedJob, Namespace: "ns", Name: "second", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))},
 			},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			views := DeriveLocks(tc.ljs)
+			views := DeriveLocks(tc.ljs, nil)
 			if len(views) != 1 {
 				t.Fatalf("want one lock, got %d: %+v", len(views), views)
 			}
@@ -104,23 +104,23 @@ func TestOverlayDeclaredSemaphore(t *testing.T) {
 			}},
 			want: LockView{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Permits: 3, InUse: 3, Waiting: 1,
 				Holders: []Holder{
-					{Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(t0.Add(-time.Hour))},
-					{Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(t0.Add(-50 * time.Second))},
-					{Identity: "far/ns/r/99", Slot: ptr.To[int32](2), FencingToken: ptr.To[int64](40)},
+					{Kind: kindLockedJob, Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(t0.Add(-time.Hour))},
+					{Kind: kindLockedJob, Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(t0.Add(-50 * time.Second))},
+					{Kind: kindLockedJob, Identity: "far/ns/r/99", Slot: ptr.To[int32](2), FencingToken: ptr.To[int64](40)},
 				},
-				Holder: &Holder{Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(t0.Add(-time.Hour))},
-				Head:   &Ref{Namespace: "ns", Name: "w"}},
+				Holder: &Holder{Kind: kindLockedJob, Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(t0.Add(-time.Hour))},
+				Head:   &Ref{Kind: kindLockedJob, Namespace: "ns", Name: "w"}},
 		},
 		"stale (never read from Redis): holders stay derived, permits come from spec all the same": {
 			ljs:      []batchv1alpha1.LockedJob{a, b, w},
 			declared: Declared{Scope: "Namespace", Namespace: "ns", Name: "l", Permits: 2},
 			want: LockView{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "LockedJobs", Permits: 2, InUse: 2, Waiting: 1,
 				Holders: []Holder{
-					{Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(t0.Add(-time.Hour))},
-					{Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(t0.Add(-time.Minute))},
+					{Kind: kindLockedJob, Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(t0.Add(-time.Hour))},
+					{Kind: kindLockedJob, Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(t0.Add(-time.Minute))},
 				},
-				Holder: &Holder{Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(t0.Add(-time.Hour))},
-				Head:   &Ref{Namespace: "ns", Name: "w"}},
+				Holder: &Holder{Kind: kindLockedJob, Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: at(t0.Add(-time.Hour))},
+				Head:   &Ref{Kind: kindLockedJob, Namespace: "ns", Name: "w"}},
 		},
 		"permits lowered to 1 under a holder of slot 1: it keeps its slot, and the view shows slots": {
 			ljs: []batchv1alpha1.LockedJob{b},
@@ -129,8 +129,8 @@ func TestOverlayDeclaredSemaphore(t *testing.T) {
 				Holders: []batchv1alpha1.LockHolder{{Holder: "c/ns/b/y", LockedJob: "b", Slot: 1, FencingToken: 9}},
 			}},
 			want: LockView{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Permits: 1, InUse: 1,
-				Holders: []Holder{{Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(t0.Add(-time.Minute))}},
-				Holder:  &Holder{Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(t0.Add(-time.Minute))}},
+				Holders: []Holder{{Kind: kindLockedJob, Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(t0.Add(-time.Minute))}},
+				Holder:  &Holder{Kind: kindLockedJob, Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](9), AcquiredAt: at(t0.Add(-time.Minute))}},
 		},
 		"a Lock of one permit: its holder is a plain lock's, without a slot, although status says slot 0": {
 			ljs: []batchv1alpha1.LockedJob{lj("h", holding(3, -time.Minute))},
@@ -139,13 +139,13 @@ func TestOverlayDeclaredSemaphore(t *testing.T) {
 				Holders: []batchv1alpha1.LockHolder{{Holder: "c/ns/h/x", LockedJob: "h", FencingToken: 3}},
 			}},
 			want: LockView{Lock: "l", Scope: "Namespace", Namespace: "ns", Source: "Lock", Permits: 1, InUse: 1,
-				Holders: []Holder{{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))}},
-				Holder:  &Holder{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))}},
+				Holders: []Holder{{Kind: kindLockedJob, Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))}},
+				Holder:  &Holder{Kind: kindLockedJob, Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](3), AcquiredAt: at(t0.Add(-time.Minute))}},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := OverlayDeclared(DeriveLocks(tc.ljs), tc.ljs, []Declared{tc.declared})
+			got := OverlayDeclared(DeriveLocks(tc.ljs, nil), tc.ljs, nil, []Declared{tc.declared})
 			if diff := cmp.Diff([]LockView{tc.want}, got); diff != "" {
 				t.Errorf("OverlayDeclared (-want,+got):\n%s", diff)
 			}
@@ -168,15 +168,15 @@ func TestLocksTable(t *testing.T) {
 	acquired := func(d time.Duration) *metav1.Time { return at(t0.Add(-d)) }
 	views := []LockView{
 		{Lock: "free", Scope: "Namespace", Namespace: "ns", Permits: 1},
-		{Lock: "mutex", Scope: "Namespace", Namespace: "ns", Permits: 1, InUse: 1, Waiting: 2, Head: &Ref{Namespace: "ns", Name: "w"},
-			Holders: []Holder{{Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](7), AcquiredAt: acquired(3 * time.Minute)}}},
+		{Lock: "mutex", Scope: "Namespace", Namespace: "ns", Permits: 1, InUse: 1, Waiting: 2, Head: &Ref{Kind: kindLockedJob, Namespace: "ns", Name: "w"},
+			Holders: []Holder{{Kind: kindLockedJob, Namespace: "ns", Name: "h", FencingToken: ptr.To[int64](7), AcquiredAt: acquired(3 * time.Minute)}}},
 		{Lock: "pool", Scope: "Namespace", Namespace: "ns", Permits: 3, InUse: 2, Holders: []Holder{
-			{Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: acquired(time.Hour)},
-			{Identity: "far/ns/r/99", Slot: ptr.To[int32](2), FencingToken: ptr.To[int64](40)},
+			{Kind: kindLockedJob, Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](12), AcquiredAt: acquired(time.Hour)},
+			{Kind: kindLockedJob, Identity: "far/ns/r/99", Slot: ptr.To[int32](2), FencingToken: ptr.To[int64](40)},
 		}},
-		{Lock: "shared", Scope: "Cluster", Permits: 2, InUse: 2, Waiting: 1, Head: &Ref{Namespace: "ns2", Name: "w"}, Holders: []Holder{
-			{Namespace: "ns1", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](5), AcquiredAt: acquired(90 * time.Second)},
-			{Namespace: "ns2", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](3), AcquiredAt: acquired(20 * time.Second)},
+		{Lock: "shared", Scope: "Cluster", Permits: 2, InUse: 2, Waiting: 1, Head: &Ref{Kind: kindLockedJob, Namespace: "ns2", Name: "w"}, Holders: []Holder{
+			{Kind: kindLockedJob, Namespace: "ns1", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](5), AcquiredAt: acquired(90 * time.Second)},
+			{Kind: kindLockedJob, Namespace: "ns2", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](3), AcquiredAt: acquired(20 * time.Second)},
 		}},
 	}
 	want := strings.Join([]string{
@@ -201,26 +201,26 @@ func TestWhyOfASemaphoreWaiter(t *testing.T) {
 	}{
 		"one permit of three in use, by a holder in a slot above 0": {
 			permits: 3,
-			holders: []Holder{{Namespace: "ns", Name: "a", Slot: ptr.To[int32](2), FencingToken: ptr.To[int64](8), AcquiredAt: at(t0.Add(-time.Minute))}},
+			holders: []Holder{{Kind: kindLockedJob, Namespace: "ns", Name: "a", Slot: ptr.To[int32](2), FencingToken: ptr.To[int64](8), AcquiredAt: at(t0.Add(-time.Minute))}},
 			want: "It is Waiting. 1 of the lock's 3 permits is in use, by:\n" +
 				"  slot 2: a (fence 8), holding for 60s (since 2026-12-01T11:59:00Z)\n",
 		},
 		"only Redis names a holder: one of them, not a count": {
 			permits: 3,
-			holders: []Holder{{Identity: "far/ns/r/99"}},
+			holders: []Holder{{Kind: kindLockedJob, Identity: "far/ns/r/99"}},
 			want:    "It is Waiting. The lock has 3 permits; at its last attempt Redis named far/ns/r/99 (no LockedJob you can read) as a holder.\n",
 		},
 		"its Lock could not be read, the slots show a semaphore": {
 			holders: []Holder{
-				{Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](8)},
-				{Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](3)},
+				{Kind: kindLockedJob, Namespace: "ns", Name: "a", Slot: ptr.To[int32](0), FencingToken: ptr.To[int64](8)},
+				{Kind: kindLockedJob, Namespace: "ns", Name: "b", Slot: ptr.To[int32](1), FencingToken: ptr.To[int64](3)},
 			},
 			want: "It is Waiting. 2 of the lock's permits (how many it has is not known: its Lock could not be read) are in use, by:\n" +
 				"  slot 0: a (fence 8)\n  slot 1: b (fence 3)\n",
 		},
 		"a plain lock reads as before semaphores": {
 			permits: 1,
-			holders: []Holder{{Namespace: "ns", Name: "a", FencingToken: ptr.To[int64](8)}},
+			holders: []Holder{{Kind: kindLockedJob, Namespace: "ns", Name: "a", FencingToken: ptr.To[int64](8)}},
 			want:    "It is Waiting. The lock is held by a (fence 8).\n",
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -16,18 +17,30 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
-// Explanation is what `kubectl lockedjob why` says about one LockedJob, as data (-o json|yaml).
+// Explanation is what `kubectl lockedjob why` says about one LockedJob or guarded Job, as data
+// (-o json|yaml).
 type Explanation struct {
-	Namespace string                       `json:"namespace"`
-	Name      string                       `json:"name"`
-	Lock      string                       `json:"lock"`
-	Scope     batchv1alpha1.LockScope      `json:"scope"`
-	Priority  int32                        `json:"priority"`
-	Phase     batchv1alpha1.LockedJobPhase `json:"phase,omitempty"`
-	Message   string                       `json:"message,omitempty"`
-	// Holder is who holds the lock: the LockedJob itself while it runs, another (the first of
+	// Kind is LockedJob, or Job for a guarded Job (a batch/v1 Job labelled batch.lockedjob.dev/lock).
+	Kind      locks.Kind              `json:"kind"`
+	Namespace string                  `json:"namespace"`
+	Name      string                  `json:"name"`
+	Lock      string                  `json:"lock"`
+	Scope     batchv1alpha1.LockScope `json:"scope"`
+	Priority  int32                   `json:"priority"`
+	// Phase and Message are a LockedJob's status.phase and status.message.
+	Phase   batchv1alpha1.LockedJobPhase `json:"phase,omitempty"`
+	Message string                       `json:"message,omitempty"`
+	// Guard is where a guarded Job stands: its annotation batch.lockedjob.dev/guard (Held, Released,
+	// Lost, Unguarded, ScopeNotAllowed), or Waiting, which the operator does not write: suspended by
+	// the admission gate, with no fence. Empty while it runs and the operator recorded nothing yet.
+	Guard batchv1alpha1.GuardState `json:"guard,omitempty"`
+	// Invalid says why the operator cannot guard a Job that carries the lock label: the label or
+	// annotation that does not parse (locks.ClaimantOfJob).
+	Invalid string `json:"invalid,omitempty"`
+	// Holder is who holds the lock: the workload itself while it holds it, another (the first of
 	// Holders) while it waits.
 	Holder *Holder `json:"holder,omitempty"`
 	// Permits is how many may hold the lock at once: spec.permits of the Lock (ClusterLock) that
@@ -38,21 +51,22 @@ type Explanation struct {
 	// Holders are all who hold the lock, lowest slot first, while it waits or runs (itself among
 	// them): several for a semaphore.
 	Holders []Holder `json:"holders,omitempty"`
-	// FencingToken is the LockedJob's own fencing token once it acquired the lock.
+	// FencingToken is its own fencing token once it acquired the lock.
 	FencingToken *int64 `json:"fencingToken,omitempty"`
-	// Slot is its own slot of a semaphore once it acquired it (status.slot); the fencing token
+	// Slot is its own slot of a semaphore once it acquired it (status.slot, a guarded Job's
+	// annotation batch.lockedjob.dev/slot); the fencing token
 	// orders it against the earlier holders of this slot.
 	Slot *int32 `json:"slot,omitempty"`
 	// PermitsUnsupported says it waits because its lock declares more than one permit and the
 	// operator's Redis is Redlock, which admits one holder per lock (condition LockAcquired, reason
 	// PermitsUnsupported).
 	PermitsUnsupported bool `json:"permitsUnsupported,omitempty"`
-	// Place is its place in line while it waits.
+	// Place is a LockedJob's place in line while it waits (a guarded Job records none).
 	Place *Place `json:"place,omitempty"`
 	// Ahead are the waiters served before it, in queue order; Behind counts those after it.
 	Ahead  []Waiter `json:"ahead,omitempty"`
 	Behind int      `json:"behind"`
-	// Job is the Job it created, once it acquired the lock.
+	// Job is the Job a LockedJob created once it acquired the lock; a guarded Job itself.
 	Job *JobState `json:"job,omitempty"`
 	// Ending is how it ended, once condition Finished is True.
 	Ending *Ending `json:"ending,omitempty"`
@@ -67,16 +81,18 @@ type Place struct {
 	MoreThan int   `json:"moreThan,omitempty"`
 }
 
-// Waiter is another LockedJob in line for the same lock.
+// Waiter is another LockedJob or guarded Job in line for the same lock.
 type Waiter struct {
-	Namespace     string       `json:"namespace"`
-	Name          string       `json:"name"`
-	Priority      int32        `json:"priority"`
+	Kind      locks.Kind `json:"kind"`
+	Namespace string     `json:"namespace"`
+	Name      string     `json:"name"`
+	Priority  int32      `json:"priority"`
+	// WaitingSince and QueuePosition are a LockedJob's; a guarded Job records neither.
 	WaitingSince  *metav1.Time `json:"waitingSince,omitempty"`
 	QueuePosition *int32       `json:"queuePosition,omitempty"`
 }
 
-// JobState is the LockedJob's Job as the Job API reports it.
+// JobState is a LockedJob's Job, or a guarded Job, as the Job API reports it.
 type JobState struct {
 	Name string `json:"name"`
 	// Exists is false when the Job is gone (deleted, or removed by its TTL after it finished).
@@ -95,7 +111,7 @@ type Ending struct {
 	ReleasedAt *metav1.Time                 `json:"releasedAt,omitempty"`
 }
 
-// EventView is one Event about the LockedJob.
+// EventView is one Event about the LockedJob or guarded Job.
 type EventView struct {
 	At     metav1.Time `json:"at"`
 	Type   string      `json:"type"`
@@ -104,9 +120,17 @@ type EventView struct {
 	Count  int32       `json:"count,omitempty"`
 }
 
-// explain reads the LockedJob, the other LockedJobs of its lock, the permits its Lock declares, its
-// Job and its Events.
-func explain(ctx context.Context, c client.Reader, key client.ObjectKey, events int) (*Explanation, []string, error) {
+// explain reads the workload of kind (a LockedJob, or a guarded Job) named key, and explains it.
+func explain(ctx context.Context, c client.Reader, kind locks.Kind, key client.ObjectKey, events int) (*Explanation, []string, error) {
+	if kind == locks.KindJob {
+		return explainJob(ctx, c, key, events)
+	}
+	return explainLockedJob(ctx, c, key, events)
+}
+
+// explainLockedJob reads the LockedJob, the other workloads of its lock, the permits its Lock
+// declares, its Job and its Events.
+func explainLockedJob(ctx context.Context, c client.Reader, key client.ObjectKey, events int) (*Explanation, []string, error) {
 	var lj batchv1alpha1.LockedJob
 	if err := c.Get(ctx, key, &lj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -114,30 +138,15 @@ func explain(ctx context.Context, c client.Reader, key client.ObjectKey, events 
 		}
 		return nil, nil, fmt.Errorf("get lockedjob %s: %w", key.Name, err)
 	}
+	self := memberOfLockedJob(&lj)
 	e := &Explanation{
-		Namespace: lj.Namespace, Name: lj.Name, Lock: lj.Spec.Lock.Name, Scope: lockOf(&lj).scope,
+		Kind: locks.KindLockedJob, Namespace: lj.Namespace, Name: lj.Name, Lock: lj.Spec.Lock.Name, Scope: self.lock().scope,
 		Priority: lj.Spec.Lock.Priority, Phase: lj.Status.Phase, Message: lj.Status.Message,
 		FencingToken: lj.Status.FencingToken, Slot: lj.Status.Slot,
 	}
-	all, warnings, err := listLockedJobs(ctx, c, lj.Namespace)
+	warnings, err := e.explainLock(ctx, c, self, lj.Status.Phase == batchv1alpha1.PhaseWaiting, lj.Status.Phase == batchv1alpha1.PhaseRunning)
 	if err != nil {
 		return nil, nil, err
-	}
-	peers := peersOf(all, &lj)
-	switch lj.Status.Phase {
-	case batchv1alpha1.PhaseWaiting:
-		e.explainWaiting(&lj, peers)
-	case batchv1alpha1.PhaseRunning:
-		e.Holder = firstOf(holdersOf([]*batchv1alpha1.LockedJob{&lj}, nil))
-		e.setHolders(holdersOf(slices.Concat(peers, []*batchv1alpha1.LockedJob{&lj}), nil))
-		e.Behind = len(waitersInQueueOrder(peers))
-	}
-	if lj.Status.Phase == batchv1alpha1.PhaseWaiting || lj.Status.Phase == batchv1alpha1.PhaseRunning {
-		var more []string
-		if e.Permits, more, err = declaredPermits(ctx, c, &lj); err != nil {
-			return nil, nil, err
-		}
-		warnings = append(warnings, more...)
 	}
 	e.Ending = endingOf(&lj)
 	if lj.Status.JobName != "" {
@@ -146,44 +155,111 @@ func explain(ctx context.Context, c client.Reader, key client.ObjectKey, events 
 		}
 	}
 	if events > 0 {
-		if e.Events, err = lastEvents(ctx, c, &lj, events); err != nil {
+		if e.Events, err = lastEvents(ctx, c, kindLockedJob, lj.ObjectMeta, events); err != nil {
 			return nil, nil, err
 		}
 	}
 	return e, warnings, nil
 }
 
-// peersOf are the other LockedJobs of lj's lock.
-func peersOf(all []batchv1alpha1.LockedJob, lj *batchv1alpha1.LockedJob) []*batchv1alpha1.LockedJob {
-	var peers []*batchv1alpha1.LockedJob
-	for i := range all {
-		if other := &all[i]; other.UID != lj.UID && lockOf(other) == lockOf(lj) {
+// explainJob reads the guarded Job, the other workloads of its lock, the permits its Lock declares
+// and its Events. A Job without the lock label is no guarded Job; one whose label or annotations do
+// not parse is explained by what does not parse.
+func explainJob(ctx context.Context, c client.Reader, key client.ObjectKey, events int) (*Explanation, []string, error) {
+	var job batchv1.Job
+	if err := c.Get(ctx, key, &job); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("job %q not found in namespace %s", key.Name, key.Namespace)
+		}
+		return nil, nil, fmt.Errorf("get job %s: %w", key.Name, err)
+	}
+	lock, labelled := job.Labels[batchv1alpha1.LabelGuardLock]
+	if !labelled {
+		return nil, nil, fmt.Errorf("job %s is not a guarded Job: it has no label %s", key.Name, batchv1alpha1.LabelGuardLock)
+	}
+	e := &Explanation{Kind: locks.KindJob, Namespace: job.Namespace, Name: job.Name, Lock: lock, Guard: guardOf(&job),
+		Job: &JobState{Name: job.Name, Exists: true, Active: job.Status.Active, Succeeded: job.Status.Succeeded, Failed: job.Status.Failed}}
+	var warnings []string
+	self, err := memberOfJob(&job)
+	if err != nil {
+		e.Invalid = err.Error()
+	} else {
+		e.Scope, e.Priority, e.FencingToken, e.Slot = self.lock().scope, self.claimant.Lock.Priority, self.fence, self.slot
+		if warnings, err = e.explainLock(ctx, c, self, e.Guard == guardWaiting, e.Guard == batchv1alpha1.GuardHeld); err != nil {
+			return nil, nil, err
+		}
+	}
+	if events > 0 {
+		if e.Events, err = lastEvents(ctx, c, "Job", job.ObjectMeta, events); err != nil {
+			return nil, nil, err
+		}
+	}
+	return e, warnings, nil
+}
+
+// explainLock reads the other workloads of self's lock, and, while self waits or holds it, says
+// who holds it and who waits, and how many permits its Lock declares.
+func (e *Explanation) explainLock(ctx context.Context, c client.Reader, self member, waiting, holding bool) ([]string, error) {
+	ljs, jobs, warnings, err := listWorkloads(ctx, c, self.claimant.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	members, _ := membersOf(ljs, jobs)
+	var peers []*member
+	for i := range members {
+		if other := &members[i]; other.claimant.UID != self.claimant.UID && other.lock() == self.lock() {
 			peers = append(peers, other)
 		}
 	}
-	return peers
+	switch {
+	case waiting:
+		e.explainWaiting(self, peers)
+	case holding:
+		e.Holder = firstOf(holdersOf([]*member{&self}, nil))
+		e.setHolders(holdersOf(append(peers, &self), nil))
+		e.Behind = len(waitersInQueueOrder(peers))
+	default:
+		return warnings, nil
+	}
+	var more []string
+	if e.Permits, more, err = declaredPermits(ctx, c, self.claimant); err != nil {
+		return nil, err
+	}
+	return append(warnings, more...), nil
 }
 
-func (e *Explanation) explainWaiting(lj *batchv1alpha1.LockedJob, peers []*batchv1alpha1.LockedJob) {
+// explainWaiting names the holders and the waiters ahead of self, in the queue's order. With no
+// holder in view, a waiting LockedJob names the holder Redis named to it at its last attempt; a
+// guarded Job, which records none, the one the first waiting LockedJob was told.
+func (e *Explanation) explainWaiting(self member, peers []*member) {
 	waiters := waitersInQueueOrder(peers)
 	holders := holdersOf(peers, nil)
-	if len(holders) == 0 && lj.Status.BlockedBy != "" {
-		holders = []Holder{{Identity: lj.Status.BlockedBy}}
+	if len(holders) == 0 {
+		if lj := self.lj; lj != nil {
+			if lj.Status.BlockedBy != "" {
+				holders = []Holder{holderNamed(lj.Status.BlockedBy)}
+			}
+		} else {
+			holders = holdersOf(nil, waiters)
+		}
 	}
 	e.setHolders(holders)
 	e.Holder = firstOf(holders)
-	acquired := meta.FindStatusCondition(lj.Status.Conditions, batchv1alpha1.ConditionLockAcquired)
-	e.PermitsUnsupported = acquired != nil && acquired.Status == metav1.ConditionFalse && acquired.Reason == batchv1alpha1.ReasonPermitsUnsupported
-	e.Place = placeOf(lj)
+	if lj := self.lj; lj != nil {
+		acquired := meta.FindStatusCondition(lj.Status.Conditions, batchv1alpha1.ConditionLockAcquired)
+		e.PermitsUnsupported = acquired != nil && acquired.Status == metav1.ConditionFalse && acquired.Reason == batchv1alpha1.ReasonPermitsUnsupported
+		e.Place = placeOf(lj)
+	}
 	for _, w := range waiters {
-		if queueCompare(w, lj) >= 0 {
+		if locks.QueueCompare(w.claimant, self.claimant) >= 0 {
 			e.Behind++
 			continue
 		}
-		e.Ahead = append(e.Ahead, Waiter{
-			Namespace: w.Namespace, Name: w.Name, Priority: w.Spec.Lock.Priority,
-			WaitingSince: w.Status.WaitingSince, QueuePosition: w.Status.QueuePosition,
-		})
+		ahead := Waiter{Kind: w.claimant.Kind, Namespace: w.claimant.Namespace, Name: w.claimant.Name, Priority: w.claimant.Lock.Priority}
+		if w.lj != nil {
+			ahead.WaitingSince, ahead.QueuePosition = w.lj.Status.WaitingSince, w.lj.Status.QueuePosition
+		}
+		e.Ahead = append(e.Ahead, ahead)
 	}
 }
 
@@ -232,18 +308,18 @@ func jobState(ctx context.Context, c client.Reader, namespace, name string) (*Jo
 	return &JobState{Name: name, Exists: true, Active: job.Status.Active, Succeeded: job.Status.Succeeded, Failed: job.Status.Failed}, nil
 }
 
-// lastEvents are the last n Events about lj (events.k8s.io/v1, regarding it), oldest first. Events
-// of an earlier LockedJob of the same name are left out by UID.
-func lastEvents(ctx context.Context, c client.Reader, lj *batchv1alpha1.LockedJob, n int) ([]EventView, error) {
+// lastEvents are the last n Events about the object of kind (events.k8s.io/v1, regarding it),
+// oldest first. Events of an earlier object of the same name are left out by UID.
+func lastEvents(ctx context.Context, c client.Reader, kind string, obj metav1.ObjectMeta, n int) ([]EventView, error) {
 	var list eventsv1.EventList
-	sel := fields.Set{"regarding.name": lj.Name, "regarding.kind": kindLockedJob}.AsSelector()
-	if err := c.List(ctx, &list, client.InNamespace(lj.Namespace), client.MatchingFieldsSelector{Selector: sel}); err != nil {
-		return nil, fmt.Errorf("list events of lockedjob %s: %w", lj.Name, err)
+	sel := fields.Set{"regarding.name": obj.Name, "regarding.kind": kind}.AsSelector()
+	if err := c.List(ctx, &list, client.InNamespace(obj.Namespace), client.MatchingFieldsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("list events of %s %s: %w", strings.ToLower(kind), obj.Name, err)
 	}
 	views := make([]EventView, 0, len(list.Items))
 	for i := range list.Items {
 		ev := &list.Items[i]
-		if ev.Regarding.UID != "" && ev.Regarding.UID != lj.UID {
+		if ev.Regarding.UID != "" && ev.Regarding.UID != obj.UID {
 			continue
 		}
 		views = append(views, EventView{At: eventTime(ev), Type: ev.Type, Reason: ev.Reason, Note: ev.Note, Count: eventCount(ev)})

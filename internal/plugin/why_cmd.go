@@ -2,9 +2,13 @@ package plugin
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 type whyOptions struct {
@@ -15,16 +19,20 @@ type whyOptions struct {
 func newWhyCommand(s *session) *cobra.Command {
 	o := &whyOptions{}
 	cmd := &cobra.Command{
-		Use:   "why NAME",
-		Short: "Say why a LockedJob waits, or how it ended, in plain sentences",
-		Long: `Explain one LockedJob: its phase; while it waits, who holds the lock and for how long (for a
+		Use:   "why NAME | lockedjob/NAME | job/NAME",
+		Short: "Say why a LockedJob or a guarded Job waits, or how it ended, in plain sentences",
+		Long: `Explain one LockedJob (NAME, or lockedjob/NAME) or guarded Job (job/NAME: a Job labelled
+batch.lockedjob.dev/lock). For a LockedJob: its phase; while it waits, who holds the lock and for how long (for a
 semaphore, how many of its permits are in use and each holder's slot), its place in line and the
 waiters ahead of it with their priorities (in the order the operator's queue serves them: priority,
 then age), or that its Lock declares more permits than the operator's Redlock can grant; while it
-runs, its slot of a semaphore, its fencing token and its Job; once finished, how it ended. Then its
-last Events.`,
+runs, its slot of a semaphore, its fencing token and its Job; once finished, how it ended. For a
+guarded Job: its guard (waiting, suspended by the admission gate; Held with its fence; Released,
+Lost, Unguarded, ScopeNotAllowed) and, while it waits, who holds the lock and the waiters ahead of
+it; or what in its label and annotations the operator cannot read. Then its last Events.`,
 		Example: `  kubectl lockedjob why migrate-orders
-  kubectl lockedjob why migrate-orders -n batch -o json`,
+  kubectl lockedjob why migrate-orders -n batch -o json
+  kubectl lockedjob why job/migrate`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), s, args[0])
@@ -35,8 +43,12 @@ last Events.`,
 	return cmd
 }
 
-func (o *whyOptions) run(ctx context.Context, s *session, name string) error {
+func (o *whyOptions) run(ctx context.Context, s *session, arg string) error {
 	if err := checkOutput(o.output); err != nil {
+		return err
+	}
+	kind, name, err := parseWhyArg(arg)
+	if err != nil {
 		return err
 	}
 	c, err := s.client()
@@ -47,7 +59,7 @@ func (o *whyOptions) run(ctx context.Context, s *session, name string) error {
 	if err != nil {
 		return err
 	}
-	e, warnings, err := explain(ctx, c, client.ObjectKey{Namespace: namespace, Name: name}, o.events)
+	e, warnings, err := explain(ctx, c, kind, client.ObjectKey{Namespace: namespace, Name: name}, o.events)
 	if err != nil {
 		return err
 	}
@@ -58,4 +70,22 @@ func (o *whyOptions) run(ctx context.Context, s *session, name string) error {
 		return printStructured(s.streams.Out, o.output, e)
 	}
 	return e.write(s.streams.Out, s.now())
+}
+
+// parseWhyArg reads why's argument as kubectl reads TYPE/NAME: a bare name is a LockedJob.
+func parseWhyArg(arg string) (locks.Kind, string, error) {
+	kind, name, typed := strings.Cut(arg, "/")
+	if !typed {
+		return locks.KindLockedJob, arg, nil
+	}
+	if name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("%q is not NAME, lockedjob/NAME or job/NAME", arg)
+	}
+	switch strings.ToLower(kind) {
+	case "lockedjob", "lockedjobs", "lj":
+		return locks.KindLockedJob, name, nil
+	case "job", "jobs":
+		return locks.KindJob, name, nil
+	}
+	return "", "", fmt.Errorf("why explains LockedJobs (NAME or lockedjob/NAME) and guarded Jobs (job/NAME), not %q", kind)
 }

@@ -8,13 +8,24 @@ import (
 	"time"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // write says the explanation in sentences, then lists the Events.
 func (e *Explanation) write(out io.Writer, now time.Time) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "LockedJob %s/%s runs under lock %s (scope %s, priority %d).\n", e.Namespace, e.Name, e.Lock, e.Scope, e.Priority)
+	if e.Invalid != "" {
+		fmt.Fprintf(&b, "Job %s/%s carries the label %s=%s, but the operator cannot guard it: %s.\n", e.Namespace, e.Name,
+			batchv1alpha1.LabelGuardLock, e.Lock, e.Invalid)
+		b.WriteString("It asks for no lock and is in no queue until its label and annotations parse (the admission gate refuses such a Job: this one came in without it).\n")
+	} else {
+		fmt.Fprintf(&b, "%s %s/%s runs under lock %s (scope %s, priority %d).\n", cmp.Or(e.Kind, locks.KindLockedJob), e.Namespace, e.Name,
+			e.Lock, e.Scope, e.Priority)
+	}
 	switch {
+	case e.Invalid != "":
+	case e.Kind == locks.KindJob:
+		e.writeGuard(&b, now)
 	case e.Ending != nil:
 		e.writeEnding(&b, now)
 	case e.Phase == batchv1alpha1.PhaseWaiting:
@@ -40,7 +51,11 @@ func (e *Explanation) writeWaiting(b *strings.Builder, now time.Time) {
 		e.writePermitsUnsupported(b)
 		return
 	}
-	b.WriteString("It is Waiting.")
+	if e.Kind == locks.KindJob {
+		b.WriteString("It is waiting, suspended by the admission gate until the operator holds the lock for it.")
+	} else {
+		b.WriteString("It is Waiting.")
+	}
 	cluster := e.Scope == batchv1alpha1.LockScopeCluster
 	if e.semaphore() {
 		e.writeSemaphoreHolders(b, now)
@@ -48,6 +63,8 @@ func (e *Explanation) writeWaiting(b *strings.Builder, now time.Time) {
 		e.writeHolder(b, now)
 	}
 	switch p := e.Place; {
+	case e.Kind == locks.KindJob:
+		b.WriteString("A guarded Job records no place in line; those ahead of it are the waiters you can read, in the queue's order.\n")
 	case p == nil:
 		b.WriteString("Its place in line is not known yet.\n")
 	case p.Exact > 0:
@@ -65,7 +82,7 @@ func (e *Explanation) writeWaiting(b *strings.Builder, now time.Time) {
 	}
 	fmt.Fprintf(b, "%d ahead of it, in the order the queue serves them (higher priority first, then older):\n", len(e.Ahead))
 	for i, w := range e.Ahead {
-		fmt.Fprintf(b, "  %d. %s, priority %d", i+1, ref(w.Namespace, w.Name, cluster || w.Namespace != e.Namespace), w.Priority)
+		fmt.Fprintf(b, "  %d. %s, priority %d", i+1, ref(w.Kind, w.Namespace, w.Name, cluster || w.Namespace != e.Namespace), w.Priority)
 		if w.WaitingSince != nil {
 			fmt.Fprintf(b, ", waiting for %s", since(now, w.WaitingSince))
 		}
@@ -76,6 +93,8 @@ func (e *Explanation) writeWaiting(b *strings.Builder, now time.Time) {
 // writeHolder names the one holder of a plain lock.
 func (e *Explanation) writeHolder(b *strings.Builder, now time.Time) {
 	switch h := e.Holder; {
+	case h == nil && e.Kind == locks.KindJob:
+		b.WriteString(" No LockedJob or guarded Job you can read holds it, and no waiting LockedJob was told who does.")
 	case h == nil:
 		b.WriteString(" The holder is not named in its status: waiters far back in line are not told it.")
 	case h.Name == "":
@@ -164,7 +183,11 @@ func (e *Explanation) writePermitsUnsupported(b *strings.Builder) {
 }
 
 func (e *Explanation) writeRunning(b *strings.Builder, now time.Time) {
-	b.WriteString("It is Running: it holds the lock")
+	if e.Kind == locks.KindJob {
+		b.WriteString("Its guard is Held: the operator holds the lock for it")
+	} else {
+		b.WriteString("It is Running: it holds the lock")
+	}
 	if e.Slot != nil && e.semaphore() {
 		fmt.Fprintf(b, " in slot %d", *e.Slot)
 	}
@@ -187,6 +210,10 @@ func (e *Explanation) writeRunning(b *strings.Builder, now time.Time) {
 }
 
 func (e *Explanation) writeJob(b *strings.Builder, j *JobState) {
+	if e.Kind == locks.KindJob {
+		fmt.Fprintf(b, "It has %d active, %d succeeded and %d failed pods.\n", j.Active, j.Succeeded, j.Failed)
+		return
+	}
 	if !j.Exists {
 		fmt.Fprintf(b, "Its Job %s is gone.\n", j.Name)
 		return
@@ -201,11 +228,46 @@ func (e *Explanation) writeEnding(b *strings.Builder, now time.Time) {
 		fmt.Fprintf(b, ": %s", strings.TrimSuffix(end.Message, "."))
 	}
 	b.WriteString(".\n")
+	e.writeRan(b)
+}
+
+// writeRan says the fence it ran under and its Job's pods, once it ended.
+func (e *Explanation) writeRan(b *strings.Builder) {
 	if e.FencingToken != nil {
 		fmt.Fprintf(b, "It ran with fencing token %d.\n", *e.FencingToken)
 	}
 	if j := e.Job; j != nil {
 		e.writeJob(b, j)
+	}
+}
+
+// writeGuard says where a guarded Job stands, by its guard (guardOf): waiting and held as a
+// LockedJob waits and runs, the rest from what the operator recorded on it.
+func (e *Explanation) writeGuard(b *strings.Builder, now time.Time) {
+	switch e.Guard {
+	case guardWaiting:
+		e.writeWaiting(b, now)
+	case batchv1alpha1.GuardHeld:
+		e.writeRunning(b, now)
+	case batchv1alpha1.GuardReleased:
+		b.WriteString("Its guard is Released: the Job ended and the operator released the lock.\n")
+		e.writeRan(b)
+	case batchv1alpha1.GuardLost:
+		b.WriteString("Its guard is Lost: the lock was lost while the Job held it, and its on-lock-lost policy was applied (its Events say which).\n")
+		e.writeRan(b)
+	case batchv1alpha1.GuardUnguarded:
+		b.WriteString("Its guard is Unguarded: it runs, or ran, without the operator holding its lock (it was not created suspended by the admission gate, " +
+			"or someone else unsuspended it), so the lock does not cover it and it is never a holder.\n")
+		e.writeRan(b)
+	case batchv1alpha1.GuardScopeNotAllowed:
+		fmt.Fprintf(b, "Its guard is ScopeNotAllowed: it asks for Cluster scope, which the operator does not let namespace %s use "+
+			"(its --cluster-scope-namespaces). It stays suspended and is in no queue.\n", e.Namespace)
+	case "":
+		b.WriteString("It is not suspended, and the operator has recorded nothing on it: it was not created suspended by the admission gate, " +
+			"so it runs without the lock (the operator marks it Unguarded).\n")
+		e.writeRan(b)
+	default:
+		fmt.Fprintf(b, "Its guard annotation %s says %q, which the operator does not write.\n", batchv1alpha1.AnnotationGuard, e.Guard)
 	}
 }
 
