@@ -69,6 +69,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, book *lockbook.Book, o Options
 	if err := mgr.Add(book.Leadership()); err != nil {
 		return fmt.Errorf("add lock book leadership: %w", err)
 	}
+	// One cache of guarded Jobs, for their reconciler and for the view of their locks.
+	var guardedJobs cache.Cache
+	if o.enabled(GuardedJob) {
+		jobs, err := guardedjob.NewCache(mgr)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(jobs); err != nil {
+			return fmt.Errorf("add guarded job cache: %w", err)
+		}
+		guardedJobs = jobs
+	}
 	if o.enabled(LockedJob) {
 		c := o.LockedJob
 		c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = o.Identity, o.ClusterScopeNamespaces, o.RedisTimeout
@@ -84,7 +96,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, book *lockbook.Book, o Options
 		}
 	}
 	if o.enabled(LockView) {
-		view := &lockview.LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: o.Identity, RedisTimeout: o.RedisTimeout, Timing: o.View}
+		view := &lockview.LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: o.Identity, RedisTimeout: o.RedisTimeout,
+			Timing: o.View, GuardedJobs: guardedJobs}
 		if err := view.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("set up lock view controller: %w", err)
 		}
@@ -111,6 +124,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, book *lockbook.Book, o Options
 			Recorder: mgr.GetEventRecorder("guardedjob"),
 			Locks:    book,
 			Config:   c,
+			Jobs:     guardedJobs,
 		}
 		if err := guarded.SetupWithManager(ctx, mgr); err != nil {
 			return fmt.Errorf("set up guardedjob controller: %w", err)

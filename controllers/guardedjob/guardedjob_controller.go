@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -75,8 +76,9 @@ type GuardedJobReconciler struct {
 	// Client writes (merge patches, deletes) to the API server. Jobs are read from Jobs, never
 	// through Client: the manager's cache keeps only the operator's own Jobs.
 	Client client.Client
-	// Jobs reads guarded Jobs from the reconciler's own cache (NewCache).
-	Jobs client.Reader
+	// Jobs is the cache of guarded Jobs (NewCache), which the per-lock view watches too; when nil,
+	// SetupWithManager makes it and adds it to the manager.
+	Jobs cache.Cache
 	// APIReader reads uncached: pods, and a Job the cache does not have (yet).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
@@ -161,17 +163,20 @@ func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
-	jobs, err := NewCache(mgr)
-	if err != nil {
-		return err
+	if r.Jobs == nil {
+		jobs, err := NewCache(mgr)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(jobs); err != nil {
+			return fmt.Errorf("add guarded job cache: %w", err)
+		}
+		r.Jobs = jobs
 	}
+	jobs := r.Jobs
 	if err := indexLockKey(ctx, jobs, r.Config.Identity, r.Locks); err != nil {
 		return err
 	}
-	if err := mgr.Add(jobs); err != nil {
-		return fmt.Errorf("add guarded job cache: %w", err)
-	}
-	r.Jobs = jobs
 	r.permits = sreconcile.PermitReader(mgr)
 	r.Locks.SetHandlers(locks.KindJob, lockbook.Handlers{StopWorkload: r.stopWorkload})
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -24,6 +25,7 @@ import (
 	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
 // The per-lock view (docs/design.md, "Semaphores and the per-lock view"): a declared Lock or
@@ -55,6 +57,10 @@ type LockViewReconciler struct {
 	behind *[]lockbook.Announced
 	// announced is closed by the first announcement that Redis answered.
 	announced chan struct{}
+
+	// GuardedJobs is the cache of guarded Jobs (guardedjob.NewCache): their changes read the view of
+	// their lock again, as LockedJobs' do. Nil when the operator runs no guarded-Job reconciler.
+	GuardedJobs cache.Cache
 
 	// orphans carry, to each kind's controller, the names of locks whose permits Redis stores
 	// while no object of that name may exist (see findOrphans).
@@ -103,17 +109,13 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	// The view's own status writes must not trigger a read: only spec changes and LockedJobs do.
 	onlySpec := builder.WithPredicates(predicate.GenerationChangedPredicate{})
-	if err := ctrl.NewControllerManagedBy(mgr).
-		For(&batchv1alpha1.Lock{}, onlySpec).
-		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(mgr.GetCache(), batchv1alpha1.LockScopeNamespace))).
+	if err := r.claimantsOf(ctrl.NewControllerManagedBy(mgr).For(&batchv1alpha1.Lock{}, onlySpec), mgr, batchv1alpha1.LockScopeNamespace).
 		WatchesRawSource(source.Channel(r.orphanLocks, &handler.EnqueueRequestForObject{})).
 		Named("lock").
 		Complete(reconcile.Func(r.reconcileLock)); err != nil {
 		return fmt.Errorf("set up lock view controller: %w", err)
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).
-		For(&batchv1alpha1.ClusterLock{}, onlySpec).
-		Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(mgr.GetCache(), batchv1alpha1.LockScopeCluster))).
+	if err := r.claimantsOf(ctrl.NewControllerManagedBy(mgr).For(&batchv1alpha1.ClusterLock{}, onlySpec), mgr, batchv1alpha1.LockScopeCluster).
 		WatchesRawSource(source.Channel(r.orphanClusterLocks, &handler.EnqueueRequestForObject{})).
 		Named("clusterlock").
 		Complete(reconcile.Func(r.reconcileClusterLock)); err != nil {
@@ -122,20 +124,40 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return nil
 }
 
-// viewOf maps a LockedJob to the view object of its lock, for locks of the given scope, when that
-// object exists in the cache: most locks are not declared, and their LockedJobs' changes should cost
+// claimantsOf has b read the view of a lock of scope again when one of its claimants changes: a
+// LockedJob, and a guarded Job when the operator guards Jobs.
+func (r *LockViewReconciler) claimantsOf(b *builder.Builder, mgr ctrl.Manager, scope batchv1alpha1.LockScope) *builder.Builder {
+	b = b.Watches(&batchv1alpha1.LockedJob{}, handler.EnqueueRequestsFromMapFunc(viewOf(mgr.GetCache(), scope)))
+	if r.GuardedJobs == nil {
+		return b
+	}
+	return b.WatchesRawSource(source.Kind(r.GuardedJobs, &batchv1.Job{},
+		handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, job *batchv1.Job) []reconcile.Request {
+			return viewOf(mgr.GetCache(), scope)(ctx, job)
+		})))
+}
+
+// viewOf maps a claimant (a LockedJob or a guarded Job) to the view object of its lock, for locks of the given scope, when that
+// object exists in the cache: most locks are not declared, and their claimants' changes should cost
 // no pass of the view (a cache lookup instead of a queue item and a reconcile).
 func viewOf(cache client.Reader, scope batchv1alpha1.LockScope) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		lj, ok := o.(*batchv1alpha1.LockedJob)
-		if !ok || lj.Spec.Lock.ScopeOrDefault() != scope {
+		var c locks.Claimant
+		switch o := o.(type) {
+		case *batchv1alpha1.LockedJob:
+			c = locks.ClaimantOf(o)
+		case *batchv1.Job:
+			var err error
+			if c, err = locks.ClaimantOfJob(o); err != nil {
+				return nil // it names no lock the view could show
+			}
+		default:
 			return nil
 		}
-		name := types.NamespacedName{Name: lj.Spec.Lock.Name}
-		var view client.Object = &batchv1alpha1.ClusterLock{}
-		if scope == batchv1alpha1.LockScopeNamespace {
-			name.Namespace, view = lj.Namespace, &batchv1alpha1.Lock{}
+		if c.Lock.ScopeOrDefault() != scope {
+			return nil
 		}
+		view, name := locks.Declaration(c)
 		if err := cache.Get(ctx, name, view); apierrors.IsNotFound(err) {
 			return nil
 		}

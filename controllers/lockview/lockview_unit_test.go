@@ -16,8 +16,8 @@ import (
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
-// TestViewOfWakesOnlyDeclaredLocks: a LockedJob's change asks for a pass of its lock's view only
-// when that Lock (or ClusterLock) exists, in the LockedJob's scope.
+// TestViewOfWakesOnlyDeclaredLocks: a claimant's change (a LockedJob's or a guarded Job's) asks for
+// a pass of its lock's view only when that Lock (or ClusterLock) exists, in the claimant's scope.
 func TestViewOfWakesOnlyDeclaredLocks(t *testing.T) {
 	declared := &batchv1alpha1.Lock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "seen"}}
 	shared := &batchv1alpha1.ClusterLock{ObjectMeta: metav1.ObjectMeta{Name: "shared"}}
@@ -25,6 +25,10 @@ func TestViewOfWakesOnlyDeclaredLocks(t *testing.T) {
 	lj := func(lock string, scope batchv1alpha1.LockScope) *batchv1alpha1.LockedJob {
 		return &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "j"},
 			Spec: batchv1alpha1.LockedJobSpec{Lock: batchv1alpha1.LockSpec{Name: lock, Scope: scope}}}
+	}
+	job := func(lock string, annotations map[string]string) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g",
+			Labels: map[string]string{batchv1alpha1.LabelGuardLock: lock}, Annotations: annotations}}
 	}
 	ns, cluster := viewOf(cache, batchv1alpha1.LockScopeNamespace), viewOf(cache, batchv1alpha1.LockScopeCluster)
 	ctx := context.Background()
@@ -38,6 +42,11 @@ func TestViewOfWakesOnlyDeclaredLocks(t *testing.T) {
 		{"Cluster scope is not the Lock's", len(ns(ctx, lj("seen", batchv1alpha1.LockScopeCluster))), 0},
 		{"declared ClusterLock", len(cluster(ctx, lj("shared", batchv1alpha1.LockScopeCluster))), 1},
 		{"undeclared ClusterLock", len(cluster(ctx, lj("other", batchv1alpha1.LockScopeCluster))), 0},
+		{"a guarded Job of a declared Lock", len(ns(ctx, job("seen", nil))), 1},
+		{"a guarded Job of an undeclared Lock", len(ns(ctx, job("unseen", nil))), 0},
+		{"a guarded Job of a declared ClusterLock", len(cluster(ctx, job("shared", map[string]string{batchv1alpha1.AnnotationGuardScope: "Cluster"}))), 1},
+		{"a guarded Job's Cluster scope is not the Lock's", len(ns(ctx, job("seen", map[string]string{batchv1alpha1.AnnotationGuardScope: "Cluster"}))), 0},
+		{"a labelled Job whose lock cannot be read", len(ns(ctx, job("seen", map[string]string{batchv1alpha1.AnnotationGuardTTL: "soon"}))), 0},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %d requests, want %d", tc.name, tc.got, tc.want)
