@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
 
 // writeEvery is how often a simulated pod writes to the fenced store while it
@@ -89,9 +91,9 @@ func (l claimantEntry) holder() string { return holder(l.Cluster, l.Namespace, l
 
 // Phases of claimantEntry that the checker reads: a LockedJob's, and a guarded Job's guard states.
 const (
-	phaseSucceeded = "Succeeded"
-	guardReleased  = "Released"
-	guardUnguarded = "Unguarded"
+	phaseSucceeded = string(batchv1alpha1.PhaseSucceeded)
+	guardReleased  = string(batchv1alpha1.GuardReleased)
+	guardUnguarded = string(batchv1alpha1.GuardUnguarded)
 )
 
 // claimsUnbroken reports an end that says the claimant held its lock for the whole run: a
