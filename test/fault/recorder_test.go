@@ -64,11 +64,8 @@ func (c *cluster) history(namespace string, now time.Time) ([]jobEntry, []podSpa
 		span := podSpan{Cluster: c.name, Namespace: p.Namespace, Name: p.Name, JobUID: p.JobUID, Fence: p.Fence,
 			Slot: p.Slot, Start: p.Running, End: end, Terminating: p.Terminating}
 		if j, ok := h.JobByUID(p.JobUID); ok {
-			span.Job = j.Name
+			span.Job, span.JobFence = j.Name, j.Fence
 			span.Claimant, _ = claimantOf(j)
-			if span.Fence == 0 {
-				span.Fence = j.Fence
-			}
 			if !p.HasSlot {
 				span.Slot = j.Slot
 			}
