@@ -210,7 +210,7 @@ func check(name string, h history, overlapAllowed bool) verdict {
 		fail("operator crash: %s", strings.Join(v.Crashes, "; "))
 	}
 	if len(v.SucceededTaken) > 0 {
-		fail("Succeeded although the lock was acquired during the run: %s", strings.Join(v.SucceededTaken, ", "))
+		fail("Succeeded (a guarded Job: Released) although the lock was acquired during the run: %s", strings.Join(v.SucceededTaken, ", "))
 	}
 	if len(v.WrongToken) > 0 {
 		fail("%d pod(s) ran with another fencing token than their Job's: %s", len(v.WrongToken), strings.Join(v.WrongToken, ", "))
