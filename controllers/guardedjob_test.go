@@ -79,6 +79,20 @@ func waitHeld(job *batchv1.Job) (*batchv1.Job, int64) {
 	return got, fence
 }
 
+// createPodOf creates a pod as the Job controller would for job (its labels, its controller
+// reference), with no node: nothing runs it, and a deletion removes it at once.
+func createPodOf(job *batchv1.Job) *corev1.Pod {
+	GinkgoHelper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-pod",
+			Labels:          map[string]string{batchv1.ControllerUidLabel: string(job.UID), batchv1.JobNameLabel: job.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "work", Image: "busybox"}}},
+	}
+	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+	return pod
+}
+
 // completeJob writes the status the Job controller writes when a Job succeeds.
 func completeJob(job *batchv1.Job) {
 	GinkgoHelper()
@@ -204,6 +218,42 @@ var _ = Describe("Guarded Jobs", func() {
 		Eventually(func() error {
 			return k8sClient.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{})
 		}).Should(Satisfy(apierrors.IsNotFound), "the finalizer goes and the Job with it")
+		waitHeld(next)
+	})
+
+	It("stops the running pods of a deleted held Job itself, and releases once they are gone", func() {
+		// The Job controller leaves a Job that is being deleted alone (it deletes active pods of a
+		// suspended Job only while the Job is not deleted), and the garbage collector deletes the
+		// pods of a background deletion only once the Job is gone, which our finalizer holds back.
+		ns := newNamespace()
+		job, _ := waitHeld(createJob(newGuardedJob(ns, "migrate", "db")))
+		pod := createPodOf(job)
+		next := createJob(newGuardedJob(ns, "next", "db"))
+		stillSuspended(next)
+
+		Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		}).Should(Satisfy(apierrors.IsNotFound), "the operator deletes the pod the Job controller will not")
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{})
+		}).Should(Satisfy(apierrors.IsNotFound), "the finalizer goes once the pod is gone, and the Job with it")
+		waitHeld(next)
+	})
+
+	It("lets the pods of a held Job deleted with propagation Orphan run on, under the lock until they end", func() {
+		ns := newNamespace()
+		job, _ := waitHeld(createJob(newGuardedJob(ns, "migrate", "db")))
+		pod := createPodOf(job)
+		next := createJob(newGuardedJob(ns, "next", "db"))
+
+		// No garbage collector runs here: the orphan finalizer stays, as it does until the
+		// collector has taken the pods from the Job.
+		Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationOrphan))).To(Succeed())
+		stillSuspended(next)
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})).To(Succeed(), "an orphaned pod runs on")
+
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
 		waitHeld(next)
 	})
 

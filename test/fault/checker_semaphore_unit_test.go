@@ -120,7 +120,7 @@ func TestCheckerSemaphoreTwoHoldersOfOneSlot(t *testing.T) {
 
 func TestCheckerSemaphoreFenceFallsWithinASlot(t *testing.T) {
 	h := twoSlots()
-	h.Jobs[3].Fence, h.Pods[3].Fence = 4, 4 // w follows y (5) in slot 1 with a lower fence
+	h.Jobs[3].Fence, h.Pods[3].Fence, h.Pods[3].JobFence = 4, 4, 4 // w follows y (5) in slot 1 with a lower fence
 	v := check("semaphore", h, true)
 	if v.Monotonic || !strings.Contains(v.MonotonicNote, "a/w-job fence 4") || !strings.Contains(v.MonotonicNote, "in slot 1") {
 		t.Fatalf("a fence falling within slot 1 passed: monotonic %v, note %q", v.Monotonic, v.MonotonicNote)
@@ -147,7 +147,7 @@ func TestCheckerSemaphoreFenceFallsAcrossSlots(t *testing.T) {
 func TestCheckerSemaphoreStaleWriteWithinASlot(t *testing.T) {
 	h := twoSlots()
 	// z got x's token in slot 0 (a failover that lost the slot's INCR).
-	h.Jobs[2].Fence, h.Pods[2].Fence = 10, 10
+	h.Jobs[2].Fence, h.Pods[2].Fence, h.Pods[2].JobFence = 10, 10, 10
 	v := check("failover", h, true)
 	if v.StaleAccepted == 0 || v.Monotonic || !v.Failed() {
 		t.Fatalf("a repeated token within slot 0: accepted %d, monotonic %v, failures %v", v.StaleAccepted, v.Monotonic, v.Failures)

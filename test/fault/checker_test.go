@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
 
 // writeEvery is how often a simulated pod writes to the fenced store while it
@@ -34,7 +36,11 @@ type podSpan struct {
 	Job       string // Job name
 	JobUID    string // the writer identity in the fenced store: one acquisition, one Job
 	Claimant  string // whom the pod works for (see holder)
-	Fence     int64
+	// Fence is the token the pod carries (its annotation, which a guarded Job's env reads; 0
+	// without), the one its writes use; JobFence the one its Job recorded when it came under the
+	// lock (0 for a Job that never did). They must be one.
+	Fence    int64
+	JobFence int64
 	// Slot is the semaphore slot of the pod's Job (annotation batch.lockedjob.dev/slot; 0 for a
 	// lock of one permit): its fence is ordered against the same slot's writers only.
 	Slot  int
@@ -89,9 +95,9 @@ func (l claimantEntry) holder() string { return holder(l.Cluster, l.Namespace, l
 
 // Phases of claimantEntry that the checker reads: a LockedJob's, and a guarded Job's guard states.
 const (
-	phaseSucceeded = "Succeeded"
-	guardReleased  = "Released"
-	guardUnguarded = "Unguarded"
+	phaseSucceeded = string(batchv1alpha1.PhaseSucceeded)
+	guardReleased  = string(batchv1alpha1.GuardReleased)
+	guardUnguarded = string(batchv1alpha1.GuardUnguarded)
 )
 
 // claimsUnbroken reports an end that says the claimant held its lock for the whole run: a
@@ -162,6 +168,7 @@ type verdict struct {
 	DuplicateJobs  int      // claimants that had more than one Job
 	SucceededTaken []string // claimants Succeeded (Released) although another holder acquired during their run
 	Unguarded      []string // guarded Jobs the operator found running without the gate's suspension
+	WrongToken     []string // pods that carried another token than their Job's acquisition
 	Crashes        []string
 	// OverlapAllowed: the fault paused or killed a process, or Redis lost
 	// data: overlaps are reported, the fences must protect.
@@ -186,6 +193,7 @@ func check(name string, h history, overlapAllowed bool) verdict {
 	v.DuplicateJobs = duplicateJobs(h.Jobs)
 	v.SucceededTaken = succeededThoughTaken(h)
 	v.Unguarded = unguarded(h)
+	v.WrongToken = wrongToken(h.Pods)
 	v.AllTerminal, v.TerminalWithin, v.NotTerminal = terminal(h)
 
 	fail := func(format string, args ...any) { v.Failures = append(v.Failures, fmt.Sprintf(format, args...)) }
@@ -202,7 +210,10 @@ func check(name string, h history, overlapAllowed bool) verdict {
 		fail("operator crash: %s", strings.Join(v.Crashes, "; "))
 	}
 	if len(v.SucceededTaken) > 0 {
-		fail("Succeeded although the lock was acquired during the run: %s", strings.Join(v.SucceededTaken, ", "))
+		fail("Succeeded (a guarded Job: Released) although the lock was acquired during the run: %s", strings.Join(v.SucceededTaken, ", "))
+	}
+	if len(v.WrongToken) > 0 {
+		fail("%d pod(s) ran with another fencing token than their Job's: %s", len(v.WrongToken), strings.Join(v.WrongToken, ", "))
 	}
 	if len(v.Unguarded) > 0 {
 		fail("guarded Job(s) ran unguarded (the admission gate did not suspend them, or someone else unsuspended them): %s",
@@ -490,6 +501,21 @@ func unguarded(h history) []string {
 	for _, c := range h.Claimants {
 		if c.Phase == guardUnguarded {
 			out = append(out, c.holder())
+		}
+	}
+	return out
+}
+
+// wrongToken lists the pods whose token is not the one their Job recorded when its holder acquired:
+// such a pod writes under someone else's place in the fencing order (or under none), which the
+// fenced store can only partly see (a lower token is refused, as from a stale holder). A guarded
+// Job's pods read the token from the pod template the operator's unsuspension wrote, apart from
+// the Job's own record, so the two can part.
+func wrongToken(pods []podSpan) []string {
+	var out []string
+	for _, p := range pods {
+		if p.Fence != p.JobFence {
+			out = append(out, fmt.Sprintf("%s/%s (%d, its Job's %d)", p.Cluster, p.Name, p.Fence, p.JobFence))
 		}
 	}
 	return out

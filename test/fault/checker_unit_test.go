@@ -15,7 +15,7 @@ func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) 
 
 func pod(cluster, lj, uid string, fence int64, startMS, endMS int) podSpan {
 	return podSpan{Cluster: cluster, Namespace: "ns", Name: lj + "-pod", Job: lj + "-job", JobUID: uid, Claimant: lj,
-		Fence: fence, Start: at(startMS), End: at(endMS)}
+		Fence: fence, JobFence: fence, Start: at(startMS), End: at(endMS)}
 }
 
 func job(cluster, lj, uid string, fence int64, addedMS, finishedMS int) jobEntry {
@@ -73,7 +73,7 @@ func TestCheckerStaleWriteAcceptedOnRepeatedToken(t *testing.T) {
 	h := clean()
 	// y got the same token as x (a failover that lost the INCR): the store
 	// cannot tell them apart.
-	h.Pods[1].Fence, h.Jobs[1].Fence = 10, 10
+	h.Pods[1].Fence, h.Pods[1].JobFence, h.Jobs[1].Fence = 10, 10, 10
 	v := check("failover", h, true)
 	if v.StaleAccepted == 0 {
 		t.Fatal("a second writer with the same token was not counted as a stale write accepted")
@@ -116,7 +116,7 @@ func TestCheckerSucceededAlthoughTaken(t *testing.T) {
 
 func TestCheckerNonMonotonicFences(t *testing.T) {
 	h := clean()
-	h.Jobs[1].Fence, h.Pods[1].Fence = 9, 9
+	h.Jobs[1].Fence, h.Pods[1].Fence, h.Pods[1].JobFence = 9, 9, 9
 	v := check("restart", h, true)
 	if v.Monotonic || !v.Failed() {
 		t.Fatalf("a lower fence after a higher one passed: %+v", v)
@@ -228,5 +228,20 @@ func TestCheckerUnguardedJobFails(t *testing.T) {
 	v := check("gate", h, true)
 	if len(v.Unguarded) != 1 || !v.Failed() {
 		t.Fatalf("unguarded = %v, failures %v; a guarded Job that ran unguarded must fail, in every class", v.Unguarded, v.Failures)
+	}
+}
+
+func TestCheckerPodWithAnotherTokenThanItsJob(t *testing.T) {
+	h := mixed()
+	// job:y's Job recorded fence 11, but its pod template carried 1: its writes would be refused as
+	// a stale holder's, though it held the lock.
+	h.Pods[1].Fence = 1
+	v := check("template", h, false)
+	if len(v.WrongToken) != 1 || !strings.Contains(v.WrongToken[0], "b/y-pod") || !v.Failed() {
+		t.Fatalf("wrong token = %v, failures %v", v.WrongToken, v.Failures)
+	}
+	h.Pods[1].Fence = 0 // no token at all: the env var the gate pointed at the annotation is empty
+	if v := check("template", h, true); len(v.WrongToken) != 1 || !v.Failed() {
+		t.Fatalf("a pod without its Job's token: wrong token = %v, failures %v; must fail in every class", v.WrongToken, v.Failures)
 	}
 }
