@@ -51,17 +51,17 @@ type Config struct {
 	RedisTimeout time.Duration
 	// WaitBackoffMin and WaitBackoffMax bound the jittered re-check of a waiting Job, the safety
 	// net behind release wake-ups and the way to notice a lock freed by an expiry; every re-check
-	// also keeps the waiter queued (see waiterLiveness). Defaults 1s and 15s.
+	// also keeps the waiter queued (see waiterLiveness). Defaults 1s and 15s; the minimum is at
+	// most the maximum.
 	WaitBackoffMin, WaitBackoffMax time.Duration
 	// MaxConcurrentReconciles is how many guarded Jobs are reconciled at once (default 1).
 	MaxConcurrentReconciles int
 }
 
 func (c *Config) defaults() {
-	c.WaitBackoffMin = sreconcile.DurationOr(c.WaitBackoffMin, time.Second)
-	if c.WaitBackoffMax < c.WaitBackoffMin {
-		c.WaitBackoffMax = max(15*time.Second, c.WaitBackoffMin)
-	}
+	// A maximum given alone (--wait-backoff-max) bounds the default minimum too.
+	c.WaitBackoffMax = sreconcile.DurationOr(c.WaitBackoffMax, max(15*time.Second, c.WaitBackoffMin))
+	c.WaitBackoffMin = min(sreconcile.DurationOr(c.WaitBackoffMin, time.Second), c.WaitBackoffMax)
 	c.RedisTimeout = sreconcile.DurationOr(c.RedisTimeout, 2*time.Second)
 }
 
