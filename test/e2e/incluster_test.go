@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -97,21 +98,13 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 			return cmp.Compare(deref(a.Status.FencingToken), deref(b.Status.FencingToken))
 		})
 
-		// The containers' own logs, in fencing-token order: each starts after the one before ended.
-		var prevEnd time.Time
-		var gaps []time.Duration
-		for i, lj := range ljs {
-			fence := deref(lj.Status.FencingToken)
-			log := d.jobLog(ctx, s.ns, lj.Status.JobName)
-			Expect(log).To(ContainSubstring(fmt.Sprintf("fencing token=%d", fence)), "log of Job %s", lj.Status.JobName)
-			Expect(log).To(ContainSubstring("done: 3 accepted, 0 refused"), "log of Job %s", lj.Status.JobName)
-			start, end := logSpan(log)
-			if i > 0 {
-				Expect(start).To(BeTemporally(">", prevEnd), "%s started before the holder before it ended", lj.Name)
-				gaps = append(gaps, start.Sub(prevEnd))
-			}
-			prevEnd = end
+		// The containers' own logs, in fencing-token order: each starts after the one before ended;
+		// and the store's history: one unbroken block of accepted writes per holder, tokens rising.
+		runs := make([]writerRun, 0, n)
+		for _, lj := range ljs {
+			runs = append(runs, writerRun{Job: lj.Status.JobName, Fence: deref(lj.Status.FencingToken), Writes: 3})
 		}
+		gaps := d.expectOneAfterAnother(ctx, s.ns, "one", runs)
 		measure("in-cluster: handoff gap between two real containers (last line of one -> first line of the next), %d handoffs: %s",
 			len(gaps), durationStats(gaps))
 		// Where it goes: the kubelet and the Job controller take the container's exit to Job
@@ -128,22 +121,6 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		}
 		measure("in-cluster: of that gap, last line -> Job seen Complete %s; Complete -> next Job seen (the operator) %s; next Job seen -> its container's first line %s",
 			durationStats(exitToComplete), durationStats(operator), durationStats(createToFirstLine))
-
-		// The store's history: one unbroken block of accepted writes per holder, tokens rising.
-		h := d.history(ctx, "one")
-		Expect(h).To(HaveLen(3*n), "every write reached the store")
-		var blocks []int64
-		for _, e := range h {
-			Expect(e.Result).To(Equal("accepted"), "%+v", e)
-			if len(blocks) == 0 || blocks[len(blocks)-1] != e.Token {
-				blocks = append(blocks, e.Token)
-			}
-		}
-		want := make([]int64, 0, n)
-		for _, lj := range ljs {
-			want = append(want, deref(lj.Status.FencingToken))
-		}
-		Expect(blocks).To(Equal(want), "writes of one holder are never interleaved with another's, in fencing-token order")
 
 		// `kubectl logs job/<name>`, as a user would read it.
 		out, err := utils.Run(exec.Command(kubectlBin(), "--kubeconfig", suite.kubeconfig, "-n", s.ns, "logs", "job/"+ljs[0].Status.JobName))
@@ -358,21 +335,33 @@ func (d *deployment) undeploy(ctx SpecContext) {
 func (d *deployment) writerJob(s *scenario, name, lock string, o testkit.LockedJobOptions, args ...string) *batchv1alpha1.LockedJob {
 	o.Lock = lock
 	lj := s.newLockedJob(name, o)
-	pod := &lj.Spec.JobTemplate.Spec.Template
-	pod.Annotations = nil // kwok's timing
+	lj.Spec.JobTemplate.Spec.Template = d.writerPod(lj.Spec.JobTemplate.Spec.Template.Labels, lock, args...)
+	return lj
+}
+
+// writerPod is the pod template of every Job of the lane, a LockedJob's or a guarded one: one
+// container of the workload image, on the real node, writing to the lock's fenced store with the
+// fencing token it finds in LOCKEDJOB_FENCING_TOKEN.
+func (d *deployment) writerPod(labels map[string]string, lock string, args ...string) corev1.PodTemplateSpec {
 	grace := int64(5)
-	pod.Spec.TerminationGracePeriodSeconds = &grace
-	pod.Spec.Containers = []corev1.Container{{
-		Name: "work", Image: d.workImg, ImagePullPolicy: d.pullPolicy,
-		Command: []string{"/fencedwriter"},
-		Args:    append([]string{"--store=" + storeName(lock)}, args...),
-		Env:     []corev1.EnvVar{{Name: "FENCED_STORE_ADDR", Value: d.storeAddr}},
-	}}
+	pod := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "work", Image: d.workImg, ImagePullPolicy: d.pullPolicy,
+				Command: []string{"/fencedwriter"},
+				Args:    append([]string{"--store=" + storeName(lock)}, args...),
+				Env:     []corev1.EnvVar{{Name: "FENCED_STORE_ADDR", Value: d.storeAddr}},
+			}},
+		},
+	}
 	if d.local {
 		pod.Spec.NodeSelector = map[string]string{realNodeLabel: "true"}
 		pod.Spec.Tolerations = []corev1.Toleration{{Key: realNodeLabel, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	}
-	return lj
+	return pod
 }
 
 // jobLog is the log of the Job's (first) pod, through the API server and the kubelet.
@@ -436,6 +425,70 @@ func countWrites(h []fencedstore.Entry, token int64, result string) int {
 		}
 	}
 	return n
+}
+
+// writerRun is one holder's Job in the lane: the fence it ran under and how many writes its
+// container makes.
+type writerRun struct {
+	Job    string
+	Fence  int64
+	Writes int
+}
+
+var doneLine = regexp.MustCompile(`done: (\d+) accepted, (\d+) refused`)
+
+// expectWrites checks the run's log: every one of its writes accepted by the store, none refused,
+// none without an answer (the log of one that failed shows why).
+func (r writerRun) expectWrites(log string) {
+	GinkgoHelper()
+	m := doneLine.FindStringSubmatch(log)
+	Expect(m).NotTo(BeNil(), "log of Job %s has no done line:\n%s", r.Job, log)
+	Expect(m[1:]).To(Equal([]string{strconv.Itoa(r.Writes), "0"}), "log of Job %s: writes accepted and refused, of %d:\n%s", r.Job, r.Writes, log)
+}
+
+// expectOneAfterAnother checks, from the containers' own logs, that each run's container wrote
+// under its fence, made its writes, all accepted, and, in fencing-token order, started after the
+// container before it ended; then that the lock's fenced store has exactly those writes, in one
+// unbroken block per run, in fencing-token order (no two writers
+// overlapped, and each wrote under a higher fence than the one before). It returns the gaps
+// between the containers.
+func (d *deployment) expectOneAfterAnother(ctx context.Context, ns, lock string, runs []writerRun) []time.Duration {
+	GinkgoHelper()
+	runs = slices.Clone(runs)
+	slices.SortFunc(runs, func(a, b writerRun) int { return cmp.Compare(a.Fence, b.Fence) })
+	var prevEnd time.Time
+	var gaps []time.Duration
+	accepted := map[int64]int{}
+	for i, r := range runs {
+		log := d.jobLog(ctx, ns, r.Job)
+		Expect(log).To(ContainSubstring(fmt.Sprintf("fencing token=%d", r.Fence)), "log of Job %s", r.Job)
+		r.expectWrites(log)
+		accepted[r.Fence] = r.Writes
+		start, end := logSpan(log)
+		if i > 0 {
+			Expect(start).To(BeTemporally(">", prevEnd), "Job %s started before the holder before it (%s) ended", r.Job, runs[i-1].Job)
+			gaps = append(gaps, start.Sub(prevEnd))
+		}
+		prevEnd = end
+	}
+
+	h := d.history(ctx, lock)
+	var blocks []int64
+	inStore := map[int64]int{}
+	for _, e := range h {
+		Expect(e.Result).To(Equal(fencedstore.ResultAccepted), "%+v", e)
+		inStore[e.Token]++
+		if len(blocks) == 0 || blocks[len(blocks)-1] != e.Token {
+			blocks = append(blocks, e.Token)
+		}
+	}
+	want := make([]int64, 0, len(runs))
+	for _, r := range runs {
+		want = append(want, r.Fence)
+	}
+	Expect(inStore).To(Equal(accepted), "the store has every run's writes and no one else's (fence -> writes)")
+	Expect(blocks).To(Equal(want), "writes of one holder are never interleaved with another's, in fencing-token order")
+	return gaps
 }
 
 // afterToken returns the entries after the first write under token.
