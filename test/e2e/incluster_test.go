@@ -20,11 +20,14 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/redis/go-redis/v9"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/fencedstore"
@@ -63,6 +66,10 @@ type deployment struct {
 	storeAddr  string // the store as pods reach it
 	prefix     string // the manager's --key-prefix
 	pullPolicy corev1.PullPolicy
+	// guard: the admission gate of guarded Jobs (config/guard) is installed beside the manager;
+	// gate is what it installed, removed again by undeploy.
+	guard bool
+	gate  []*unstructured.Unstructured
 }
 
 var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ordered, Label("in-cluster"), func() {
@@ -254,9 +261,14 @@ func deploy(ctx context.Context) *deployment {
 
 	d.dir = filepath.Join(suite.work, "deploy")
 	Expect(os.MkdirAll(d.dir, 0o755)).To(Succeed())
+	d.guard = guardServed(ctx)
 	Expect(writeKustomization(d, mgrImg)).To(Succeed())
 	t0 := time.Now()
-	out, err := utils.Run(exec.Command(kubectlBin(), "--kubeconfig", suite.kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", d.dir))
+	// Built by the project's kustomize, as make deploy builds it, and kept beside the kustomization.
+	manifests := filepath.Join(d.dir, "manifests.yaml")
+	out, err := utils.Run(exec.Command(filepath.Join(suite.root, "bin", "kustomize"), "build", "-o", manifests, d.dir))
+	Expect(err).NotTo(HaveOccurred(), out)
+	out, err = utils.Run(exec.Command(kubectlBin(), "--kubeconfig", suite.kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", manifests))
 	Expect(err).NotTo(HaveOccurred(), out)
 	DeferCleanup(d.undeploy)
 	Eventually(func(g Gomega) {
@@ -269,6 +281,10 @@ func deploy(ctx context.Context) *deployment {
 		g.Expect(available).To(BeTrue(), "Deployment %s not Available: %+v", managerDeploy, dep.Status.Conditions)
 	}).WithTimeout(2 * time.Minute).Should(Succeed())
 	measure("in-cluster: manager Deployment applied -> Available %s (image %s)", ms(time.Since(t0)), mgrImg)
+	if d.guard {
+		d.gate = gateOf(manifests)
+		awaitGate(ctx, d)
+	}
 	return d
 }
 
@@ -295,18 +311,27 @@ func writeKustomization(d *deployment, img string) error {
 		return err
 	}
 
+	resources := []string{"base"}
+	if d.guard {
+		if err := writeGuardKustomization(filepath.Join(d.dir, "guard")); err != nil {
+			return err
+		}
+		resources = append(resources, "guard")
+	}
+
 	var patch strings.Builder
 	for _, a := range []string{"--cluster-id=e2e", "--key-prefix=" + d.prefix, "--release-channel=" + d.prefix + "released",
 		"--wait-backoff-max=2s", "--zap-log-level=debug"} {
 		fmt.Fprintf(&patch, "    - {op: add, path: /spec/template/spec/containers/0/args/-, value: %q}\n", a)
 	}
-	k := fmt.Sprintf(`# Written by the e2e suite (test/e2e/incluster_test.go): make deploy's kustomization, plus the suite's flags.
+	k := fmt.Sprintf(`# Written by the e2e suite (test/e2e/incluster_test.go): make deploy's kustomization, plus the
+# suite's flags and the admission gate of guarded Jobs (guard/: config/guard as config/default names it).
 resources:
-- base
+- %s
 patches:
 - target: {kind: Deployment, name: %s}
   patch: |-
-%s`, managerDeploy, patch.String())
+%s`, strings.Join(resources, "\n- "), managerDeploy, patch.String())
 	if !d.local {
 		// config/manager points at an in-cluster Redis Service; the suite's runs on this machine.
 		k += fmt.Sprintf(`- target: {kind: Deployment, name: %s}
@@ -319,8 +344,119 @@ patches:
 	return os.WriteFile(filepath.Join(d.dir, "kustomization.yaml"), []byte(k), 0o644)
 }
 
+// writeGuardKustomization writes, in dir, config/guard under the name prefix and namespace of
+// config/default (read from it): the gate as it will be installed once config/default includes it.
+func writeGuardKustomization(dir string) error {
+	b, err := os.ReadFile(filepath.Join(suite.root, "config", "default", "kustomization.yaml"))
+	if err != nil {
+		return err
+	}
+	var def struct {
+		NamePrefix string `json:"namePrefix"`
+		Namespace  string `json:"namespace"`
+	}
+	if err := yaml.Unmarshal(b, &def); err != nil {
+		return fmt.Errorf("config/default/kustomization.yaml: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	guard, err := filepath.Rel(dir, filepath.Join(suite.root, "config", "guard"))
+	if err != nil {
+		return err
+	}
+	k := fmt.Sprintf(`# Written by the e2e suite: config/guard named as config/default names what it includes.
+namePrefix: %q
+namespace: %q
+resources:
+- %s
+`, def.NamePrefix, def.Namespace, guard)
+	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
+}
+
+// guardServed tells whether the cluster serves the admission policies of config/guard. The suite's
+// own cluster must; on another cluster (E2E_KUBECONFIG) an API server too old for
+// MutatingAdmissionPolicy leaves the gate out, and the guarded-Job specs skip with that reason.
+func guardServed(ctx context.Context) bool {
+	GinkgoHelper()
+	res, err := suite.cs.Discovery().ServerResourcesForGroupVersion(admissionregistrationv1.SchemeGroupVersion.String())
+	served := err == nil && slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "mutatingadmissionpolicies" })
+	if !served && suite.ownCluster {
+		Fail(fmt.Sprintf("the suite's own cluster does not serve %s mutatingadmissionpolicies (%v): config/guard needs it",
+			admissionregistrationv1.SchemeGroupVersion, err))
+	}
+	if !served {
+		logf("the cluster does not serve %s mutatingadmissionpolicies (%v): the admission gate is not installed", admissionregistrationv1.SchemeGroupVersion, err)
+	}
+	return served
+}
+
+// gateOf is the admission gate's objects in the built manifests.
+func gateOf(manifests string) []*unstructured.Unstructured {
+	GinkgoHelper()
+	b, err := os.ReadFile(manifests)
+	Expect(err).NotTo(HaveOccurred())
+	var gate []*unstructured.Unstructured
+	for doc := range strings.SplitSeq(string(b), "\n---\n") {
+		o := &unstructured.Unstructured{}
+		Expect(yaml.Unmarshal([]byte(doc), &o.Object)).To(Succeed())
+		if o.GroupVersionKind().Group == admissionregistrationv1.GroupName {
+			gate = append(gate, o)
+		}
+	}
+	Expect(gate).To(HaveLen(4), "config/guard: two policies and their bindings")
+	return gate
+}
+
+// awaitGate waits until the gate acts in the cluster: each binding names a policy that exists, and
+// a labelled Job (a dry run, which leaves nothing behind) comes back suspended with the lock's
+// environment, while one the operator could not guard is refused.
+func awaitGate(ctx context.Context, d *deployment) {
+	GinkgoHelper()
+	t0 := time.Now()
+	policies := map[string]string{} // binding kind -> its policy's kind
+	for _, o := range d.gate {
+		if kind, ok := strings.CutSuffix(o.GetKind(), "Binding"); ok {
+			policies[o.GetKind()] = kind
+		}
+	}
+	for _, b := range d.gate {
+		kind, ok := policies[b.GetKind()]
+		if !ok {
+			continue
+		}
+		name, _, _ := unstructured.NestedString(b.Object, "spec", "policyName")
+		p := &unstructured.Unstructured{}
+		p.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind(kind))
+		Expect(suite.k8s.Get(ctx, client.ObjectKey{Name: name}, p)).To(Succeed(), "%s %s binds %s %q", b.GetKind(), b.GetName(), kind, name)
+	}
+	probe := func(annotations map[string]string) *batchv1.Job {
+		return &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "gate-probe",
+				Labels: map[string]string{batchv1alpha1.LabelGuardLock: "probe"}, Annotations: annotations},
+			Spec: batchv1.JobSpec{Template: d.writerPod(nil, "probe")},
+		}
+	}
+	Eventually(func(g Gomega) {
+		j := probe(nil)
+		g.Expect(suite.k8s.Create(ctx, j, client.DryRunAll)).To(Succeed())
+		g.Expect(j.Spec.Suspend).To(HaveValue(BeTrue()), "the mutating policy is not in force")
+		g.Expect(j.Spec.Template.Spec.Containers[0].Env).To(ContainElement(HaveField("ValueFrom.FieldRef.FieldPath",
+			"metadata.annotations['"+batchv1alpha1.AnnotationFencingToken+"']")))
+		bad := probe(map[string]string{batchv1alpha1.AnnotationGuardScope: "Everywhere"})
+		g.Expect(suite.k8s.Create(ctx, bad, client.DryRunAll)).To(MatchError(ContainSubstring(batchv1alpha1.AnnotationGuardScope)),
+			"the validating policy is not in force")
+	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+	objs := make([]string, 0, len(d.gate))
+	for _, o := range d.gate {
+		objs = append(objs, o.GetKind()+"/"+o.GetName())
+	}
+	measure("in-cluster: admission gate applied -> in force %s (%s)", ms(time.Since(t0)), strings.Join(objs, ", "))
+}
+
 // undeploy removes the manager's Deployment (not the CRD the rest of the suite uses) and waits
-// until its pod is gone, so the next scenario's manager leads alone.
+// until its pod is gone, so the next scenario's manager leads alone; then the admission gate, so no
+// Job of a later scenario waits for an operator that is not there.
 func (d *deployment) undeploy(ctx SpecContext) {
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: managerDeploy}}
 	Expect(client.IgnoreNotFound(suite.k8s.Delete(ctx, dep, client.PropagationPolicy(metav1.DeletePropagationForeground)))).To(Succeed())
@@ -329,6 +465,9 @@ func (d *deployment) undeploy(ctx SpecContext) {
 		g.Expect(suite.k8s.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{managerLabel: managerLabelV})).To(Succeed())
 		g.Expect(pods.Items).To(BeEmpty())
 	}).WithTimeout(time.Minute).Should(Succeed())
+	for _, o := range d.gate {
+		Expect(client.IgnoreNotFound(suite.k8s.Delete(ctx, o.DeepCopy()))).To(Succeed(), "delete %s %s", o.GetKind(), o.GetName())
+	}
 }
 
 // writerJob is a LockedJob whose container is the workload image, on the real node.
