@@ -75,12 +75,16 @@ type deployment struct {
 var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ordered, Label("in-cluster"), func() {
 	var d *deployment
 	var s *scenario
+	var guarded *guardedLane
 
 	BeforeAll(func(ctx SpecContext) {
 		d = deploy(ctx)
 		s = newScenario("ic", false, d.lockRedis)
 		s.prefix = d.prefix
 		s.deployed = d
+		// Guarded Jobs (guarded_test.go) share the deployment and the namespace. The CronJob's
+		// runs come on the minute: its scenario starts here and is judged by the lane's last spec.
+		guarded = startGuardedLane(ctx, d, s)
 	})
 
 	It("runs LockedJobs on one lock strictly one after another, each writing under its own fencing token", func(ctx SpecContext) {
@@ -93,7 +97,10 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		Eventually(func() bool {
 			var list batchv1alpha1.LockedJobList
 			Expect(suite.k8s.List(ctx, &list, client.InNamespace(s.ns))).To(Succeed())
-			return slices.ContainsFunc(list.Items, func(lj batchv1alpha1.LockedJob) bool { return lj.Status.Phase == batchv1alpha1.PhaseSucceeded })
+			// The lane's namespace holds the guarded-Job specs' LockedJobs too (guarded_test.go).
+			return slices.ContainsFunc(list.Items, func(lj batchv1alpha1.LockedJob) bool {
+				return strings.HasPrefix(lj.Name, "w") && lj.Status.Phase == batchv1alpha1.PhaseSucceeded
+			})
 		}).WithTimeout(time.Minute).Should(BeTrue())
 		measure("in-cluster: first LockedJob create -> Succeeded %s (a real container writing 3 times, 200 ms apart)", ms(time.Since(created)))
 		var ljs []*batchv1alpha1.LockedJob
@@ -208,6 +215,8 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 			g.Expect(got.Status.Message).To(ContainSubstring("lockedjob.local/not-there:v0"))
 		}).WithTimeout(time.Minute).Should(Succeed())
 	}, SpecTimeout(2*time.Minute))
+
+	guardedSpecs(func() *guardedLane { return guarded })
 })
 
 // deploy loads the images, starts the fenced store and deploys the manager from config/default
@@ -451,7 +460,7 @@ func awaitGate(ctx context.Context, d *deployment) {
 	for _, o := range d.gate {
 		objs = append(objs, o.GetKind()+"/"+o.GetName())
 	}
-	measure("in-cluster: admission gate applied -> in force %s (%s)", ms(time.Since(t0)), strings.Join(objs, ", "))
+	measure("in-cluster: admission gate in force %s after the Deployment was Available (%s)", ms(time.Since(t0)), strings.Join(objs, ", "))
 }
 
 // undeploy removes the manager's Deployment (not the CRD the rest of the suite uses) and waits
