@@ -270,7 +270,7 @@ func deploy(ctx context.Context) *deployment {
 
 	d.dir = filepath.Join(suite.work, "deploy")
 	Expect(os.MkdirAll(d.dir, 0o755)).To(Succeed())
-	d.guard = guardServed(ctx)
+	d.guard = guardServed()
 	Expect(writeKustomization(d, mgrImg)).To(Succeed())
 	t0 := time.Now()
 	// Built by the project's kustomize, as make deploy builds it, and kept beside the kustomization.
@@ -386,7 +386,7 @@ resources:
 // guardServed tells whether the cluster serves the admission policies of config/guard. The suite's
 // own cluster must; on another cluster (E2E_KUBECONFIG) an API server too old for
 // MutatingAdmissionPolicy leaves the gate out, and the guarded-Job specs skip with that reason.
-func guardServed(ctx context.Context) bool {
+func guardServed() bool {
 	GinkgoHelper()
 	res, err := suite.cs.Discovery().ServerResourcesForGroupVersion(admissionregistrationv1.SchemeGroupVersion.String())
 	served := err == nil && slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "mutatingadmissionpolicies" })
