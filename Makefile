@@ -110,8 +110,8 @@ E2E_KUBECONFIG ?=
 E2E_IMG ?= $(IMG)
 E2E_WORKLOAD_IMG ?= $(FENCEDWRITER_IMG)
 .PHONY: test-e2e
-test-e2e: redis k8s-bin kustomize images ## Run the end-to-end suite (local control plane with kwok nodes and a real node, or E2E_KUBECONFIG).
-	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" E2E_IMG="$(E2E_IMG)" E2E_WORKLOAD_IMG="$(E2E_WORKLOAD_IMG)" E2E_IMAGES_DIR="$(IMAGES_DIR)" \
+test-e2e: redis k8s-bin kustomize helm images ## Run the end-to-end suite (local control plane with kwok nodes and a real node, or E2E_KUBECONFIG).
+	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" E2E_IMG="$(E2E_IMG)" E2E_WORKLOAD_IMG="$(E2E_WORKLOAD_IMG)" E2E_IMAGES_DIR="$(IMAGES_DIR)" HELM="$(HELM)" \
 		go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
 
 .PHONY: test-fault

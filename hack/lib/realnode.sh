@@ -202,7 +202,12 @@ rn_bridge_up() {
 	fi
 	echo "${RN_BASE}" >"${RN_DIR}/port-base"
 	echo "${RN_NET_INDEX}" >"${RN_DIR}/net-index"
-	ip link add "${RN_BRIDGE}" type bridge || die "creating bridge ${RN_BRIDGE} failed"
+	# A fixed address: a bridge without one takes the lowest of its ports', so it changes whenever
+	# the pod with that veth goes, and every pod still running keeps sending to the old address
+	# (its ARP entry for the node IP) until the entry goes stale: 30-45 s with no reply from the
+	# node, which a pod running longer than its neighbours saw as its connections hanging.
+	ip link add "${RN_BRIDGE}" address "$(printf '02:6c:6a:00:%02x:01' "${RN_NET_INDEX}")" type bridge ||
+		die "creating bridge ${RN_BRIDGE} failed"
 	ip addr add "${RN_IP}/24" dev "${RN_BRIDGE}" || die "adding ${RN_IP}/24 to ${RN_BRIDGE} failed"
 	ip link set "${RN_BRIDGE}" up || die "setting ${RN_BRIDGE} up failed"
 	# Another cluster may have picked the same subnet at the same moment.

@@ -369,17 +369,19 @@ func dumpDiagnostics() {
 	if err := suite.k8s.List(ctx, &jobs, client.InNamespace(s.ns)); err == nil {
 		_, _ = fmt.Fprintf(w, "----- Jobs in %s -----\n", s.ns)
 		for _, j := range jobs.Items {
-			_, _ = fmt.Fprintf(w, "%s created=%s start=%v completion=%v active=%d succeeded=%d failed=%d suspend=%v conditions=%v\n",
+			_, _ = fmt.Fprintf(w, "%s created=%s start=%v completion=%v active=%d succeeded=%d failed=%d suspend=%v conditions=%v lock=%q guard=%q fence=%q finalizers=%v\n",
 				j.Name, j.CreationTimestamp.Format(time.TimeOnly), j.Status.StartTime, j.Status.CompletionTime, j.Status.Active,
-				j.Status.Succeeded, j.Status.Failed, j.Spec.Suspend != nil && *j.Spec.Suspend, jobConditions(j))
+				j.Status.Succeeded, j.Status.Failed, j.Spec.Suspend != nil && *j.Spec.Suspend, jobConditions(j),
+				j.Labels[batchv1alpha1.LabelGuardLock], j.Annotations[batchv1alpha1.AnnotationGuard],
+				j.Annotations[batchv1alpha1.AnnotationFencingToken], j.Finalizers)
 		}
 	}
 	var pods corev1.PodList
 	if err := suite.k8s.List(ctx, &pods, client.InNamespace(s.ns)); err == nil {
 		_, _ = fmt.Fprintf(w, "----- pods in %s -----\n", s.ns)
 		for _, p := range pods.Items {
-			_, _ = fmt.Fprintf(w, "%s phase=%s node=%s deleting=%v finalizers=%v\n", p.Name, p.Status.Phase, p.Spec.NodeName,
-				p.DeletionTimestamp != nil, p.Finalizers)
+			_, _ = fmt.Fprintf(w, "%s phase=%s node=%s ip=%s deleting=%v finalizers=%v\n", p.Name, p.Status.Phase, p.Spec.NodeName,
+				p.Status.PodIP, p.DeletionTimestamp != nil, p.Finalizers)
 		}
 	}
 	_, _ = fmt.Fprintf(w, "----- Redis keys with prefix %s -----\n", s.prefix)

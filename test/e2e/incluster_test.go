@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,11 +20,14 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/redis/go-redis/v9"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/fencedstore"
@@ -62,17 +66,25 @@ type deployment struct {
 	storeAddr  string // the store as pods reach it
 	prefix     string // the manager's --key-prefix
 	pullPolicy corev1.PullPolicy
+	// guard: the admission gate of guarded Jobs (config/guard) is installed beside the manager;
+	// gate is what it installed, removed again by undeploy.
+	guard bool
+	gate  []*unstructured.Unstructured
 }
 
 var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ordered, Label("in-cluster"), func() {
 	var d *deployment
 	var s *scenario
+	var guarded *guardedLane
 
 	BeforeAll(func(ctx SpecContext) {
 		d = deploy(ctx)
 		s = newScenario("ic", false, d.lockRedis)
 		s.prefix = d.prefix
 		s.deployed = d
+		// Guarded Jobs (guarded_test.go) share the deployment and the namespace. The CronJob's
+		// runs come on the minute: its scenario starts here and is judged by the lane's last spec.
+		guarded = startGuardedLane(ctx, d, s)
 	})
 
 	It("runs LockedJobs on one lock strictly one after another, each writing under its own fencing token", func(ctx SpecContext) {
@@ -85,7 +97,10 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		Eventually(func() bool {
 			var list batchv1alpha1.LockedJobList
 			Expect(suite.k8s.List(ctx, &list, client.InNamespace(s.ns))).To(Succeed())
-			return slices.ContainsFunc(list.Items, func(lj batchv1alpha1.LockedJob) bool { return lj.Status.Phase == batchv1alpha1.PhaseSucceeded })
+			// The lane's namespace holds the guarded-Job specs' LockedJobs too (guarded_test.go).
+			return slices.ContainsFunc(list.Items, func(lj batchv1alpha1.LockedJob) bool {
+				return strings.HasPrefix(lj.Name, "w") && lj.Status.Phase == batchv1alpha1.PhaseSucceeded
+			})
 		}).WithTimeout(time.Minute).Should(BeTrue())
 		measure("in-cluster: first LockedJob create -> Succeeded %s (a real container writing 3 times, 200 ms apart)", ms(time.Since(created)))
 		var ljs []*batchv1alpha1.LockedJob
@@ -97,21 +112,13 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 			return cmp.Compare(deref(a.Status.FencingToken), deref(b.Status.FencingToken))
 		})
 
-		// The containers' own logs, in fencing-token order: each starts after the one before ended.
-		var prevEnd time.Time
-		var gaps []time.Duration
-		for i, lj := range ljs {
-			fence := deref(lj.Status.FencingToken)
-			log := d.jobLog(ctx, s.ns, lj.Status.JobName)
-			Expect(log).To(ContainSubstring(fmt.Sprintf("fencing token=%d", fence)), "log of Job %s", lj.Status.JobName)
-			Expect(log).To(ContainSubstring("done: 3 accepted, 0 refused"), "log of Job %s", lj.Status.JobName)
-			start, end := logSpan(log)
-			if i > 0 {
-				Expect(start).To(BeTemporally(">", prevEnd), "%s started before the holder before it ended", lj.Name)
-				gaps = append(gaps, start.Sub(prevEnd))
-			}
-			prevEnd = end
+		// The containers' own logs, in fencing-token order: each starts after the one before ended;
+		// and the store's history: one unbroken block of accepted writes per holder, tokens rising.
+		runs := make([]writerRun, 0, n)
+		for _, lj := range ljs {
+			runs = append(runs, writerRun{Job: lj.Status.JobName, Fence: deref(lj.Status.FencingToken), Writes: 3})
 		}
+		gaps := d.expectOneAfterAnother(ctx, s.ns, "one", runs)
 		measure("in-cluster: handoff gap between two real containers (last line of one -> first line of the next), %d handoffs: %s",
 			len(gaps), durationStats(gaps))
 		// Where it goes: the kubelet and the Job controller take the container's exit to Job
@@ -128,22 +135,6 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		}
 		measure("in-cluster: of that gap, last line -> Job seen Complete %s; Complete -> next Job seen (the operator) %s; next Job seen -> its container's first line %s",
 			durationStats(exitToComplete), durationStats(operator), durationStats(createToFirstLine))
-
-		// The store's history: one unbroken block of accepted writes per holder, tokens rising.
-		h := d.history(ctx, "one")
-		Expect(h).To(HaveLen(3*n), "every write reached the store")
-		var blocks []int64
-		for _, e := range h {
-			Expect(e.Result).To(Equal("accepted"), "%+v", e)
-			if len(blocks) == 0 || blocks[len(blocks)-1] != e.Token {
-				blocks = append(blocks, e.Token)
-			}
-		}
-		want := make([]int64, 0, n)
-		for _, lj := range ljs {
-			want = append(want, deref(lj.Status.FencingToken))
-		}
-		Expect(blocks).To(Equal(want), "writes of one holder are never interleaved with another's, in fencing-token order")
 
 		// `kubectl logs job/<name>`, as a user would read it.
 		out, err := utils.Run(exec.Command(kubectlBin(), "--kubeconfig", suite.kubeconfig, "-n", s.ns, "logs", "job/"+ljs[0].Status.JobName))
@@ -224,6 +215,8 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 			g.Expect(got.Status.Message).To(ContainSubstring("lockedjob.local/not-there:v0"))
 		}).WithTimeout(time.Minute).Should(Succeed())
 	}, SpecTimeout(2*time.Minute))
+
+	guardedSpecs(func() *guardedLane { return guarded })
 })
 
 // deploy loads the images, starts the fenced store and deploys the manager from config/default
@@ -277,9 +270,14 @@ func deploy(ctx context.Context) *deployment {
 
 	d.dir = filepath.Join(suite.work, "deploy")
 	Expect(os.MkdirAll(d.dir, 0o755)).To(Succeed())
+	d.guard = guardServed()
 	Expect(writeKustomization(d, mgrImg)).To(Succeed())
 	t0 := time.Now()
-	out, err := utils.Run(exec.Command(kubectlBin(), "--kubeconfig", suite.kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", d.dir))
+	// Built by the project's kustomize, as make deploy builds it, and kept beside the kustomization.
+	manifests := filepath.Join(d.dir, "manifests.yaml")
+	out, err := utils.Run(exec.Command(filepath.Join(suite.root, "bin", "kustomize"), "build", "-o", manifests, d.dir))
+	Expect(err).NotTo(HaveOccurred(), out)
+	out, err = utils.Run(exec.Command(kubectlBin(), "--kubeconfig", suite.kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", manifests))
 	Expect(err).NotTo(HaveOccurred(), out)
 	DeferCleanup(d.undeploy)
 	Eventually(func(g Gomega) {
@@ -292,6 +290,10 @@ func deploy(ctx context.Context) *deployment {
 		g.Expect(available).To(BeTrue(), "Deployment %s not Available: %+v", managerDeploy, dep.Status.Conditions)
 	}).WithTimeout(2 * time.Minute).Should(Succeed())
 	measure("in-cluster: manager Deployment applied -> Available %s (image %s)", ms(time.Since(t0)), mgrImg)
+	if d.guard {
+		d.gate = gateOf(manifests)
+		awaitGate(ctx, d)
+	}
 	return d
 }
 
@@ -318,18 +320,27 @@ func writeKustomization(d *deployment, img string) error {
 		return err
 	}
 
+	resources := []string{"base"}
+	if d.guard {
+		if err := writeGuardKustomization(filepath.Join(d.dir, "guard")); err != nil {
+			return err
+		}
+		resources = append(resources, "guard")
+	}
+
 	var patch strings.Builder
 	for _, a := range []string{"--cluster-id=e2e", "--key-prefix=" + d.prefix, "--release-channel=" + d.prefix + "released",
 		"--wait-backoff-max=2s", "--zap-log-level=debug"} {
 		fmt.Fprintf(&patch, "    - {op: add, path: /spec/template/spec/containers/0/args/-, value: %q}\n", a)
 	}
-	k := fmt.Sprintf(`# Written by the e2e suite (test/e2e/incluster_test.go): make deploy's kustomization, plus the suite's flags.
+	k := fmt.Sprintf(`# Written by the e2e suite (test/e2e/incluster_test.go): make deploy's kustomization, plus the
+# suite's flags and the admission gate of guarded Jobs (guard/: config/guard as config/default names it).
 resources:
-- base
+- %s
 patches:
 - target: {kind: Deployment, name: %s}
   patch: |-
-%s`, managerDeploy, patch.String())
+%s`, strings.Join(resources, "\n- "), managerDeploy, patch.String())
 	if !d.local {
 		// config/manager points at an in-cluster Redis Service; the suite's runs on this machine.
 		k += fmt.Sprintf(`- target: {kind: Deployment, name: %s}
@@ -342,8 +353,119 @@ patches:
 	return os.WriteFile(filepath.Join(d.dir, "kustomization.yaml"), []byte(k), 0o644)
 }
 
+// writeGuardKustomization writes, in dir, config/guard under the name prefix and namespace of
+// config/default (read from it): the gate as it will be installed once config/default includes it.
+func writeGuardKustomization(dir string) error {
+	b, err := os.ReadFile(filepath.Join(suite.root, "config", "default", "kustomization.yaml"))
+	if err != nil {
+		return err
+	}
+	var def struct {
+		NamePrefix string `json:"namePrefix"`
+		Namespace  string `json:"namespace"`
+	}
+	if err := yaml.Unmarshal(b, &def); err != nil {
+		return fmt.Errorf("config/default/kustomization.yaml: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	guard, err := filepath.Rel(dir, filepath.Join(suite.root, "config", "guard"))
+	if err != nil {
+		return err
+	}
+	k := fmt.Sprintf(`# Written by the e2e suite: config/guard named as config/default names what it includes.
+namePrefix: %q
+namespace: %q
+resources:
+- %s
+`, def.NamePrefix, def.Namespace, guard)
+	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
+}
+
+// guardServed tells whether the cluster serves the admission policies of config/guard. The suite's
+// own cluster must; on another cluster (E2E_KUBECONFIG) an API server too old for
+// MutatingAdmissionPolicy leaves the gate out, and the guarded-Job specs skip with that reason.
+func guardServed() bool {
+	GinkgoHelper()
+	res, err := suite.cs.Discovery().ServerResourcesForGroupVersion(admissionregistrationv1.SchemeGroupVersion.String())
+	served := err == nil && slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "mutatingadmissionpolicies" })
+	if !served && suite.ownCluster {
+		Fail(fmt.Sprintf("the suite's own cluster does not serve %s mutatingadmissionpolicies (%v): config/guard needs it",
+			admissionregistrationv1.SchemeGroupVersion, err))
+	}
+	if !served {
+		logf("the cluster does not serve %s mutatingadmissionpolicies (%v): the admission gate is not installed", admissionregistrationv1.SchemeGroupVersion, err)
+	}
+	return served
+}
+
+// gateOf is the admission gate's objects in the built manifests.
+func gateOf(manifests string) []*unstructured.Unstructured {
+	GinkgoHelper()
+	b, err := os.ReadFile(manifests)
+	Expect(err).NotTo(HaveOccurred())
+	var gate []*unstructured.Unstructured
+	for doc := range strings.SplitSeq(string(b), "\n---\n") {
+		o := &unstructured.Unstructured{}
+		Expect(yaml.Unmarshal([]byte(doc), &o.Object)).To(Succeed())
+		if o.GroupVersionKind().Group == admissionregistrationv1.GroupName {
+			gate = append(gate, o)
+		}
+	}
+	Expect(gate).To(HaveLen(4), "config/guard: two policies and their bindings")
+	return gate
+}
+
+// awaitGate waits until the gate acts in the cluster: each binding names a policy that exists, and
+// a labelled Job (a dry run, which leaves nothing behind) comes back suspended with the lock's
+// environment, while one the operator could not guard is refused.
+func awaitGate(ctx context.Context, d *deployment) {
+	GinkgoHelper()
+	t0 := time.Now()
+	policies := map[string]string{} // binding kind -> its policy's kind
+	for _, o := range d.gate {
+		if kind, ok := strings.CutSuffix(o.GetKind(), "Binding"); ok {
+			policies[o.GetKind()] = kind
+		}
+	}
+	for _, b := range d.gate {
+		kind, ok := policies[b.GetKind()]
+		if !ok {
+			continue
+		}
+		name, _, _ := unstructured.NestedString(b.Object, "spec", "policyName")
+		p := &unstructured.Unstructured{}
+		p.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind(kind))
+		Expect(suite.k8s.Get(ctx, client.ObjectKey{Name: name}, p)).To(Succeed(), "%s %s binds %s %q", b.GetKind(), b.GetName(), kind, name)
+	}
+	probe := func(annotations map[string]string) *batchv1.Job {
+		return &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "gate-probe",
+				Labels: map[string]string{batchv1alpha1.LabelGuardLock: "probe"}, Annotations: annotations},
+			Spec: batchv1.JobSpec{Template: d.writerPod(nil, "probe")},
+		}
+	}
+	Eventually(func(g Gomega) {
+		j := probe(nil)
+		g.Expect(suite.k8s.Create(ctx, j, client.DryRunAll)).To(Succeed())
+		g.Expect(j.Spec.Suspend).To(HaveValue(BeTrue()), "the mutating policy is not in force")
+		g.Expect(j.Spec.Template.Spec.Containers[0].Env).To(ContainElement(HaveField("ValueFrom.FieldRef.FieldPath",
+			"metadata.annotations['"+batchv1alpha1.AnnotationFencingToken+"']")))
+		bad := probe(map[string]string{batchv1alpha1.AnnotationGuardScope: "Everywhere"})
+		g.Expect(suite.k8s.Create(ctx, bad, client.DryRunAll)).To(MatchError(ContainSubstring(batchv1alpha1.AnnotationGuardScope)),
+			"the validating policy is not in force")
+	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+	objs := make([]string, 0, len(d.gate))
+	for _, o := range d.gate {
+		objs = append(objs, o.GetKind()+"/"+o.GetName())
+	}
+	measure("in-cluster: admission gate in force %s after the Deployment was Available (%s)", ms(time.Since(t0)), strings.Join(objs, ", "))
+}
+
 // undeploy removes the manager's Deployment (not the CRD the rest of the suite uses) and waits
-// until its pod is gone, so the next scenario's manager leads alone.
+// until its pod is gone, so the next scenario's manager leads alone; then the admission gate, so no
+// Job of a later scenario waits for an operator that is not there.
 func (d *deployment) undeploy(ctx SpecContext) {
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: managerDeploy}}
 	Expect(client.IgnoreNotFound(suite.k8s.Delete(ctx, dep, client.PropagationPolicy(metav1.DeletePropagationForeground)))).To(Succeed())
@@ -352,27 +474,42 @@ func (d *deployment) undeploy(ctx SpecContext) {
 		g.Expect(suite.k8s.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{managerLabel: managerLabelV})).To(Succeed())
 		g.Expect(pods.Items).To(BeEmpty())
 	}).WithTimeout(time.Minute).Should(Succeed())
+	for _, o := range d.gate {
+		Expect(client.IgnoreNotFound(suite.k8s.Delete(ctx, o.DeepCopy()))).To(Succeed(), "delete %s %s", o.GetKind(), o.GetName())
+	}
 }
 
 // writerJob is a LockedJob whose container is the workload image, on the real node.
 func (d *deployment) writerJob(s *scenario, name, lock string, o testkit.LockedJobOptions, args ...string) *batchv1alpha1.LockedJob {
 	o.Lock = lock
 	lj := s.newLockedJob(name, o)
-	pod := &lj.Spec.JobTemplate.Spec.Template
-	pod.Annotations = nil // kwok's timing
+	lj.Spec.JobTemplate.Spec.Template = d.writerPod(lj.Spec.JobTemplate.Spec.Template.Labels, lock, args...)
+	return lj
+}
+
+// writerPod is the pod template of every Job of the lane, a LockedJob's or a guarded one: one
+// container of the workload image, on the real node, writing to the lock's fenced store with the
+// fencing token it finds in LOCKEDJOB_FENCING_TOKEN.
+func (d *deployment) writerPod(labels map[string]string, lock string, args ...string) corev1.PodTemplateSpec {
 	grace := int64(5)
-	pod.Spec.TerminationGracePeriodSeconds = &grace
-	pod.Spec.Containers = []corev1.Container{{
-		Name: "work", Image: d.workImg, ImagePullPolicy: d.pullPolicy,
-		Command: []string{"/fencedwriter"},
-		Args:    append([]string{"--store=" + storeName(lock)}, args...),
-		Env:     []corev1.EnvVar{{Name: "FENCED_STORE_ADDR", Value: d.storeAddr}},
-	}}
+	pod := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "work", Image: d.workImg, ImagePullPolicy: d.pullPolicy,
+				Command: []string{"/fencedwriter"},
+				Args:    append([]string{"--store=" + storeName(lock)}, args...),
+				Env:     []corev1.EnvVar{{Name: "FENCED_STORE_ADDR", Value: d.storeAddr}},
+			}},
+		},
+	}
 	if d.local {
 		pod.Spec.NodeSelector = map[string]string{realNodeLabel: "true"}
 		pod.Spec.Tolerations = []corev1.Toleration{{Key: realNodeLabel, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	}
-	return lj
+	return pod
 }
 
 // jobLog is the log of the Job's (first) pod, through the API server and the kubelet.
@@ -436,6 +573,70 @@ func countWrites(h []fencedstore.Entry, token int64, result string) int {
 		}
 	}
 	return n
+}
+
+// writerRun is one holder's Job in the lane: the fence it ran under and how many writes its
+// container makes.
+type writerRun struct {
+	Job    string
+	Fence  int64
+	Writes int
+}
+
+var doneLine = regexp.MustCompile(`done: (\d+) accepted, (\d+) refused`)
+
+// expectWrites checks the run's log: every one of its writes accepted by the store, none refused,
+// none without an answer (the log of one that failed shows why).
+func (r writerRun) expectWrites(log string) {
+	GinkgoHelper()
+	m := doneLine.FindStringSubmatch(log)
+	Expect(m).NotTo(BeNil(), "log of Job %s has no done line:\n%s", r.Job, log)
+	Expect(m[1:]).To(Equal([]string{strconv.Itoa(r.Writes), "0"}), "log of Job %s: writes accepted and refused, of %d:\n%s", r.Job, r.Writes, log)
+}
+
+// expectOneAfterAnother checks, from the containers' own logs, that each run's container wrote
+// under its fence, made its writes, all accepted, and, in fencing-token order, started after the
+// container before it ended; then that the lock's fenced store has exactly those writes, in one
+// unbroken block per run, in fencing-token order (no two writers
+// overlapped, and each wrote under a higher fence than the one before). It returns the gaps
+// between the containers.
+func (d *deployment) expectOneAfterAnother(ctx context.Context, ns, lock string, runs []writerRun) []time.Duration {
+	GinkgoHelper()
+	runs = slices.Clone(runs)
+	slices.SortFunc(runs, func(a, b writerRun) int { return cmp.Compare(a.Fence, b.Fence) })
+	var prevEnd time.Time
+	var gaps []time.Duration
+	accepted := map[int64]int{}
+	for i, r := range runs {
+		log := d.jobLog(ctx, ns, r.Job)
+		Expect(log).To(ContainSubstring(fmt.Sprintf("fencing token=%d", r.Fence)), "log of Job %s", r.Job)
+		r.expectWrites(log)
+		accepted[r.Fence] = r.Writes
+		start, end := logSpan(log)
+		if i > 0 {
+			Expect(start).To(BeTemporally(">", prevEnd), "Job %s started before the holder before it (%s) ended", r.Job, runs[i-1].Job)
+			gaps = append(gaps, start.Sub(prevEnd))
+		}
+		prevEnd = end
+	}
+
+	h := d.history(ctx, lock)
+	var blocks []int64
+	inStore := map[int64]int{}
+	for _, e := range h {
+		Expect(e.Result).To(Equal(fencedstore.ResultAccepted), "%+v", e)
+		inStore[e.Token]++
+		if len(blocks) == 0 || blocks[len(blocks)-1] != e.Token {
+			blocks = append(blocks, e.Token)
+		}
+	}
+	want := make([]int64, 0, len(runs))
+	for _, r := range runs {
+		want = append(want, r.Fence)
+	}
+	Expect(inStore).To(Equal(accepted), "the store has every run's writes and no one else's (fence -> writes)")
+	Expect(blocks).To(Equal(want), "writes of one holder are never interleaved with another's, in fencing-token order")
+	return gaps
 }
 
 // afterToken returns the entries after the first write under token.
