@@ -260,12 +260,13 @@ show_containers() {
 
 # The kustomize overlay config/default without the Deployment (the manager runs
 # here as a process) and the metrics Service: Namespace lockedjob-system,
-# ServiceAccount, Roles, ClusterRoles and bindings.
+# ServiceAccount, Roles, ClusterRoles and bindings, and the admission gate of
+# guarded Jobs (config/guard), so a labelled Job waits for its lock here too.
 render_rbac() {
 	k kustomize "${LOCKEDJOB_ROOT}/config/default" | awk '
 		function flush() { if (doc != "" && keep) printf "---\n%s", doc; doc = ""; keep = 0 }
 		/^---$/ { flush(); next }
-		/^kind: (Namespace|ServiceAccount|Role|ClusterRole|RoleBinding|ClusterRoleBinding)$/ { keep = 1 }
+		/^kind: (Namespace|ServiceAccount|Role|ClusterRole|RoleBinding|ClusterRoleBinding|(Mutating|Validating)AdmissionPolicy(Binding)?)$/ { keep = 1 }
 		{ doc = doc $0 "\n" }
 		END { flush() }'
 }
@@ -284,7 +285,7 @@ install_manifests() {
 			established="$(k get crd "${crd}.batch.lockedjob.dev" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')"
 		done
 	done
-	step "installing namespace ${OPERATOR_NS} and RBAC (config/default rendered, minus its Deployment and Service)"
+	step "installing namespace ${OPERATOR_NS}, RBAC and the admission gate (config/default rendered, minus its Deployment and Service)"
 	local rbac
 	rbac="$(render_rbac)"
 	[[ -n "${rbac}" ]] || die "kubectl kustomize config/default rendered no RBAC"

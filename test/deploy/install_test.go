@@ -40,12 +40,20 @@ var resources = map[string]schema.GroupVersionResource{
 	"ClusterRoleBinding":       {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
 	"CustomResourceDefinition": {Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
 	"FlowSchema":               {Group: "flowcontrol.apiserver.k8s.io", Version: "v1", Resource: "flowschemas"},
+	// The admission gate of guarded Jobs (config/guard).
+	"MutatingAdmissionPolicy":          {Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"},
+	"MutatingAdmissionPolicyBinding":   {Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicybindings"},
+	"ValidatingAdmissionPolicy":        {Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"},
+	"ValidatingAdmissionPolicyBinding": {Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"},
 }
 
 // clusterWide are the kinds above that live outside namespaces. kustomize's namespace
-// transformer still stamps a namespace on a FlowSchema (the API server drops it).
+// transformer still stamps a namespace on a FlowSchema and on the admission policies and their
+// bindings (the API server drops it).
 var clusterWide = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true,
-	"CustomResourceDefinition": true, "FlowSchema": true}
+	"CustomResourceDefinition": true, "FlowSchema": true,
+	"MutatingAdmissionPolicy": true, "MutatingAdmissionPolicyBinding": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 
 const managerDeployment = "lockedjob-controller-manager"
 

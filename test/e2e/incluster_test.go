@@ -320,12 +320,15 @@ func writeKustomization(d *deployment, img string) error {
 		return err
 	}
 
-	resources := []string{"base"}
-	if d.guard {
-		if err := writeGuardKustomization(filepath.Join(d.dir, "guard")); err != nil {
-			return err
+	// config/default carries the admission gate; an API server that does not serve it would refuse
+	// the whole apply, so there the gate is left out of the build.
+	var leaveOut strings.Builder
+	if !d.guard {
+		for _, kind := range []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+			fmt.Fprintf(&leaveOut, "- target: {group: %s, kind: %s}\n  patch: |-\n    $patch: delete\n    apiVersion: %s\n    kind: %s\n    metadata: {name: any}\n",
+				admissionregistrationv1.GroupName, kind, admissionregistrationv1.SchemeGroupVersion, kind)
 		}
-		resources = append(resources, "guard")
 	}
 
 	var patch strings.Builder
@@ -334,13 +337,13 @@ func writeKustomization(d *deployment, img string) error {
 		fmt.Fprintf(&patch, "    - {op: add, path: /spec/template/spec/containers/0/args/-, value: %q}\n", a)
 	}
 	k := fmt.Sprintf(`# Written by the e2e suite (test/e2e/incluster_test.go): make deploy's kustomization, plus the
-# suite's flags and the admission gate of guarded Jobs (guard/: config/guard as config/default names it).
+# suite's flags.
 resources:
-- %s
+- base
 patches:
 - target: {kind: Deployment, name: %s}
   patch: |-
-%s`, strings.Join(resources, "\n- "), managerDeploy, patch.String())
+%s%s`, managerDeploy, patch.String(), leaveOut.String())
 	if !d.local {
 		// config/manager points at an in-cluster Redis Service; the suite's runs on this machine.
 		k += fmt.Sprintf(`- target: {kind: Deployment, name: %s}
@@ -351,36 +354,6 @@ patches:
 `, managerDeploy, managerDeploy, d.nodeIP, portOf(d.lockRedis.Addr()))
 	}
 	return os.WriteFile(filepath.Join(d.dir, "kustomization.yaml"), []byte(k), 0o644)
-}
-
-// writeGuardKustomization writes, in dir, config/guard under the name prefix and namespace of
-// config/default (read from it): the gate as it will be installed once config/default includes it.
-func writeGuardKustomization(dir string) error {
-	b, err := os.ReadFile(filepath.Join(suite.root, "config", "default", "kustomization.yaml"))
-	if err != nil {
-		return err
-	}
-	var def struct {
-		NamePrefix string `json:"namePrefix"`
-		Namespace  string `json:"namespace"`
-	}
-	if err := yaml.Unmarshal(b, &def); err != nil {
-		return fmt.Errorf("config/default/kustomization.yaml: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	guard, err := filepath.Rel(dir, filepath.Join(suite.root, "config", "guard"))
-	if err != nil {
-		return err
-	}
-	k := fmt.Sprintf(`# Written by the e2e suite: config/guard named as config/default names what it includes.
-namePrefix: %q
-namespace: %q
-resources:
-- %s
-`, def.NamePrefix, def.Namespace, guard)
-	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
 }
 
 // guardServed tells whether the cluster serves the admission policies of config/guard. The suite's
