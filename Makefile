@@ -115,7 +115,7 @@ test-e2e: redis k8s-bin kustomize images ## Run the end-to-end suite (local cont
 		go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
 
 .PHONY: test-fault
-test-fault: redis k8s-bin ## Run the fault suite: two local clusters sharing one Redis, one fault at a time, judged from the recorded history (docs/fault.md).
+test-fault: redis k8s-bin kustomize ## Run the fault suite: two local clusters sharing one Redis, one fault at a time, judged from the recorded history (docs/fault.md).
 	go test -tags=fault -timeout 30m -count=1 ./test/fault/ -v
 
 .PHONY: bench

@@ -1,12 +1,6 @@
 package controllers
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -17,42 +11,20 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 // installGuard loads the admission gate of guarded Jobs (config/guard, as the project's pinned
-// kustomize builds it; test/admission runs the same build) into the suite's API server, and waits
-// until both policies act on a probe sent as a dry run.
+// kustomize builds it; test/admission and the fault suite install the same build) into the
+// suite's API server, and waits until both policies are in force.
 func installGuard() {
 	GinkgoHelper()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join("..", "bin", "kustomize"), "build", filepath.Join("..", "config", "guard"))
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	Expect(cmd.Run()).To(Succeed(), "%s (run `make kustomize` first; make test-unit does): %s", cmd, stderr.String())
-	d := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
-	for {
-		var raw json.RawMessage
-		err := d.Decode(&raw)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		Expect(err).NotTo(HaveOccurred())
-		o := &unstructured.Unstructured{}
-		Expect(o.UnmarshalJSON(raw)).To(Succeed())
-		Expect(k8sClient.Create(ctx, o)).To(Succeed())
-	}
-	Eventually(func(g Gomega) {
-		probe := newGuardedJob("default", "probe", "probe")
-		g.Expect(k8sClient.Create(ctx, probe, client.DryRunAll)).To(Succeed())
-		g.Expect(probe.Spec.Suspend).To(HaveValue(BeTrue()), "the mutating policy is not in force")
-		bad := newGuardedJob("default", "probe", "probe", guardAnnotation(batchv1alpha1.AnnotationGuardScope, "Everywhere"))
-		g.Expect(k8sClient.Create(ctx, bad, client.DryRunAll)).To(MatchError(ContainSubstring(batchv1alpha1.AnnotationGuardScope)),
-			"the validating policy is not in force")
-	}).WithTimeout(timeout).Should(Succeed())
+	policies, err := testkit.GuardPolicies("..")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(testkit.InstallGuard(ctx, k8sClient, policies, "default", timeout)).To(Succeed())
 }
 
 // newGuardedJob is a plain Job labelled for lock: the gate creates it suspended.
@@ -105,6 +77,20 @@ func waitHeld(job *batchv1.Job) (*batchv1.Job, int64) {
 	fence, err := strconv.ParseInt(got.Annotations[batchv1alpha1.AnnotationFencingToken], 10, 64)
 	Expect(err).NotTo(HaveOccurred())
 	return got, fence
+}
+
+// createPodOf creates a pod as the Job controller would for job (its labels, its controller
+// reference), with no node: nothing runs it, and a deletion removes it at once.
+func createPodOf(job *batchv1.Job) *corev1.Pod {
+	GinkgoHelper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-pod",
+			Labels:          map[string]string{batchv1.ControllerUidLabel: string(job.UID), batchv1.JobNameLabel: job.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "work", Image: "busybox"}}},
+	}
+	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+	return pod
 }
 
 // completeJob writes the status the Job controller writes when a Job succeeds.
@@ -232,6 +218,42 @@ var _ = Describe("Guarded Jobs", func() {
 		Eventually(func() error {
 			return k8sClient.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{})
 		}).Should(Satisfy(apierrors.IsNotFound), "the finalizer goes and the Job with it")
+		waitHeld(next)
+	})
+
+	It("stops the running pods of a deleted held Job itself, and releases once they are gone", func() {
+		// The Job controller leaves a Job that is being deleted alone (it deletes active pods of a
+		// suspended Job only while the Job is not deleted), and the garbage collector deletes the
+		// pods of a background deletion only once the Job is gone, which our finalizer holds back.
+		ns := newNamespace()
+		job, _ := waitHeld(createJob(newGuardedJob(ns, "migrate", "db")))
+		pod := createPodOf(job)
+		next := createJob(newGuardedJob(ns, "next", "db"))
+		stillSuspended(next)
+
+		Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		}).Should(Satisfy(apierrors.IsNotFound), "the operator deletes the pod the Job controller will not")
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{})
+		}).Should(Satisfy(apierrors.IsNotFound), "the finalizer goes once the pod is gone, and the Job with it")
+		waitHeld(next)
+	})
+
+	It("lets the pods of a held Job deleted with propagation Orphan run on, under the lock until they end", func() {
+		ns := newNamespace()
+		job, _ := waitHeld(createJob(newGuardedJob(ns, "migrate", "db")))
+		pod := createPodOf(job)
+		next := createJob(newGuardedJob(ns, "next", "db"))
+
+		// No garbage collector runs here: the orphan finalizer stays, as it does until the
+		// collector has taken the pods from the Job.
+		Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationOrphan))).To(Succeed())
+		stillSuspended(next)
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})).To(Succeed(), "an orphaned pod runs on")
+
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
 		waitHeld(next)
 	})
 

@@ -6,13 +6,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -27,40 +24,21 @@ import (
 // metadata, suspend and conditions, and writes by merge patches of the fields it changes, so what
 // the cache leaves out is never written back.
 
-// NewCache is the cache of guarded Jobs: those with LabelGuardLock and without LabelLockedJob (a
-// LockedJob's own Job runs under its LockedJob's lock; the admission gate refuses both labels
-// anyway). Add it to the manager (a cache is a runnable) before the controller that watches it.
+// NewCache is the cache of guarded Jobs (locks.GuardedJobs: those with LabelGuardLock and without
+// LabelLockedJob). Add it to the manager (a cache is a runnable) before the controller that watches it.
 func NewCache(mgr ctrl.Manager) (cache.Cache, error) {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme:           mgr.GetScheme(),
 		Mapper:           mgr.GetRESTMapper(),
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&batchv1.Job{}: {Label: guardedJobs(), Transform: stripJob},
+			&batchv1.Job{}: {Label: locks.GuardedJobs(), Transform: stripJob},
 		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("guarded job cache: %w", err)
 	}
 	return c, nil
-}
-
-// guardedJobs selects the Jobs that ask for a lock by label and are not a LockedJob's.
-func guardedJobs() labels.Selector {
-	guard, err := labels.NewRequirement(batchv1alpha1.LabelGuardLock, selection.Exists, nil)
-	if err != nil {
-		panic(err) // a constant key that is a valid label key
-	}
-	own, err := labels.NewRequirement(batchv1alpha1.LabelLockedJob, selection.DoesNotExist, nil)
-	if err != nil {
-		panic(err)
-	}
-	return labels.NewSelector().Add(*guard, *own)
-}
-
-// guarded reports whether job is one the reconciler guards (what guardedJobs selects).
-func guarded(job *batchv1.Job) bool {
-	return guardedJobs().Matches(labels.Set(job.Labels))
 }
 
 // stripJob drops the pod template and managedFields of a cached Job.

@@ -101,7 +101,7 @@ type pass struct {
 }
 
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile observes the guarded Job and its lock, decides the next step (see decide), and acts.
@@ -140,7 +140,7 @@ func (r *GuardedJobReconciler) getJob(ctx context.Context, key client.ObjectKey)
 	if err != nil {
 		return nil, fmt.Errorf("get job %s: %w", key.Name, err)
 	}
-	if !guarded(job) {
+	if !locks.IsGuardedJob(job) {
 		return nil, nil
 	}
 	return job, nil

@@ -123,23 +123,29 @@ func recordedSlot(job *batchv1.Job) *int32 {
 	return &s
 }
 
-// runningPods counts the pods of the Job that have not stopped, found by the Job's controller-uid
+// runningPods counts the pods of the Job that have not stopped (activePods).
+func (r *GuardedJobReconciler) runningPods(ctx context.Context, job *batchv1.Job) (int, error) {
+	pods, err := r.activePods(ctx, job)
+	return len(pods), err
+}
+
+// activePods are the pods of the Job that have not stopped, found by the Job's controller-uid
 // label (the Job API sets it, and the admission gate refuses a manual selector), from the API
 // server. A pod that succeeded or failed runs nothing, so it does not hold the lock back; every
 // other pod counts until it is gone, terminating or not.
-func (r *GuardedJobReconciler) runningPods(ctx context.Context, job *batchv1.Job) (int, error) {
+func (r *GuardedJobReconciler) activePods(ctx context.Context, job *batchv1.Job) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(job.Namespace),
 		client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
-		return 0, fmt.Errorf("list pods of job %s: %w", job.Name, err)
+		return nil, fmt.Errorf("list pods of job %s: %w", job.Name, err)
 	}
-	n := 0
+	var active []corev1.Pod
 	for _, pod := range pods.Items {
 		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-			n++
+			active = append(active, pod)
 		}
 	}
-	return n, nil
+	return active, nil
 }
 
 // ttlOf is the lease of the Job's lock.

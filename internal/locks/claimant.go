@@ -62,5 +62,6 @@ func ClaimantOf(lj *batchv1alpha1.LockedJob) Claimant {
 // names stay what they were before other kinds asked for locks (held locks are re-adopted by them).
 var holderPrefix = map[Kind]string{KindLockedJob: "", KindJob: "job:", KindPod: "pod:"}
 
-// objectName is the claimant's name as its holder name carries it, with its kind's prefix.
-func (c Claimant) objectName() string { return holderPrefix[c.Kind] + c.Name }
+// ObjectName is the claimant's name as its holder name carries it, with its kind's prefix
+// (job:<name> for a guarded Job): unique among the claimants of one namespace, whatever their kind.
+func (c Claimant) ObjectName() string { return holderPrefix[c.Kind] + c.Name }

@@ -77,7 +77,7 @@ func (id Identity) Holder(c Claimant) string {
 	if len(uid) > 8 {
 		uid = uid[:8]
 	}
-	return fmt.Sprintf("%s/%s/%s/%s", id.ClusterID, c.Namespace, c.objectName(), uid)
+	return fmt.Sprintf("%s/%s/%s/%s", id.ClusterID, c.Namespace, c.ObjectName(), uid)
 }
 
 // HolderName is a holder name taken apart (ParseHolder).
@@ -138,6 +138,6 @@ func QueueCompare(a, b Claimant) int {
 	var id Identity // the score does not depend on the cluster or the key
 	return cmp.Or(
 		cmp.Compare(id.QueueScore(a), id.QueueScore(b)),
-		strings.Compare(a.Namespace+"/"+a.objectName()+"/"+string(a.UID), b.Namespace+"/"+b.objectName()+"/"+string(b.UID)),
+		strings.Compare(a.Namespace+"/"+a.ObjectName()+"/"+string(a.UID), b.Namespace+"/"+b.ObjectName()+"/"+string(b.UID)),
 	)
 }

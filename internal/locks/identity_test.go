@@ -161,6 +161,9 @@ func TestHolderNamesTellKindsApart(t *testing.T) {
 		if id.Token(c) != id.Token(base) {
 			t.Errorf("%s: the token must depend on cluster and UID only", tc.kind)
 		}
+		if want := "c/team-a/" + c.ObjectName() + "/01234567"; got != want {
+			t.Errorf("%s: ObjectName %q is not the holder name's object part (%q)", tc.kind, c.ObjectName(), got)
+		}
 	}
 	if h, ok := ParseHolder("c/team-a/cron:x/01234567"); ok {
 		t.Errorf("ParseHolder of an unknown kind's prefix = %+v, true; no kind makes it", h)

@@ -8,6 +8,8 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -21,6 +23,25 @@ const (
 )
 
 var lockNameRe = regexp.MustCompile(batchv1alpha1.LockNamePattern)
+
+// GuardedJobs selects the guarded Jobs: those that ask for a lock by LabelGuardLock and are not a
+// LockedJob's (LabelLockedJob: that Job runs under its LockedJob's lock; the admission gate refuses
+// both labels on one Job anyway). The guarded-Job reconciler's cache selects by it on the API
+// server; IsGuardedJob is the same rule for a Job in hand.
+func GuardedJobs() labels.Selector {
+	guard, err := labels.NewRequirement(batchv1alpha1.LabelGuardLock, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant key that is a valid label key
+	}
+	own, err := labels.NewRequirement(batchv1alpha1.LabelLockedJob, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*guard, *own)
+}
+
+// IsGuardedJob reports whether job is one GuardedJobs selects.
+func IsGuardedJob(job *batchv1.Job) bool { return GuardedJobs().Matches(labels.Set(job.Labels)) }
 
 // ClaimantOfJob is the Claimant of a guarded Job: the lock its LabelGuardLock names, under the
 // terms of its optional annotations (api/v1alpha1/guard_types.go). The admission policy refuses a

@@ -7,6 +7,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
@@ -92,5 +93,30 @@ func TestAJobAndALockedJobShareTheKey(t *testing.T) {
 	}
 	if h, ok := ParseHolder(id.Holder(job)); !ok || h.Kind != KindJob || h.Name != "a" {
 		t.Fatalf("ParseHolder(%q) = %+v, %v", id.Holder(job), h, ok)
+	}
+}
+
+// TestIsGuardedJob: a Job is guarded by the lock label, unless it is a LockedJob's own Job, and the
+// rule for a Job in hand is the selector the reconciler's cache sends to the API server.
+func TestIsGuardedJob(t *testing.T) {
+	for name, tc := range map[string]struct {
+		labels map[string]string
+		want   bool
+	}{
+		"the lock label":               {labels: map[string]string{batchv1alpha1.LabelGuardLock: "db"}, want: true},
+		"no label":                     {},
+		"a LockedJob's Job":            {labels: map[string]string{batchv1alpha1.LabelLockedJob: "lj"}},
+		"both labels: the LockedJob's": {labels: map[string]string{batchv1alpha1.LabelGuardLock: "db", batchv1alpha1.LabelLockedJob: "lj"}},
+		"an empty lock label is asked": {labels: map[string]string{batchv1alpha1.LabelGuardLock: ""}, want: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels}}
+			if got := IsGuardedJob(job); got != tc.want {
+				t.Errorf("IsGuardedJob = %v, want %v", got, tc.want)
+			}
+			if got := GuardedJobs().Matches(labels.Set(tc.labels)); got != tc.want {
+				t.Errorf("GuardedJobs().Matches = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

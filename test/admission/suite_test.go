@@ -1,42 +1,35 @@
 // Package admission_test checks the admission gate of guarded Jobs (config/guard) against a real
-// kube-apiserver (envtest, the binaries `make k8s-bin` builds), as `kustomize build` ships it.
+// kube-apiserver (envtest, the binaries `make k8s-bin` builds), as `kustomize build` ships it
+// (testkit.GuardPolicies, which the envtest and fault suites install too).
 package admission_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
+	"github.com/lockedjob/lockedjob/test/testkit"
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
 const (
 	namespace = "default"
-	// timeout bounds the wait for the policies to be in force: the API server compiles them and
-	// starts using them a moment after they are created.
-	timeout  = 30 * time.Second
-	interval = 100 * time.Millisecond
+	// timeout bounds the wait for the policies to be in force (testkit.InstallGuard).
+	timeout = 30 * time.Second
 )
 
 var (
@@ -68,71 +61,17 @@ func run(m *testing.M) (int, error) {
 	if k8s, err = client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme}); err != nil {
 		return 0, err
 	}
-	if policies, err = build(); err != nil {
+	root, err := utils.ProjectDir()
+	if err != nil {
 		return 0, err
 	}
-	ctx := context.Background()
-	for _, o := range policies {
-		if err := k8s.Create(ctx, o.DeepCopy()); err != nil {
-			return 0, fmt.Errorf("create %s %s: %w", o.GetKind(), o.GetName(), err)
-		}
+	if policies, err = testkit.GuardPolicies(root); err != nil {
+		return 0, err
 	}
-	if err := awaitPolicies(ctx); err != nil {
+	if err := testkit.InstallGuard(context.Background(), k8s, policies, namespace, timeout); err != nil {
 		return 0, err
 	}
 	return m.Run(), nil
-}
-
-// build runs the project's pinned kustomize over config/guard, as the Makefile resolves it.
-func build() ([]*unstructured.Unstructured, error) {
-	root, err := utils.ProjectDir()
-	if err != nil {
-		return nil, err
-	}
-	kustomize := filepath.Join(root, "bin", "kustomize")
-	if k := os.Getenv("KUSTOMIZE"); k != "" {
-		kustomize = k
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(kustomize, "build", filepath.Join(root, "config", "guard"))
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s (run `make kustomize` first; make test-unit does): %w\n%s", cmd, err, stderr.String())
-	}
-	var objs []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
-	for {
-		var raw json.RawMessage
-		if err := d.Decode(&raw); errors.Is(err, io.EOF) {
-			return objs, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("decode kustomize build config/guard: %w", err)
-		}
-		o := &unstructured.Unstructured{}
-		if err := o.UnmarshalJSON(raw); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", raw, err)
-		}
-		objs = append(objs, o)
-	}
-}
-
-// awaitPolicies waits until both policies act on a probe Job, sent as a dry run so it leaves
-// nothing behind: the mutating one suspends it, the validating one refuses a bad annotation.
-func awaitPolicies(ctx context.Context) error {
-	var failure string
-	g := NewGomega(func(message string, _ ...int) { failure = message })
-	ok := g.Eventually(func(g Gomega) {
-		probe := guardedJob()
-		g.Expect(k8s.Create(ctx, probe, client.DryRunAll)).To(Succeed())
-		g.Expect(probe.Spec.Suspend).To(HaveValue(BeTrue()), "the mutating policy is not in force")
-		bad := guardedJob(annotate(batchv1alpha1.AnnotationGuardScope, "Everywhere"))
-		g.Expect(k8s.Create(ctx, bad, client.DryRunAll)).To(MatchError(ContainSubstring(batchv1alpha1.AnnotationGuardScope)),
-			"the validating policy is not in force")
-	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
-	if !ok {
-		return fmt.Errorf("the policies of config/guard are not in force after %v: %s", timeout, failure)
-	}
-	return nil
 }
 
 // guardedJob is a Job labelled with a lock: two init containers and two containers, the first of

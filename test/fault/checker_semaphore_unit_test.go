@@ -38,7 +38,7 @@ func twoSlots() history {
 			inSlot(0, job("b", "z", "u3", 11, 2100, 4000)),
 			inSlot(1, job("a", "w", "u4", 6, 2600, 4500)),
 		},
-		LockedJobs: []lockedJobEntry{
+		Claimants: []claimantEntry{
 			lockedJob("a", "x", "Succeeded", 2100), lockedJob("b", "y", "Succeeded", 2600),
 			lockedJob("b", "z", "Succeeded", 4100), lockedJob("a", "w", "Succeeded", 4600),
 		},
@@ -68,7 +68,7 @@ func TestCheckerSemaphoreMoreHoldersThanPermits(t *testing.T) {
 	// A third holder in a slot of its own runs 500..1500 beside x and y.
 	h.Pods = append(h.Pods, inSlot(2, pod("a", "v", "u5", 1, 500, 1500)))
 	h.Jobs = append(h.Jobs, inSlot(2, job("a", "v", "u5", 1, 400, 1500)))
-	h.LockedJobs = append(h.LockedJobs, lockedJob("a", "v", "Succeeded", 1600))
+	h.Claimants = append(h.Claimants, lockedJob("a", "v", "Succeeded", 1600))
 	v := check("semaphore", h, false)
 	if v.MostHolders != 3 || v.Crowded != 1 || v.LongestCrowded != time.Second {
 		t.Fatalf("most %d, crowded %d longest %s; want 3, 1 and 1s", v.MostHolders, v.Crowded, v.LongestCrowded)
@@ -98,7 +98,7 @@ func TestCheckerSemaphoreTwoHoldersOfOneSlot(t *testing.T) {
 	h.Pods[1].End, h.Jobs[1].Finished = at(1000), at(1000)
 	h.Jobs[2].Added = at(1500)
 	h.Pods[2].Start = at(1600)
-	h.LockedJobs[0] = lockedJob("a", "x", "LockLost", 2100)
+	h.Claimants[0] = lockedJob("a", "x", "LockLost", 2100)
 	v := check("semaphore", h, false)
 	if v.Crowded != 0 || v.MostHolders != 2 {
 		t.Fatalf("crowded %d, most %d; want 0 and 2", v.Crowded, v.MostHolders)
@@ -188,7 +188,7 @@ func TestCheckerSemaphoreCountsHoldersNotPods(t *testing.T) {
 	// very instant y stops: neither puts three holders at once.
 	h.Pods = append(h.Pods, inSlot(0, pod("a", "x", "u1", 10, 300, 1900)), inSlot(2, pod("a", "v", "u5", 1, 2500, 2600)))
 	h.Jobs = append(h.Jobs, inSlot(2, job("a", "v", "u5", 1, 2400, 2600)))
-	h.LockedJobs = append(h.LockedJobs, lockedJob("a", "v", "Succeeded", 2700))
+	h.Claimants = append(h.Claimants, lockedJob("a", "v", "Succeeded", 2700))
 	v := check("semaphore", h, false)
 	if v.MostHolders != 2 || v.Crowded != 0 {
 		t.Fatalf("most %d, crowded %d (longest %s); want 2 and 0", v.MostHolders, v.Crowded, v.LongestCrowded)

@@ -1,9 +1,10 @@
 // Package fault is lockedjob's fault suite: two local clusters share one
 // redis-server, one operator per cluster talks to it through its own TCP fault
-// proxy, and each scenario injects one fault while LockedJobs of both clusters
-// contend for one lock. A recorder keeps the history the clusters themselves
-// report (pods' Running intervals, Jobs and their fences, LockedJobs' final
-// phases and Events) and the checker in this file judges it.
+// proxy, and each scenario injects one fault while LockedJobs and guarded Jobs
+// of both clusters contend for one lock. A recorder keeps the history the
+// clusters themselves report (pods' Running intervals, Jobs and their fences,
+// LockedJobs' final phases, guarded Jobs' guard states, and their Events) and
+// the checker in this file judges it.
 //
 // The checker has no build tag and is tested on hand-made histories by the
 // ordinary unit tests, so a checker that cannot fail is caught without a
@@ -17,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
 
 // writeEvery is how often a simulated pod writes to the fenced store while it
@@ -32,7 +35,7 @@ type podSpan struct {
 	Name      string
 	Job       string // Job name
 	JobUID    string // the writer identity in the fenced store: one acquisition, one Job
-	LockedJob string
+	Claimant  string // whom the pod works for (see holder)
 	Fence     int64
 	// Slot is the semaphore slot of the pod's Job (annotation batch.lockedjob.dev/slot; 0 for a
 	// lock of one permit): its fence is ordered against the same slot's writers only.
@@ -44,12 +47,14 @@ type podSpan struct {
 	Terminating time.Time
 }
 
-// holder names the LockedJob a pod or Job works for, across both clusters.
-func holder(cluster, namespace, lockedJob string) string {
-	return cluster + "/" + namespace + "/" + lockedJob
+// holder names the claimant a pod or Job works for, across both clusters, as the operator's
+// holder names do without their UID (locks.Identity.Holder): claimant is a LockedJob's name, or
+// job:<name> for a guarded Job (locks.Claimant.ObjectName), so the lease watcher's holders match.
+func holder(cluster, namespace, claimant string) string {
+	return cluster + "/" + namespace + "/" + claimant
 }
 
-func (p podSpan) holder() string { return holder(p.Cluster, p.Namespace, p.LockedJob) }
+func (p podSpan) holder() string { return holder(p.Cluster, p.Namespace, p.Claimant) }
 
 // jobEntry is one Job as the recorder saw it.
 type jobEntry struct {
@@ -57,17 +62,21 @@ type jobEntry struct {
 	Namespace string
 	Name      string
 	UID       string
-	LockedJob string
+	Claimant  string // whom the Job works for (see holder)
 	Fence     int64
-	Slot      int       // the semaphore slot (0 for a lock of one permit)
-	Added     time.Time // first seen: the acquisition order across clusters
-	Finished  time.Time // first seen Complete or Failed, or suspended (zero if never)
+	Slot      int // the semaphore slot (0 for a lock of one permit)
+	// Added is when the Job was first seen under its holder's lock: a LockedJob's Job created, a
+	// guarded Job unsuspended with its fence. It is the acquisition order across clusters.
+	Added    time.Time
+	Finished time.Time // first seen Complete or Failed, or suspended after it ran (zero if never)
 }
 
-func (j jobEntry) holder() string { return holder(j.Cluster, j.Namespace, j.LockedJob) }
+func (j jobEntry) holder() string { return holder(j.Cluster, j.Namespace, j.Claimant) }
 
-// lockedJobEntry is a LockedJob's end state.
-type lockedJobEntry struct {
+// claimantEntry is a claimant's end state: a LockedJob's phase, or a guarded Job's guard state
+// (Held, Released, Lost, Unguarded; Waiting before the operator wrote one), or Deleted once
+// either is gone. Name is the claimant's name in holder.
+type claimantEntry struct {
 	Cluster    string
 	Namespace  string
 	Name       string
@@ -78,7 +87,21 @@ type lockedJobEntry struct {
 	Events     []string  // reasons, oldest first
 }
 
-func (l lockedJobEntry) holder() string { return holder(l.Cluster, l.Namespace, l.Name) }
+func (l claimantEntry) holder() string { return holder(l.Cluster, l.Namespace, l.Name) }
+
+// Phases of claimantEntry that the checker reads: a LockedJob's, and a guarded Job's guard states.
+const (
+	phaseSucceeded = string(batchv1alpha1.PhaseSucceeded)
+	guardReleased  = string(batchv1alpha1.GuardReleased)
+	guardUnguarded = string(batchv1alpha1.GuardUnguarded)
+)
+
+// claimsUnbroken reports an end that says the claimant held its lock for the whole run: a
+// LockedJob that Succeeded, a guarded Job Released (the operator writes Lost instead when the
+// release found the lock not its own).
+func (l claimantEntry) claimsUnbroken() bool {
+	return l.Phase == phaseSucceeded || l.Phase == guardReleased
+}
 
 // lease is one holder's uninterrupted hold of the lock as seen in Redis. End
 // is when Redis dropped it: the expiry the last observation promised, or the
@@ -98,17 +121,17 @@ type lease struct {
 type history struct {
 	// Permits is how many holders the lock admits at once (0 means 1). With more than one, the
 	// exclusion rules apply per slot, and a separate rule bounds the holders running at once.
-	Permits    int
-	Pods       []podSpan
-	Jobs       []jobEntry
-	LockedJobs []lockedJobEntry
-	Leases     []lease
+	Permits   int
+	Pods      []podSpan
+	Jobs      []jobEntry
+	Claimants []claimantEntry
+	Leases    []lease
 	// Crashes are operator processes that exited without being asked to, or
 	// logged a panic, while the scenario ran.
 	Crashes []string
 	// HealedAt is when the fault was removed (the scenario start for baseline).
 	HealedAt time.Time
-	// TerminalBound is how long after HealedAt every LockedJob must be terminal.
+	// TerminalBound is how long after HealedAt every claimant must be terminal.
 	TerminalBound time.Duration
 }
 
@@ -138,8 +161,9 @@ type verdict struct {
 	AllTerminal    bool
 	TerminalWithin time.Duration // latest terminal time after HealedAt (0 if all were terminal before)
 	NotTerminal    []string
-	DuplicateJobs  int      // LockedJobs that had more than one Job
-	SucceededTaken []string // LockedJobs Succeeded although another holder acquired during their run
+	DuplicateJobs  int      // claimants that had more than one Job
+	SucceededTaken []string // claimants Succeeded (Released) although another holder acquired during their run
+	Unguarded      []string // guarded Jobs the operator found running without the gate's suspension
 	Crashes        []string
 	// OverlapAllowed: the fault paused or killed a process, or Redis lost
 	// data: overlaps are reported, the fences must protect.
@@ -163,6 +187,7 @@ func check(name string, h history, overlapAllowed bool) verdict {
 	v.Monotonic, v.MonotonicNote = fencesMonotonic(h.Jobs, v.Permits > 1)
 	v.DuplicateJobs = duplicateJobs(h.Jobs)
 	v.SucceededTaken = succeededThoughTaken(h)
+	v.Unguarded = unguarded(h)
 	v.AllTerminal, v.TerminalWithin, v.NotTerminal = terminal(h)
 
 	fail := func(format string, args ...any) { v.Failures = append(v.Failures, fmt.Sprintf(format, args...)) }
@@ -173,13 +198,17 @@ func check(name string, h history, overlapAllowed bool) verdict {
 		fail("fences not strictly increasing: %s", v.MonotonicNote)
 	}
 	if v.DuplicateJobs > 0 {
-		fail("%d LockedJob(s) with more than one Job", v.DuplicateJobs)
+		fail("%d claimant(s) with more than one Job", v.DuplicateJobs)
 	}
 	if len(v.Crashes) > 0 {
 		fail("operator crash: %s", strings.Join(v.Crashes, "; "))
 	}
 	if len(v.SucceededTaken) > 0 {
 		fail("Succeeded although the lock was acquired during the run: %s", strings.Join(v.SucceededTaken, ", "))
+	}
+	if len(v.Unguarded) > 0 {
+		fail("guarded Job(s) ran unguarded (the admission gate did not suspend them, or someone else unsuspended them): %s",
+			strings.Join(v.Unguarded, ", "))
 	}
 	if v.Crowded > 0 && !overlapAllowed {
 		fail("%d interval(s) with more than %d holders running (most %d, longest %s) although the operator stayed alive and Redis kept its data",
@@ -399,7 +428,7 @@ func fencesMonotonic(jobs []jobEntry, slotted bool) (bool, string) {
 	return true, ""
 }
 
-// duplicateJobs counts the LockedJobs that owned more than one Job (by UID: a
+// duplicateJobs counts the claimants that owned more than one Job (by UID: a
 // Job recreated under the same name counts twice).
 func duplicateJobs(jobs []jobEntry) int {
 	uids := map[string]map[string]bool{}
@@ -418,7 +447,8 @@ func duplicateJobs(jobs []jobEntry) int {
 	return n
 }
 
-// succeededThoughTaken lists the LockedJobs that report Succeeded although
+// succeededThoughTaken lists the claimants that report Succeeded (a guarded
+// Job: Released; see claimsUnbroken) although
 // another holder's Job of the same slot appeared while their own Job ran (that
 // holder had acquired their slot): from its creation to
 // the end of its last pod (the Job's own Complete condition when it had no
@@ -430,8 +460,8 @@ func succeededThoughTaken(h history) []string {
 		end[p.JobUID] = maxTime(end[p.JobUID], p.End)
 	}
 	var out []string
-	for _, lj := range h.LockedJobs {
-		if lj.Phase != "Succeeded" {
+	for _, lj := range h.Claimants {
+		if !lj.claimsUnbroken() {
 			continue
 		}
 		for _, own := range h.Jobs {
@@ -454,12 +484,25 @@ func succeededThoughTaken(h history) []string {
 	return out
 }
 
-// terminal reports whether every LockedJob reached a terminal phase within
+// unguarded lists the guarded Jobs recorded Unguarded: in these scenarios every guarded Job is
+// created through the admission gate, so one that ran without its suspension ran outside the
+// lock, and no fence covered it.
+func unguarded(h history) []string {
+	var out []string
+	for _, c := range h.Claimants {
+		if c.Phase == guardUnguarded {
+			out = append(out, c.holder())
+		}
+	}
+	return out
+}
+
+// terminal reports whether every claimant reached a terminal phase within
 // the bound after the fault healed, and the latest such time.
 func terminal(h history) (bool, time.Duration, []string) {
 	all, latest := true, time.Duration(0)
 	var missing []string
-	for _, lj := range h.LockedJobs {
+	for _, lj := range h.Claimants {
 		if lj.TerminalAt.IsZero() || lj.TerminalAt.Sub(h.HealedAt) > h.TerminalBound {
 			all = false
 			missing = append(missing, lj.holder()+"("+cmp.Or(lj.Phase, "no phase")+")")

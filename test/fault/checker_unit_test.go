@@ -14,17 +14,17 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
 func pod(cluster, lj, uid string, fence int64, startMS, endMS int) podSpan {
-	return podSpan{Cluster: cluster, Namespace: "ns", Name: lj + "-pod", Job: lj + "-job", JobUID: uid, LockedJob: lj,
+	return podSpan{Cluster: cluster, Namespace: "ns", Name: lj + "-pod", Job: lj + "-job", JobUID: uid, Claimant: lj,
 		Fence: fence, Start: at(startMS), End: at(endMS)}
 }
 
 func job(cluster, lj, uid string, fence int64, addedMS, finishedMS int) jobEntry {
-	return jobEntry{Cluster: cluster, Namespace: "ns", Name: lj + "-job", UID: uid, LockedJob: lj, Fence: fence,
+	return jobEntry{Cluster: cluster, Namespace: "ns", Name: lj + "-job", UID: uid, Claimant: lj, Fence: fence,
 		Added: at(addedMS), Finished: at(finishedMS)}
 }
 
-func lockedJob(cluster, name, phase string, terminalMS int) lockedJobEntry {
-	return lockedJobEntry{Cluster: cluster, Namespace: "ns", Name: name, Phase: phase, TerminalAt: at(terminalMS)}
+func lockedJob(cluster, name, phase string, terminalMS int) claimantEntry {
+	return claimantEntry{Cluster: cluster, Namespace: "ns", Name: name, Phase: phase, TerminalAt: at(terminalMS)}
 }
 
 // clean is two holders, one after the other, from two clusters.
@@ -32,7 +32,7 @@ func clean() history {
 	return history{
 		Pods:          []podSpan{pod("a", "x", "u1", 10, 100, 2000), pod("b", "y", "u2", 11, 2500, 4000)},
 		Jobs:          []jobEntry{job("a", "x", "u1", 10, 0, 2000), job("b", "y", "u2", 11, 2300, 4000)},
-		LockedJobs:    []lockedJobEntry{lockedJob("a", "x", "Succeeded", 2100), lockedJob("b", "y", "Succeeded", 4100)},
+		Claimants:     []claimantEntry{lockedJob("a", "x", "Succeeded", 2100), lockedJob("b", "y", "Succeeded", 4100)},
 		HealedAt:      t0,
 		TerminalBound: 10 * time.Second,
 	}
@@ -52,7 +52,7 @@ func TestCheckerOverlapFailsOnlyWhereNotAllowed(t *testing.T) {
 	h := clean()
 	h.Pods[1].Start = at(1500) // y runs 500 ms beside x, with a higher fence
 	h.Jobs[1].Added = at(1300)
-	h.LockedJobs[0].Phase = "LockLost"
+	h.Claimants[0].Phase = "LockLost"
 	strict := check("partition", h, false)
 	if strict.Overlaps != 1 || strict.LongestOverlap != 500*time.Millisecond {
 		t.Fatalf("overlap = %d longest %s, want 1 and 500ms", strict.Overlaps, strict.LongestOverlap)
@@ -125,8 +125,8 @@ func TestCheckerNonMonotonicFences(t *testing.T) {
 
 func TestCheckerNotTerminalAndCrash(t *testing.T) {
 	h := clean()
-	h.LockedJobs[1].TerminalAt = time.Time{}
-	h.LockedJobs[1].Phase = "Running"
+	h.Claimants[1].TerminalAt = time.Time{}
+	h.Claimants[1].Phase = "Running"
 	h.Crashes = []string{"operator a exited: exit status 2"}
 	v := check("stuck", h, true)
 	if v.AllTerminal || len(v.NotTerminal) != 1 {
@@ -145,7 +145,7 @@ func TestCheckerPodRunningPastItsLease(t *testing.T) {
 	// Redis dropped x's lease at 1800 while its pod ran until 2000; y's Job
 	// and pod come later: no overlap, but x outlived its lease.
 	h.Leases = []lease{{Holder: holder("a", "ns", "x"), Start: at(0), End: at(1800)}}
-	h.LockedJobs[0].Phase = "LockLost"
+	h.Claimants[0].Phase = "LockLost"
 	v := check("partition", h, false)
 	if v.Overlaps != 0 {
 		t.Fatalf("overlaps = %d, want 0", v.Overlaps)
@@ -177,5 +177,56 @@ func TestCheckerSucceededJudgedByThePodsNotTheJobCondition(t *testing.T) {
 	h.Jobs[0].Finished = at(9000)
 	if v := check("apiserver", h, false); v.Failed() {
 		t.Fatalf("a late Job condition made a clean handoff fail: %v", v.Failures)
+	}
+}
+
+// mixed is clean with y a guarded Job: its holder is job:y, as the operator names it in Redis, and
+// its end is a guard state.
+func mixed() history {
+	h := clean()
+	h.Pods[1].Claimant, h.Jobs[1].Claimant = "job:y", "job:y"
+	h.Claimants[1] = claimantEntry{Cluster: "b", Namespace: "ns", Name: "job:y", Phase: guardReleased, TerminalAt: at(4100)}
+	return h
+}
+
+func TestCheckerMixedHistoryPasses(t *testing.T) {
+	if v := check("mixed", mixed(), false); v.Failed() {
+		t.Fatalf("a LockedJob and a guarded Job one after the other judged %v", v.Failures)
+	}
+}
+
+func TestCheckerGuardedJobOverlapsALockedJob(t *testing.T) {
+	h := mixed()
+	h.Pods[1].Start, h.Jobs[1].Added = at(1500), at(1300) // job:y unsuspended while x's pod ran
+	h.Claimants[0].Phase = "LockLost"
+	v := check("partition", h, false)
+	if v.Overlaps != 1 || v.RanPast != 1 || !v.Failed() {
+		t.Fatalf("overlap %d, ran past %d, failures %v; want 1, 1 and a failure", v.Overlaps, v.RanPast, v.Failures)
+	}
+}
+
+func TestCheckerGuardedJobReleasedAlthoughTaken(t *testing.T) {
+	h := mixed()
+	// x (a LockedJob) holds second now: job:y ran first and says Released, though x acquired
+	// during job:y's run.
+	h.Pods[0], h.Pods[1] = pod("b", "job:y", "u2", 10, 100, 2000), pod("a", "x", "u1", 11, 2100, 4000)
+	h.Jobs[0], h.Jobs[1] = job("b", "job:y", "u2", 10, 0, 2000), job("a", "x", "u1", 11, 1000, 4000)
+	h.Claimants[0].Phase = "LockLost"
+	v := check("pause", h, true)
+	if len(v.SucceededTaken) != 1 || !strings.Contains(v.SucceededTaken[0], "b/ns/job:y") || !v.Failed() {
+		t.Fatalf("Released-though-taken = %v, failures %v", v.SucceededTaken, v.Failures)
+	}
+	h.Claimants[1].Phase = "Lost"
+	if v := check("pause", h, true); v.Failed() {
+		t.Fatalf("a guarded Job that says Lost claims nothing: %v", v.Failures)
+	}
+}
+
+func TestCheckerUnguardedJobFails(t *testing.T) {
+	h := mixed()
+	h.Claimants[1].Phase = guardUnguarded
+	v := check("gate", h, true)
+	if len(v.Unguarded) != 1 || !v.Failed() {
+		t.Fatalf("unguarded = %v, failures %v; a guarded Job that ran unguarded must fail, in every class", v.Unguarded, v.Failures)
 	}
 }

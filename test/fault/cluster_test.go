@@ -15,6 +15,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -192,4 +193,16 @@ func (c *cluster) installCRD(ctx context.Context) error {
 		err := c.k8s.List(ctx, &batchv1alpha1.LockedJobList{})
 		return err == nil, fmt.Sprintf("LockedJobs not served in cluster %s: %v", c.name, err)
 	})
+}
+
+// installGuard installs the admission gate of guarded Jobs (config/guard, as kustomize builds it)
+// and waits until it is in force, so a labelled Job is created suspended. The clusters' API servers
+// serve admissionregistration.k8s.io/v1 and run the MutatingAdmissionPolicy and
+// ValidatingAdmissionPolicy plugins by default (Kubernetes 1.37); a server that did not would
+// refuse the policies here.
+func (c *cluster) installGuard(ctx context.Context, policies []*unstructured.Unstructured) error {
+	if err := testkit.InstallGuard(ctx, c.k8s, policies, "default", 60*time.Second); err != nil {
+		return fmt.Errorf("cluster %s: %w", c.name, err)
+	}
+	return nil
 }

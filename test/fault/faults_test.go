@@ -27,20 +27,26 @@ func scenarios() []scenario {
 	return []scenario{
 		{name: "baseline", run: baseline},
 		{name: "semaphore-baseline", permits: semaphorePermits, run: semaphoreBaseline, verify: semaphoreFull},
-		{name: "blackhole-a", run: proxyFault("a", func() { env.proxies["a"].Blackhole() })},
-		{name: "reset-a", run: proxyFault("a", func() { env.proxies["a"].Reset() })},
+		{name: "blackhole-a", run: proxyFault(lockedJobs, "a", func() { env.proxies["a"].Blackhole() })},
+		{name: "reset-a", run: proxyFault(lockedJobs, "a", func() { env.proxies["a"].Reset() })},
 		{name: "latency-both", run: latency},
 		{name: "redis-sigstop", run: redisPause},
 		{name: "redis-restart", overlapAllowed: true, run: redisRestart},
-		{name: "job-deleted", run: jobDeleted},
+		{name: "job-deleted", run: jobDeleted(lockedJobs)},
 		{name: "apiserver-a-down", run: apiserverDown},
-		{name: "operator-a-sigstop", overlapAllowed: true, run: operatorPause},
+		{name: "operator-a-sigstop", overlapAllowed: true, run: operatorPause(lockedJobs)},
+		{name: "guarded-baseline", run: guardedBaseline, verify: heldThroughout},
+		{name: "guarded-blackhole-a", run: proxyFault(guardedJobs, "a", func() { env.proxies["a"].Blackhole() })},
+		{name: "guarded-job-deleted", run: jobDeleted(guardedJobs)},
+		{name: "guarded-operator-a-sigstop", overlapAllowed: true, run: operatorPause(guardedJobs)},
 		{name: "apiserver-a-slow", leaseA: fastLease, slowableA: true, run: apiserverSlow(false), verify: leadershipSurvived},
 		{name: "apiserver-a-slow-job-ends", leaseA: fastLease, slowableA: true, run: apiserverSlow(true), verify: leadershipSurvived},
-		{name: "operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, run: operatorKill},
+		{name: "operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, run: operatorKill(lockedJobs)},
 		{name: "semaphore-operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, permits: semaphorePermits,
 			run: semaphoreOperatorKill, verify: keptSlotOrLost},
-		{name: "operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion},
+		{name: "operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion(lockedJobs)},
+		{name: "guarded-operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, run: operatorKill(guardedJobs)},
+		{name: "guarded-operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion(guardedJobs)},
 		{name: "sentinel-failover", overlapAllowed: true, run: sentinelFailover},
 	}
 }
@@ -62,12 +68,12 @@ func baseline(r *run) (time.Time, error) {
 }
 
 // proxyFault cuts operator a's path to Redis (blackhole or reset) for longer
-// than the ttl while a1 holds the lock and its pod runs: operator a stays
-// alive and Redis keeps its data, so a1's pod must be stopped before its
-// lease ends in Redis, i.e. before b1 can run.
-func proxyFault(cluster string, inject func()) func(r *run) (time.Time, error) {
+// than the ttl while the cast's holder holds the lock and its pod runs:
+// operator a stays alive and Redis keeps its data, so the holder's pod must be
+// stopped before its lease ends in Redis, i.e. before a waiter can run.
+func proxyFault(k cast, cluster string, inject func()) func(r *run) (time.Time, error) {
 	return func(r *run) (time.Time, error) {
-		if err := r.holderAndWaiter(8*time.Second, testkit.LockedJobOptions{}); err != nil {
+		if err := k.setUp(r, 8*time.Second, testkit.LockedJobOptions{}); err != nil {
 			return time.Time{}, err
 		}
 		inject()
@@ -118,22 +124,25 @@ func redisRestart(r *run) (time.Time, error) {
 	return time.Now(), nil
 }
 
-// jobDeleted deletes a1's Job out of band while its pod runs (kubectl delete
-// job): the workload must not run a second time under the same fence.
-func jobDeleted(r *run) (time.Time, error) {
-	a := env.clusters["a"]
-	if err := r.holderAndWaiter(5*time.Second, testkit.LockedJobOptions{}); err != nil {
-		return time.Time{}, err
+// jobDeleted deletes the holder's Job out of band while its pod runs (kubectl
+// delete job): the workload must not run a second time under the same fence,
+// and no waiter may run beside its pod.
+func jobDeleted(k cast) func(r *run) (time.Time, error) {
+	return func(r *run) (time.Time, error) {
+		a := env.clusters["a"]
+		if err := k.setUp(r, 5*time.Second, testkit.LockedJobOptions{}); err != nil {
+			return time.Time{}, err
+		}
+		name, err := k.holderJob(r)
+		if err != nil {
+			return time.Time{}, err
+		}
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: name}}
+		if err := a.k8s.Delete(r.ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+			return time.Time{}, fmt.Errorf("delete Job %s: %w", job.Name, err)
+		}
+		return time.Now(), nil
 	}
-	lj := &batchv1alpha1.LockedJob{}
-	if err := a.k8s.Get(r.ctx, client.ObjectKey{Namespace: r.ns, Name: "a1"}, lj); err != nil {
-		return time.Time{}, err
-	}
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: lj.Status.JobName}}
-	if err := a.k8s.Delete(r.ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
-		return time.Time{}, fmt.Errorf("delete Job %s: %w", job.Name, err)
-	}
-	return time.Now(), nil
 }
 
 // apiserverDown kills cluster a's kube-apiserver for twice the ttl while a1
@@ -158,31 +167,35 @@ func apiserverDown(r *run) (time.Time, error) {
 	return time.Now(), nil
 }
 
-// operatorPause SIGSTOPs operator a past the ttl while a1 holds and lets a1's
-// pod complete meanwhile; after SIGCONT, a1 must not report Succeeded: b1
-// took the lock during its run.
-func operatorPause(r *run) (time.Time, error) {
-	if err := r.holderAndWaiter(5*time.Second, testkit.LockedJobOptions{}); err != nil {
-		return time.Time{}, err
+// operatorPause SIGSTOPs operator a past the ttl while the holder holds and
+// lets its pod complete meanwhile; after SIGCONT, the holder must not report
+// Succeeded (a guarded Job: Released): a waiter took the lock during its run.
+func operatorPause(k cast) func(r *run) (time.Time, error) {
+	return func(r *run) (time.Time, error) {
+		if err := k.setUp(r, 5*time.Second, testkit.LockedJobOptions{}); err != nil {
+			return time.Time{}, err
+		}
+		o := env.operators["a"]
+		if err := o.pause(); err != nil {
+			return time.Time{}, err
+		}
+		hold(2 * ttl)
+		if err := o.resume(); err != nil {
+			return time.Time{}, err
+		}
+		return time.Now(), nil
 	}
-	o := env.operators["a"]
-	if err := o.pause(); err != nil {
-		return time.Time{}, err
-	}
-	hold(2 * ttl)
-	if err := o.resume(); err != nil {
-		return time.Time{}, err
-	}
-	return time.Now(), nil
 }
 
-// operatorKill SIGKILLs operator a while a1 holds and starts it again at once
-// (its successor leads once the 4 s leader lease ran out).
-func operatorKill(r *run) (time.Time, error) {
-	if err := r.holderAndWaiter(6*time.Second, testkit.LockedJobOptions{}); err != nil {
-		return time.Time{}, err
+// operatorKill SIGKILLs operator a while the holder holds and starts it again
+// at once (its successor leads once the 4 s leader lease ran out).
+func operatorKill(k cast) func(r *run) (time.Time, error) {
+	return func(r *run) (time.Time, error) {
+		if err := k.setUp(r, 6*time.Second, testkit.LockedJobOptions{}); err != nil {
+			return time.Time{}, err
+		}
+		return killAndRestart("a")
 	}
-	return killAndRestart("a")
 }
 
 // killAndRestart SIGKILLs the named operator and starts it again at once; it returns when the new
@@ -196,30 +209,33 @@ func killAndRestart(name string) (time.Time, error) {
 	return time.Now(), nil
 }
 
-// restartDuringDeletion deletes a1 while its pod runs; the pod takes 8 s to
-// terminate (well past the 3 s ttl), and operator a is restarted (SIGTERM,
-// new process) meanwhile. The new operator must keep the lock until the pod is
-// gone, so b1 may not run beside the terminating pod. A graceful restart is
-// not a crash: the lock must survive it, so overlaps fail here.
-func restartDuringDeletion(r *run) (time.Time, error) {
-	a := env.clusters["a"]
-	if err := r.holderAndWaiter(20*time.Second, testkit.LockedJobOptions{Deleting: 8 * time.Second}); err != nil {
-		return time.Time{}, err
+// restartDuringDeletion deletes the holder (the LockedJob, or the guarded Job)
+// while its pod runs; the pod takes 8 s to terminate (well past the 3 s ttl),
+// and operator a is restarted (SIGTERM, new process) meanwhile. The new
+// operator must keep the lock until the pod is gone, so no waiter may run
+// beside the terminating pod. A graceful restart is not a crash: the lock must
+// survive it, so overlaps fail here.
+func restartDuringDeletion(k cast) func(r *run) (time.Time, error) {
+	return func(r *run) (time.Time, error) {
+		a := env.clusters["a"]
+		if err := k.setUp(r, 20*time.Second, testkit.LockedJobOptions{Deleting: 8 * time.Second}); err != nil {
+			return time.Time{}, err
+		}
+		deleted := k.holder(r)
+		if err := a.k8s.Delete(r.ctx, deleted, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+			return time.Time{}, fmt.Errorf("delete %s: %w", deleted.GetName(), err)
+		}
+		// Restart once the operator has started the deletion (the pod terminates).
+		if err := poll(30*time.Second, func() (bool, string) {
+			return a.terminatingPods(r.ns) > 0, "no terminating pod of " + deleted.GetName()
+		}); err != nil {
+			return time.Time{}, err
+		}
+		if err := env.operators["a"].restart(fastLease); err != nil {
+			return time.Time{}, err
+		}
+		return time.Now(), nil
 	}
-	lj := &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "a1"}}
-	if err := a.k8s.Delete(r.ctx, lj); err != nil {
-		return time.Time{}, err
-	}
-	// Restart once the operator has started the deletion (the pod terminates).
-	if err := poll(30*time.Second, func() (bool, string) {
-		return a.terminatingPods(r.ns) > 0, "no terminating pod of a1"
-	}); err != nil {
-		return time.Time{}, err
-	}
-	if err := env.operators["a"].restart(fastLease); err != nil {
-		return time.Time{}, err
-	}
-	return time.Now(), nil
 }
 
 // sentinelMaster is the name the Sentinel scenario's sentinel monitors.
@@ -367,7 +383,7 @@ func leadershipSurvived(r *run, h history) []string {
 	if len(a1Leases) == 1 && !a1Leases[0].End.IsZero() {
 		logf("%s: the lock passed on %s after a1's pod ended", r.sc.name, a1Leases[0].End.Sub(podEnd).Round(time.Millisecond))
 	}
-	for _, l := range h.LockedJobs {
+	for _, l := range h.Claimants {
 		if l.Phase != string(batchv1alpha1.PhaseSucceeded) {
 			fails = append(fails, fmt.Sprintf("%s ended %s (%s), want Succeeded", l.holder(), l.Phase, l.Message))
 		}

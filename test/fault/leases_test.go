@@ -152,3 +152,20 @@ func (w *leaseWatcher) all() []lease {
 	}
 	return out
 }
+
+// queuedHolders reads who waits in the queue of the lock of scope Cluster named lock, straight from
+// the shared redis-server: every waiter, as holderOf names it (the queue's members are the holder
+// names, internal/redislock/queue.lua).
+func queuedHolders(ctx context.Context, addr, lock string) ([]string, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond,
+		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+	defer func() { _ = rdb.Close() }()
+	members, err := rdb.ZRange(ctx, slotKey(lock, 0)+":queue", 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range members {
+		members[i] = holderOf(m)
+	}
+	return members, nil
+}

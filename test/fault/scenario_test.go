@@ -71,7 +71,10 @@ type run struct {
 	faultAt time.Time
 
 	mu       sync.Mutex
-	terminal map[string]lockedJobEntry // holder -> last seen, with the first terminal time
+	terminal map[string]claimantEntry // LockedJobs: holder -> last seen, with the first terminal time
+	// guarded are the holders of the guarded Jobs the scenario created, each of which must be seen
+	// terminal (the recorders keep their states).
+	guarded []string
 	// allowOverlap is set by a scenario that learns during the run that a
 	// process went away (e.g. an operator that lost its leadership).
 	allowOverlap bool
@@ -93,7 +96,7 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 		passAll()
 		ctx := t.Context()
 		r := &run{t: t, sc: sc, ns: namespacePrefix + sc.name, lock: "lock-" + sc.name, ctx: ctx, start: time.Now(),
-			terminal: map[string]lockedJobEntry{}}
+			terminal: map[string]claimantEntry{}}
 		marks := map[string]testkit.LogMark{}
 		for name, o := range env.operators {
 			marks[name] = o.mark()
@@ -176,10 +179,11 @@ func (r *run) create(c *cluster, name string, o testkit.LockedJobOptions) error 
 	return nil
 }
 
-// waitRunning waits until a pod of the LockedJob runs.
-func (r *run) waitRunning(c *cluster, name string) error {
+// waitRunning waits until a pod of the claimant (a LockedJob's name, or guardedClaimant of a
+// guarded Job) runs.
+func (r *run) waitRunning(c *cluster, claimant string) error {
 	return poll(60*time.Second, func() (bool, string) {
-		return c.runningPods(r.ns, name) > 0, fmt.Sprintf("no Running pod of %s/%s", c.name, name)
+		return c.runningPods(r.ns, claimant) > 0, fmt.Sprintf("no Running pod of %s/%s", c.name, claimant)
 	})
 }
 
@@ -269,15 +273,26 @@ func (r *run) watchLockedJobs() {
 }
 
 func (r *run) allTerminal() (bool, string) {
+	var open []string
+	guarded := map[string]claimantEntry{}
+	for _, c := range env.clusters {
+		for _, e := range c.guardedJobs(r.ns) {
+			guarded[e.holder()] = e
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var open []string
 	for key, e := range r.terminal {
 		if e.TerminalAt.IsZero() {
 			open = append(open, key+"="+e.Phase)
 		}
 	}
-	return len(r.terminal) > 0 && len(open) == 0, "not terminal: " + strings.Join(open, ", ")
+	for _, key := range r.guarded {
+		if e, ok := guarded[key]; !ok || e.TerminalAt.IsZero() {
+			open = append(open, key+"="+cmp.Or(e.Phase, "not seen"))
+		}
+	}
+	return len(r.terminal)+len(r.guarded) > 0 && len(open) == 0, "not terminal: " + strings.Join(open, ", ")
 }
 
 func (r *run) settled() bool {
@@ -293,25 +308,30 @@ func (r *run) settled() bool {
 func (r *run) history(healedAt time.Time) history {
 	now := time.Now()
 	h := history{Permits: max(r.sc.permits, 1), HealedAt: healedAt, TerminalBound: terminalBound, Leases: r.leases.all()}
+	events := r.events()
 	for _, c := range env.clusters {
 		jobs, pods := c.history(r.ns, now)
 		h.Jobs = append(h.Jobs, jobs...)
 		h.Pods = append(h.Pods, pods...)
+		for _, e := range c.guardedJobs(r.ns) {
+			e.Events = events[e.holder()]
+			h.Claimants = append(h.Claimants, e)
+		}
 	}
-	events := r.events()
 	r.mu.Lock()
 	for key, e := range r.terminal {
 		e.Events = events[key]
-		h.LockedJobs = append(h.LockedJobs, e)
+		h.Claimants = append(h.Claimants, e)
 	}
 	r.mu.Unlock()
-	slices.SortFunc(h.LockedJobs, func(a, b lockedJobEntry) int { return strings.Compare(a.holder(), b.holder()) })
+	slices.SortFunc(h.Claimants, func(a, b claimantEntry) int { return strings.Compare(a.holder(), b.holder()) })
 	slices.SortFunc(h.Jobs, func(a, b jobEntry) int { return a.Added.Compare(b.Added) })
 	slices.SortFunc(h.Pods, func(a, b podSpan) int { return a.Start.Compare(b.Start) })
 	return h
 }
 
-// events returns the reasons of each LockedJob's Events, oldest first.
+// events returns the reasons of each claimant's Events, oldest first: a LockedJob's, and a guarded
+// Job's (the operator's and the Job controller's, on the Job).
 func (r *run) events() map[string][]string {
 	out := map[string][]string{}
 	for _, c := range env.clusters {
@@ -319,16 +339,24 @@ func (r *run) events() map[string][]string {
 		if err := c.k8s.List(r.ctx, &list, client.InNamespace(r.ns)); err != nil {
 			continue
 		}
+		guarded := map[string]bool{}
+		for _, j := range c.rec.History().InNamespace(r.ns).Jobs {
+			guarded[j.Name] = j.Guarded
+		}
 		slices.SortStableFunc(list.Items, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b)) })
 		for _, e := range list.Items {
-			if e.InvolvedObject.Kind == "LockedJob" {
-				key := holder(c.name, r.ns, e.InvolvedObject.Name)
-				reason := e.Reason
-				if e.Count > 1 {
-					reason += fmt.Sprintf("x%d", e.Count)
-				}
-				out[key] = append(out[key], reason)
+			name := e.InvolvedObject.Name
+			if e.InvolvedObject.Kind == "Job" && guarded[name] {
+				name = guardedClaimant(name)
+			} else if e.InvolvedObject.Kind != "LockedJob" {
+				continue
 			}
+			key := holder(c.name, r.ns, name)
+			reason := e.Reason
+			if e.Count > 1 {
+				reason += fmt.Sprintf("x%d", e.Count)
+			}
+			out[key] = append(out[key], reason)
 		}
 	}
 	return out
@@ -353,15 +381,15 @@ func (r *run) logHistory(h history, v verdict) {
 			l.Slot, rel(l.Start, r.start), rel(l.End, r.start), l.LongestGap.Round(time.Millisecond), l.LeastLeft.Round(time.Millisecond))
 	}
 	for _, j := range h.Jobs {
-		fmt.Fprintf(&b, "job  %s/%-14s lj=%-3s fence=%d slot=%d uid=%.8s added=%s finished=%s\n", j.Cluster, j.Name, j.LockedJob, j.Fence,
+		fmt.Fprintf(&b, "job  %s/%-14s for=%-7s fence=%d slot=%d uid=%.8s added=%s finished=%s\n", j.Cluster, j.Name, j.Claimant, j.Fence,
 			j.Slot, j.UID, rel(j.Added, r.start), rel(j.Finished, r.start))
 	}
 	for _, p := range h.Pods {
 		fmt.Fprintf(&b, "pod  %s/%-22s job=%.8s fence=%d slot=%d running %s .. %s (terminating from %s)\n", p.Cluster, p.Name, p.JobUID,
 			p.Fence, p.Slot, rel(p.Start, r.start), rel(p.End, r.start), rel(p.Terminating, r.start))
 	}
-	for _, l := range h.LockedJobs {
-		fmt.Fprintf(&b, "lj   %s phase=%s terminal=%s events=%v message=%q\n     conditions=%v\n", l.holder(), l.Phase,
+	for _, l := range h.Claimants {
+		fmt.Fprintf(&b, "for  %s phase=%s terminal=%s events=%v message=%q\n     conditions=%v\n", l.holder(), l.Phase,
 			rel(l.TerminalAt, r.start), l.Events, l.Message, l.Conditions)
 	}
 	fmt.Fprintf(&b, "verdict: holders=%d/%d crowded=%d (%s) ", v.MostHolders, v.Permits, v.Crowded, v.LongestCrowded.Round(time.Millisecond))

@@ -112,7 +112,7 @@ func semaphoreFull(_ *run, h history) []string {
 	if most, _, _ := crowding(h.Pods, h.permits()); most < h.permits() {
 		fails = append(fails, fmt.Sprintf("never more than %d holder(s) running at once on a lock of %d permits", most, h.permits()))
 	}
-	for _, l := range h.LockedJobs {
+	for _, l := range h.Claimants {
 		if l.Phase != string(batchv1alpha1.PhaseSucceeded) {
 			fails = append(fails, fmt.Sprintf("%s ended %s (%s), want Succeeded", l.holder(), l.Phase, l.Message))
 		}
@@ -186,7 +186,7 @@ func keptSlotOrLost(r *run, h history) []string {
 		}
 		logf("%s: a/%s ended %s; its Job ran in slot %v", r.sc.name, name, lj.Status.Phase, slots)
 	}
-	for _, l := range h.LockedJobs {
+	for _, l := range h.Claimants {
 		if l.Cluster == "b" && l.Phase != string(batchv1alpha1.PhaseSucceeded) {
 			fails = append(fails, fmt.Sprintf("%s ended %s (%s), want Succeeded", l.holder(), l.Phase, l.Message))
 		}

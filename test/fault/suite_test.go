@@ -87,8 +87,8 @@ func TestFault(t *testing.T) {
 	}
 }
 
-// setUp builds the manager, starts both clusters, the shared redis-server,
-// the two fault proxies and the two operators. The slow parts (build, two
+// setUp builds the manager, starts both clusters (with the CRDs and the admission gate of
+// guarded Jobs), the shared redis-server, the two fault proxies and the two operators. The slow parts (build, two
 // control planes) run side by side.
 func setUp(t *testing.T) {
 	var err error
@@ -157,6 +157,10 @@ func setUp(t *testing.T) {
 		t.Fatal(errors.Join(errs...))
 	}
 
+	guard, err := testkit.GuardPolicies(env.root)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel) // ends the recorders' watches before the clusters go
 	for _, c := range env.clusters {
@@ -171,6 +175,9 @@ func setUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := c.installCRD(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.installGuard(ctx, guard); err != nil {
 			t.Fatal(err)
 		}
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}

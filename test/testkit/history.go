@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // JobRecord is one Job as a Recorder saw it. Each stamp is the test's clock when the watch event
@@ -18,14 +20,24 @@ import (
 type JobRecord struct {
 	Namespace, Name, UID string
 	LockedJob            string // the LockedJob annotation: the full name, which a label may not hold
-	Fence                int64  // the fencing-token annotation
-	Slot                 int    // the semaphore slot annotation (0 without)
-	Added                time.Time
-	Complete             time.Time // condition Complete=True
-	Failed               time.Time // condition Failed=True
-	Suspended            time.Time // spec.suspend=true
-	Deleted              time.Time
-	Job                  *batchv1.Job // the latest version seen
+	// Guarded: a guarded Job (locks.IsGuardedJob), which asks for its lock by label and gets its
+	// fence when the operator unsuspends it.
+	Guarded bool
+	Fence   int64 // the fencing-token annotation, as first seen with one (a guarded Job's comes with its unsuspension)
+	Slot    int   // the semaphore slot annotation (0 without)
+	Added   time.Time
+	// Unsuspended is when the Job was first seen not suspended: when its pods may start. A
+	// LockedJob's Job is created so; a guarded Job is created suspended by the admission gate, and
+	// this is the operator's unsuspend write, which also carries the fence.
+	Unsuspended time.Time
+	Complete    time.Time // condition Complete=True
+	Failed      time.Time // condition Failed=True
+	Suspended   time.Time // spec.suspend=true, after the Job was seen unsuspended
+	Deleted     time.Time
+	// GuardSeen is when each value of a guarded Job's guard annotation (Held, Released, Lost, …)
+	// was first seen.
+	GuardSeen map[batchv1alpha1.GuardState]time.Time
+	Job       *batchv1.Job // the latest version seen
 }
 
 // Finished is when the Job was first seen Complete or, failing that, Failed (zero if neither).
@@ -39,6 +51,14 @@ func (j JobRecord) Finished() time.Time {
 // Ended is the first of Complete, Failed, Suspended and Deleted: from then on the Job's pods no
 // longer run by the Job's will (a suspended or deleted Job's pods are being stopped).
 func (j JobRecord) Ended() time.Time { return earliest(j.Complete, j.Failed, j.Suspended, j.Deleted) }
+
+// Guard is the guard annotation as last seen ("" for a Job without one).
+func (j JobRecord) Guard() batchv1alpha1.GuardState {
+	if j.Job == nil {
+		return ""
+	}
+	return batchv1alpha1.GuardState(j.Job.Annotations[batchv1alpha1.AnnotationGuard])
+}
 
 // PodRecord is one pod as a Recorder saw it, stamped like JobRecord.
 type PodRecord struct {
@@ -157,12 +177,15 @@ func (r *journal) onJob(t watch.EventType, job *batchv1.Job, now time.Time) {
 	rec, ok := r.jobs[string(job.UID)]
 	if !ok {
 		rec = &JobRecord{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID),
-			LockedJob: job.Annotations[batchv1alpha1.AnnotationLockedJob], Fence: fenceOf(job.Annotations), Added: now}
-		rec.Slot, _ = slotOf(job.Annotations)
+			LockedJob: job.Annotations[batchv1alpha1.AnnotationLockedJob], Guarded: locks.IsGuardedJob(job), Added: now}
 		r.jobs[rec.UID] = rec
 		r.jobUIDs = append(r.jobUIDs, rec.UID)
 	}
 	rec.Job = job
+	if rec.Fence == 0 {
+		rec.Fence = fenceOf(job.Annotations)
+		rec.Slot, _ = slotOf(job.Annotations)
+	}
 	for _, c := range job.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
@@ -174,8 +197,20 @@ func (r *journal) onJob(t watch.EventType, job *batchv1.Job, now time.Time) {
 			stamp(&rec.Failed, now)
 		}
 	}
-	if job.Spec.Suspend != nil && *job.Spec.Suspend {
+	suspended := job.Spec.Suspend != nil && *job.Spec.Suspend
+	switch {
+	case !suspended:
+		stamp(&rec.Unsuspended, now)
+	case !rec.Unsuspended.IsZero():
 		stamp(&rec.Suspended, now)
+	}
+	if g := batchv1alpha1.GuardState(job.Annotations[batchv1alpha1.AnnotationGuard]); g != "" {
+		if rec.GuardSeen == nil {
+			rec.GuardSeen = map[batchv1alpha1.GuardState]time.Time{}
+		}
+		if _, seen := rec.GuardSeen[g]; !seen {
+			rec.GuardSeen[g] = now
+		}
 	}
 	if t == watch.Deleted {
 		stamp(&rec.Deleted, now)
@@ -215,7 +250,9 @@ func (r *journal) onPod(t watch.EventType, pod *corev1.Pod, now time.Time) {
 func (r *journal) history() History {
 	h := History{Jobs: make([]JobRecord, 0, len(r.jobUIDs)), Pods: make([]PodRecord, 0, len(r.podUIDs))}
 	for _, uid := range r.jobUIDs {
-		h.Jobs = append(h.Jobs, *r.jobs[uid])
+		j := *r.jobs[uid]
+		j.GuardSeen = maps.Clone(j.GuardSeen) // the watches go on writing the journal's map
+		h.Jobs = append(h.Jobs, j)
 	}
 	for _, uid := range r.podUIDs {
 		h.Pods = append(h.Pods, *r.pods[uid])

@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -82,6 +83,52 @@ func TestJournalStampsFirstTransitions(t *testing.T) {
 	}
 	if p[0].HasSlot || p[0].Fence != 0 {
 		t.Errorf("pod without annotations reads slot %v, fence %d", p[0].HasSlot, p[0].Fence)
+	}
+}
+
+// TestJournalFollowsAGuardedJob: a guarded Job is created suspended and without a fence; its
+// unsuspension (which carries the fence) is when its pods may start, a suspension only after it
+// counts as its end, and each guard state is stamped when first seen.
+func TestJournalFollowsAGuardedJob(t *testing.T) {
+	guarded := func(suspend bool, guard string, fence string) *batchv1.Job {
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g", UID: "uid-g",
+			Labels: map[string]string{batchv1alpha1.LabelGuardLock: "db"}, Annotations: map[string]string{}}}
+		j.Spec.Suspend = ptr.To(suspend)
+		if guard != "" {
+			j.Annotations[batchv1alpha1.AnnotationGuard] = guard
+		}
+		if fence != "" {
+			j.Annotations[batchv1alpha1.AnnotationFencingToken] = fence
+		}
+		return j
+	}
+	r := newJournal()
+	r.onJob(watch.Added, guarded(true, "", ""), at(0))
+	r.onJob(watch.Modified, guarded(true, "", ""), at(50)) // a waiter's Job changes nothing
+	r.onJob(watch.Modified, guarded(false, "Held", "42"), at(100))
+	r.onJob(watch.Modified, guarded(true, "Held", "42"), at(300))
+	r.onJob(watch.Modified, guarded(true, "Lost", "42"), at(350))
+	r.onJob(watch.Modified, guarded(true, "Lost", "42"), at(400))
+
+	g := r.history().Job("g")
+	if !g.Guarded || g.LockedJob != "" {
+		t.Errorf("guarded %v, LockedJob %q; want a guarded Job of no LockedJob", g.Guarded, g.LockedJob)
+	}
+	if g.Added != at(0) || g.Unsuspended != at(100) || g.Suspended != at(300) || g.Ended() != at(300) {
+		t.Errorf("stamped added %v, unsuspended %v, suspended %v, ended %v; want 0, 100, 300, 300 ms",
+			g.Added, g.Unsuspended, g.Suspended, g.Ended())
+	}
+	if g.Fence != 42 {
+		t.Errorf("fence %d, want the one its unsuspension carried (42)", g.Fence)
+	}
+	want := map[batchv1alpha1.GuardState]time.Time{batchv1alpha1.GuardHeld: at(100), batchv1alpha1.GuardLost: at(350)}
+	if !maps.Equal(g.GuardSeen, want) || g.Guard() != batchv1alpha1.GuardLost {
+		t.Errorf("guard seen %v, last %q; want %v, Lost", g.GuardSeen, g.Guard(), want)
+	}
+	h := r.history()
+	r.onJob(watch.Modified, guarded(true, "Released", "42"), at(500))
+	if _, ok := h.Jobs[0].GuardSeen[batchv1alpha1.GuardReleased]; ok {
+		t.Error("a History taken before a transition changed with it: it shares the journal's map")
 	}
 }
 

@@ -15,8 +15,9 @@ import (
 // minDeleting is how long a deleted pod terminates unless LockedJobOptions.Deleting says longer.
 const minDeleting = 100 * time.Millisecond
 
-// LockedJobOptions shape a LockedJob whose Job runs one pod; the zero value of each field is the
-// CRD's default, or the one named on the field.
+// LockedJobOptions shape a LockedJob whose Job runs one pod, or a guarded Job that runs the same
+// pod under the same lock (NewGuardedJob); the zero value of each field is the CRD's default, or
+// the one named on the field.
 type LockedJobOptions struct {
 	Lock       string
 	Scope      batchv1alpha1.LockScope
@@ -34,10 +35,57 @@ type LockedJobOptions struct {
 	App string
 }
 
-// NewLockedJob builds a LockedJob whose Job runs one pod, never retried. On kwok's nodes the
-// stage annotations set the pod's timing exactly (delay == jitter-delay turns the jitter off); on
-// a real node the busybox command takes as long.
+// NewLockedJob builds a LockedJob whose Job runs one pod, never retried (jobSpec).
 func NewLockedJob(namespace, name string, o LockedJobOptions) *batchv1alpha1.LockedJob {
+	lj := &batchv1alpha1.LockedJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: batchv1alpha1.LockedJobSpec{
+			Lock:        batchv1alpha1.LockSpec{Name: o.Lock, Scope: o.Scope, OnLockLost: o.OnLockLost, Priority: o.Priority},
+			JobTemplate: batchv1alpha1.JobTemplate{Spec: jobSpec(o)},
+		},
+	}
+	if o.TTL > 0 {
+		lj.Spec.Lock.TTL = &metav1.Duration{Duration: o.TTL}
+	}
+	if o.Renew > 0 {
+		lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: o.Renew}
+	}
+	return lj
+}
+
+// NewGuardedJob builds a guarded Job: a plain Job labelled for o.Lock that runs the pod
+// NewLockedJob's Job runs, under the lock NewLockedJob's spec.lock names, its terms in the guard
+// annotations (api/v1alpha1/guard_types.go). The admission gate (config/guard) creates it
+// suspended. A guarded Job has no renew interval of its own (the operator renews at ttl/3), so
+// o.Renew must be zero.
+func NewGuardedJob(namespace, name string, o LockedJobOptions) *batchv1.Job {
+	if o.Renew != 0 {
+		panic("testkit: a guarded Job has no renew interval (LockedJobOptions.Renew must be zero)")
+	}
+	annotations := map[string]string{}
+	if o.Scope != "" {
+		annotations[batchv1alpha1.AnnotationGuardScope] = string(o.Scope)
+	}
+	if o.TTL > 0 {
+		annotations[batchv1alpha1.AnnotationGuardTTL] = o.TTL.String()
+	}
+	if o.Priority != 0 {
+		annotations[batchv1alpha1.AnnotationGuardPriority] = strconv.Itoa(int(o.Priority))
+	}
+	if o.OnLockLost != "" {
+		annotations[batchv1alpha1.AnnotationGuardOnLockLost] = string(o.OnLockLost)
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace,
+			Labels: map[string]string{batchv1alpha1.LabelGuardLock: o.Lock}, Annotations: annotations},
+		Spec: jobSpec(o),
+	}
+}
+
+// jobSpec is the Job of NewLockedJob and NewGuardedJob: one pod, never retried. On kwok's nodes
+// the stage annotations set the pod's timing exactly (delay == jitter-delay turns the jitter off);
+// on a real node the busybox command takes as long.
+func jobSpec(o LockedJobOptions) batchv1.JobSpec {
 	deleting := max(o.Deleting, minDeleting)
 	stages := map[string]time.Duration{
 		"pod-create":   100 * time.Millisecond,
@@ -61,33 +109,20 @@ func NewLockedJob(namespace, name string, o LockedJobOptions) *batchv1alpha1.Loc
 	zero := int32(0)
 	// kwok removes a terminating pod no later than its grace period ends.
 	grace := int64(deleting/time.Second) + 1
-	lj := &batchv1alpha1.LockedJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: batchv1alpha1.LockedJobSpec{
-			Lock: batchv1alpha1.LockSpec{Name: o.Lock, Scope: o.Scope, OnLockLost: o.OnLockLost, Priority: o.Priority},
-			JobTemplate: batchv1alpha1.JobTemplate{Spec: batchv1.JobSpec{
-				BackoffLimit: &zero,
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
-					Spec: corev1.PodSpec{
-						RestartPolicy:                 corev1.RestartPolicyNever,
-						TerminationGracePeriodSeconds: &grace,
-						Containers: []corev1.Container{{
-							Name: "work", Image: "busybox:1.36",
-							Command: []string{"sh", "-c", script},
-						}},
-					},
-				},
-			}},
+	return batchv1.JobSpec{
+		BackoffLimit: &zero,
+		Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
+			Spec: corev1.PodSpec{
+				RestartPolicy:                 corev1.RestartPolicyNever,
+				TerminationGracePeriodSeconds: &grace,
+				Containers: []corev1.Container{{
+					Name: "work", Image: "busybox:1.36",
+					Command: []string{"sh", "-c", script},
+				}},
+			},
 		},
 	}
-	if o.TTL > 0 {
-		lj.Spec.Lock.TTL = &metav1.Duration{Duration: o.TTL}
-	}
-	if o.Renew > 0 {
-		lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: o.Renew}
-	}
-	return lj
 }
 
 func kwokDuration(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }

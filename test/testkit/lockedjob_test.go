@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 func TestNewLockedJobDefaults(t *testing.T) {
@@ -103,5 +104,37 @@ func TestNewLockedJobOptions(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) { tc.check(t, NewLockedJob("ns", "x", tc.o)) })
+	}
+}
+
+// TestNewGuardedJobAsksWhatTheLockedJobAsks: a guarded Job built from the same options runs the
+// LockedJob's Job and asks for its lock, as the operator reads a guarded Job's label and annotations.
+func TestNewGuardedJobAsksWhatTheLockedJobAsks(t *testing.T) {
+	for name, o := range map[string]LockedJobOptions{
+		"the lock's name alone": {Lock: "door", Run: 2 * time.Second, App: "fault"},
+		"every term of the lock": {Lock: "door", Scope: batchv1alpha1.LockScopeCluster, TTL: 3 * time.Second,
+			OnLockLost: batchv1alpha1.LockLostDelete, Priority: -7, Run: 5 * time.Second, Deleting: 8 * time.Second, Fail: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			job, lj := NewGuardedJob("ns", "g", o), NewLockedJob("ns", "g", o)
+			if job.Namespace != "ns" || job.Name != "g" {
+				t.Errorf("Job %s/%s, want ns/g", job.Namespace, job.Name)
+			}
+			if !locks.IsGuardedJob(job) {
+				t.Errorf("labels %v: not a guarded Job", job.Labels)
+			}
+			if diff := cmp.Diff(lj.Spec.JobTemplate.Spec, job.Spec); diff != "" {
+				t.Errorf("the guarded Job does not run the LockedJob's Job (-lockedjob,+guarded):\n%s", diff)
+			}
+			c, err := locks.ClaimantOfJob(job)
+			if err != nil {
+				t.Fatalf("ClaimantOfJob: %v", err)
+			}
+			want := lj.Spec.Lock
+			want.Scope = want.ScopeOrDefault()
+			if diff := cmp.Diff(want, c.Lock); diff != "" {
+				t.Errorf("the guarded Job asks for another lock than the LockedJob (-lockedjob,+guarded):\n%s", diff)
+			}
+		})
 	}
 }

@@ -1,0 +1,101 @@
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+)
+
+// GuardPolicies are the objects of the admission gate of guarded Jobs (config/guard) as the
+// project's pinned kustomize builds them: bin/kustomize under root (`make kustomize`), or
+// $KUSTOMIZE. Every suite that installs the gate installs these, so each runs what ships.
+func GuardPolicies(root string) ([]*unstructured.Unstructured, error) {
+	kustomize := filepath.Join(root, "bin", "kustomize")
+	if k := os.Getenv("KUSTOMIZE"); k != "" {
+		kustomize = k
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(kustomize, "build", filepath.Join(root, "config", "guard"))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s (run `make kustomize` first): %w\n%s", cmd, err, stderr.String())
+	}
+	var objs []*unstructured.Unstructured
+	d := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	for {
+		var raw json.RawMessage
+		if err := d.Decode(&raw); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("decode kustomize build config/guard: %w", err)
+		}
+		o := &unstructured.Unstructured{}
+		if err := o.UnmarshalJSON(raw); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", raw, err)
+		}
+		objs = append(objs, o)
+	}
+	if len(objs) == 0 {
+		return nil, errors.New("kustomize build config/guard built nothing")
+	}
+	return objs, nil
+}
+
+// InstallGuard creates policies (GuardPolicies) through c and waits, up to timeout, until both are
+// in force: the API server compiles a policy and starts using it a moment after it is created. A
+// probe Job in namespace, sent as a dry run so it leaves nothing behind, must be suspended by the
+// mutating policy, and one with a scope that does not parse refused by the validating policy.
+// c's scheme must know batch/v1.
+func InstallGuard(ctx context.Context, c client.Client, policies []*unstructured.Unstructured, namespace string, timeout time.Duration) error {
+	for _, o := range policies {
+		if err := c.Create(ctx, o.DeepCopy()); err != nil {
+			return fmt.Errorf("create %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		why := guardProbe(ctx, c, namespace)
+		if why == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the policies of config/guard are not in force after %s: %s", timeout, why)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the policies of config/guard: %s: %w", why, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// guardProbe says why the gate is not in force yet ("" once it is).
+func guardProbe(ctx context.Context, c client.Client, namespace string) string {
+	probe := NewGuardedJob(namespace, "guard-probe", LockedJobOptions{Lock: "guard-probe", Run: time.Second})
+	if err := c.Create(ctx, probe, client.DryRunAll); err != nil {
+		return fmt.Sprintf("a guarded Job is refused: %v", err)
+	}
+	if probe.Spec.Suspend == nil || !*probe.Spec.Suspend {
+		return "the mutating policy is not in force: a guarded Job is created running"
+	}
+	bad := NewGuardedJob(namespace, "guard-probe", LockedJobOptions{Lock: "guard-probe", Scope: "Everywhere", Run: time.Second})
+	err := c.Create(ctx, bad, client.DryRunAll)
+	if err == nil || !strings.Contains(err.Error(), batchv1alpha1.AnnotationGuardScope) {
+		return fmt.Sprintf("the validating policy is not in force: a guarded Job of scope Everywhere is answered %v", err)
+	}
+	return ""
+}
