@@ -25,13 +25,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 const (
-	finalizer = batchv1alpha1.FinalizerReleaseLock
+	finalizer = guard.Finalizer
 	// maxStepsPerPass bounds the steps one pass chains (acquire → unsuspend is the longest; a
 	// re-adoption that finds the lock lost goes on to lose it).
 	maxStepsPerPass = 4
