@@ -33,7 +33,7 @@ func (r *GuardedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Resul
 	}
 	p.claim.Permits = permits
 	rctx, cancel := r.redisCtx(ctx)
-	lock, err := r.Locks.Acquire(rctx, p.claim, guard.TTLOf(p.claimant), r.Config.Identity.QueueScore(p.claimant), r.Config.waiterLiveness())
+	lock, err := r.Locks.Acquire(rctx, p.claim, guard.TTLOf(p.claimant), r.Config.Identity.QueueScore(p.claimant), r.Config.WaiterLiveness())
 	cancel()
 	if errors.Is(err, lockbook.ErrNotAcquired) {
 		return r.wait(ctx, p, err), false, nil
@@ -68,8 +68,7 @@ func (r *GuardedJobReconciler) wait(ctx context.Context, p *pass, notAcquired er
 	if qe, ok := errors.AsType[*lockbook.QueuedError](notAcquired); ok {
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for lock", "lock", p.claim.Key, "position", qe.Position)
 	}
-	waited := r.Clock.Since(p.job.CreationTimestamp.Time)
-	return ctrl.Result{RequeueAfter: guard.Jitter(min(max(waited/4, r.Config.WaitBackoffMin), r.Config.WaitBackoffMax))}
+	return ctrl.Result{RequeueAfter: r.Config.WaitBackoff(r.Clock.Since(p.job.CreationTimestamp.Time))}
 }
 
 // unsuspend lets the Job run under the lock, in one optimistic write: the fence, lock, holder and
