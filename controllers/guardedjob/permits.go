@@ -15,8 +15,9 @@ import (
 // announces it. Each of them asks Redis once.
 func (r *GuardedJobReconciler) waitersOfLock(ctx context.Context, scope batchv1alpha1.LockScope, decl client.Object) []reconcile.Request {
 	key := r.Config.Identity.KeyOf(scope, decl.GetNamespace(), decl.GetName())
-	var reqs []reconcile.Request
-	for _, job := range r.waiters(ctx, r.Locks.RedisKey(key)) {
+	waiters := r.waiters(ctx, r.Locks.RedisKey(key))
+	reqs := make([]reconcile.Request, 0, len(waiters))
+	for _, job := range waiters {
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(job)})
 	}
 	return reqs

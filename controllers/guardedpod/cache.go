@@ -98,8 +98,9 @@ func (r *GuardedPodReconciler) waiters(ctx context.Context, key string) []client
 // declares (sreconcile.WakeOnPermits).
 func (r *GuardedPodReconciler) waitersOfLock(ctx context.Context, scope batchv1alpha1.LockScope, decl client.Object) []reconcile.Request {
 	key := r.Config.Identity.KeyOf(scope, decl.GetNamespace(), decl.GetName())
-	var reqs []reconcile.Request
-	for _, pod := range r.waiters(ctx, r.Locks.RedisKey(key)) {
+	waiters := r.waiters(ctx, r.Locks.RedisKey(key))
+	reqs := make([]reconcile.Request, 0, len(waiters))
+	for _, pod := range waiters {
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pod)})
 	}
 	return reqs

@@ -86,16 +86,19 @@ func InstallGuard(ctx context.Context, c client.Client, policies []*unstructured
 	}
 }
 
+// guardProbeName names the probes, and their lock.
+const guardProbeName = "guard-probe"
+
 // guardProbe says why the gate is not in force yet ("" once it is).
 func guardProbe(ctx context.Context, c client.Client, namespace string) string {
-	probe := NewGuardedJob(namespace, "guard-probe", LockedJobOptions{Lock: "guard-probe", Run: time.Second})
+	probe := NewGuardedJob(namespace, guardProbeName, LockedJobOptions{Lock: guardProbeName, Run: time.Second})
 	if err := c.Create(ctx, probe, client.DryRunAll); err != nil {
 		return fmt.Sprintf("a guarded Job is refused: %v", err)
 	}
 	if probe.Spec.Suspend == nil || !*probe.Spec.Suspend {
 		return "the mutating policy is not in force: a guarded Job is created running"
 	}
-	bad := NewGuardedJob(namespace, "guard-probe", LockedJobOptions{Lock: "guard-probe", Scope: "Everywhere", Run: time.Second})
+	bad := NewGuardedJob(namespace, guardProbeName, LockedJobOptions{Lock: guardProbeName, Scope: "Everywhere", Run: time.Second})
 	err := c.Create(ctx, bad, client.DryRunAll)
 	if err == nil || !strings.Contains(err.Error(), batchv1alpha1.AnnotationGuardScope) {
 		return fmt.Sprintf("the validating policy is not in force: a guarded Job of scope Everywhere is answered %v", err)
@@ -117,8 +120,8 @@ func guardProbe(ctx context.Context, c client.Client, namespace string) string {
 // guardProbePod is a bare Pod labelled for a lock, of scope ("" for none).
 func guardProbePod(namespace, scope string) *corev1.Pod {
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "guard-probe",
-			Labels: map[string]string{batchv1alpha1.LabelGuardLock: "guard-probe"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: guardProbeName,
+			Labels: map[string]string{batchv1alpha1.LabelGuardLock: guardProbeName}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "busybox"}}},
 	}
 	if scope != "" {
