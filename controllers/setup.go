@@ -1,6 +1,7 @@
 // Package controllers sets up the operator's reconcilers on a manager: the LockedJob reconciler
 // (controllers/lockedjob), the per-lock view of Lock and ClusterLock (controllers/lockview), the
-// LockedCronJob schedules (controllers/lockedcronjob) and guarded Jobs (controllers/guardedjob),
+// LockedCronJob schedules (controllers/lockedcronjob), guarded Jobs (controllers/guardedjob) and guarded
+// Pods (controllers/guardedpod),
 // over one lock book. cmd/manager and the
 // envtest suite both set them up here, so the suite runs what the operator runs.
 package controllers
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/lockedjob/lockedjob/controllers/guardedjob"
+	"github.com/lockedjob/lockedjob/controllers/guardedpod"
 	"github.com/lockedjob/lockedjob/controllers/lockedcronjob"
 	"github.com/lockedjob/lockedjob/controllers/lockedjob"
 	"github.com/lockedjob/lockedjob/controllers/lockview"
@@ -31,6 +33,9 @@ const (
 	// default with the others; without the admission gate of config/guard no such Job is suspended,
 	// and it only marks them Unguarded.
 	GuardedJob = "guardedjob"
+	// GuardedPod acts only on bare Pods labelled for a lock, so it is on by default as GuardedJob;
+	// without the admission gate no such Pod is gated, and it only marks them Unguarded.
+	GuardedPod = "guardedpod"
 )
 
 // Options are what the reconcilers share, and each one's own tuning.
@@ -48,6 +53,8 @@ type Options struct {
 	// GuardedJob tunes the guarded-Job reconciler; its Identity, ClusterScopeNamespaces and
 	// RedisTimeout are set from the fields above.
 	GuardedJob guardedjob.Config
+	// GuardedPod tunes the guarded-Pod reconciler, as GuardedJob.
+	GuardedPod guardedpod.Config
 	// View tunes how often the per-lock view writes, reads Redis again and announces (zero: its
 	// defaults).
 	View lockview.Timing
@@ -128,6 +135,19 @@ func Setup(ctx context.Context, mgr ctrl.Manager, book *lockbook.Book, o Options
 		}
 		if err := guarded.SetupWithManager(ctx, mgr); err != nil {
 			return fmt.Errorf("set up guardedjob controller: %w", err)
+		}
+	}
+	if o.enabled(GuardedPod) {
+		c := o.GuardedPod
+		c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = o.Identity, o.ClusterScopeNamespaces, o.RedisTimeout
+		pods := &guardedpod.GuardedPodReconciler{
+			Client:   mgr.GetClient(),
+			Recorder: mgr.GetEventRecorder("guardedpod"),
+			Locks:    book,
+			Config:   c,
+		}
+		if err := pods.SetupWithManager(ctx, mgr); err != nil {
+			return fmt.Errorf("set up guardedpod controller: %w", err)
 		}
 	}
 	// +kubebuilder:scaffold:builder

@@ -39,6 +39,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/guardedjob"
+	"github.com/lockedjob/lockedjob/controllers/guardedpod"
 	"github.com/lockedjob/lockedjob/controllers/lockedjob"
 	"github.com/lockedjob/lockedjob/controllers/lockview"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
@@ -179,7 +180,8 @@ func startOperatorOn(addrs []string, mutate ...func(*Options)) *operator {
 		// Guarded waiters, as the LockedJob's, re-check only every 30s: a handoff seen sooner proves
 		// the release wake-up.
 		GuardedJob:  guardedjob.Config{WaitBackoffMin: 30 * time.Second, WaitBackoffMax: 30 * time.Second},
-		Controllers: []string{LockedJob, LockView, GuardedJob},
+		GuardedPod:  guardedpod.Config{WaitBackoffMin: 30 * time.Second, WaitBackoffMax: 30 * time.Second},
+		Controllers: []string{LockedJob, LockView, GuardedJob, GuardedPod},
 	}
 	for _, m := range mutate {
 		m(&o)

@@ -29,6 +29,11 @@ const (
 	// CEL on every Job of the cluster.
 	LabelGuardLock = "batch.lockedjob.dev/lock"
 
+	// SchedulingGateGuard is the scheduling gate the admission policy adds to a guarded Pod (a bare
+	// Pod labelled LabelGuardLock) at creation, and the operator removes, in the write that gives
+	// the Pod its fence, once it holds the lock.
+	SchedulingGateGuard = "batch.lockedjob.dev/lock"
+
 	// AnnotationGuardScope is the lock's scope, as spec.lock.scope: Namespace (default) or Cluster.
 	AnnotationGuardScope = "batch.lockedjob.dev/scope"
 	// AnnotationGuardPriority orders the waiters of one lock, as spec.lock.priority: a decimal
@@ -68,7 +73,7 @@ const (
 	// created suspended by the admission gate, or someone else unsuspended it): it is never a holder.
 	GuardUnguarded GuardState = "Unguarded"
 	// GuardScopeNotAllowed: Cluster scope from a namespace the operator does not trust; the Job stays
-	// suspended.
+	// suspended (a Pod, gated).
 	GuardScopeNotAllowed GuardState = "ScopeNotAllowed"
 )
 

@@ -49,6 +49,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers"
 	"github.com/lockedjob/lockedjob/controllers/guardedjob"
+	"github.com/lockedjob/lockedjob/controllers/guardedpod"
 	"github.com/lockedjob/lockedjob/controllers/lockedjob"
 	"github.com/lockedjob/lockedjob/internal/campaign"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
@@ -198,6 +199,10 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id locks
 			FailoverTime: o.leaseDuration,
 		},
 		GuardedJob: guardedjob.Config{
+			WaitBackoffMax:          o.waitBackoffMax,
+			MaxConcurrentReconciles: o.maxConcurrentReconciles,
+		},
+		GuardedPod: guardedpod.Config{
 			WaitBackoffMax:          o.waitBackoffMax,
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		},

@@ -80,12 +80,12 @@ func parseFlags() (options, zap.Options) {
 	flag.StringVar(&o.tokenKeyFile, "token-key-file", "", "File holding the HMAC key for lock tokens. Default: the Secret "+locks.TokenSecretName+" in --namespace, created on first start.")
 	flag.StringVar(&o.clusterScopeNamespaces, "cluster-scope-namespaces", "", "Comma-separated namespaces allowed to use spec.lock.scope Cluster; \"*\" allows all.")
 	flag.DurationVar(&o.statusInterval, "status-interval", 0, "Deprecated and ignored: renewals are no longer written to status.")
-	flag.DurationVar(&o.waitBackoffMax, "wait-backoff-max", 15*time.Second, "Longest pause between two lock attempts of the LockedJob at the head of a lock's queue, and of a waiting guarded Job (release wake-ups come sooner).")
+	flag.DurationVar(&o.waitBackoffMax, "wait-backoff-max", 15*time.Second, "Longest pause between two lock attempts of the LockedJob at the head of a lock's queue, and of a waiting guarded Job or Pod (release wake-ups come sooner).")
 	flag.DurationVar(&o.queueRecheck, "queue-recheck", 0, "How often a LockedJob behind the head of its queue asks Redis again; handoffs tell it its place in between. Default: 20 × --wait-backoff-max.")
 	flag.DurationVar(&o.redlockNodeTimeout, "redlock-node-timeout", 50*time.Millisecond, "Per-node timeout of Redlock operations.")
 	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After acquiring a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not in cluster mode).")
 	flag.DurationVar(&o.waitReplicasTimeout, "redis-wait-timeout", 500*time.Millisecond, "How long --redis-wait-replicas waits.")
-	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LockedJobs reconciled in parallel, and as many guarded Jobs.")
+	flag.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LockedJobs reconciled in parallel, and as many guarded Jobs and as many guarded Pods.")
 	// controller-runtime's default: no client-side limit; the API server's priority and fairness
 	// queues the operator's requests (and config/ gives its Lease requests their own level).
 	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", -1, "Queries per second the manager's API client may send; -1 (default) sets no client-side limit and leaves it to the API server's priority and fairness.")

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -34,7 +33,7 @@ func (r *GuardedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Resul
 	}
 	p.claim.Permits = permits
 	rctx, cancel := r.redisCtx(ctx)
-	lock, err := r.Locks.Acquire(rctx, p.claim, ttlOf(p.claimant), r.Config.Identity.QueueScore(p.claimant), r.Config.waiterLiveness())
+	lock, err := r.Locks.Acquire(rctx, p.claim, guard.TTLOf(p.claimant), r.Config.Identity.QueueScore(p.claimant), r.Config.WaiterLiveness())
 	cancel()
 	if errors.Is(err, lockbook.ErrNotAcquired) {
 		return r.wait(ctx, p, err), false, nil
@@ -47,7 +46,7 @@ func (r *GuardedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Resul
 	}
 	p.obs.holding = lock
 	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.claim.Key, "fencingToken", lock.Fence(), "slot", lock.Slot())
-	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d%s", p.claimant.Lock.Name, lock.Fence(), slotPhrase(lock))
+	p.acquired = fmt.Sprintf("Acquired lock %s with fencing token %d%s", p.claimant.Lock.Name, lock.Fence(), guard.SlotPhrase(lock))
 	return ctrl.Result{}, true, nil
 }
 
@@ -69,12 +68,8 @@ func (r *GuardedJobReconciler) wait(ctx context.Context, p *pass, notAcquired er
 	if qe, ok := errors.AsType[*lockbook.QueuedError](notAcquired); ok {
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for lock", "lock", p.claim.Key, "position", qe.Position)
 	}
-	waited := r.Clock.Since(p.job.CreationTimestamp.Time)
-	return ctrl.Result{RequeueAfter: jitter(min(max(waited/4, r.Config.WaitBackoffMin), r.Config.WaitBackoffMax))}
+	return ctrl.Result{RequeueAfter: r.Config.WaitBackoff(r.Clock.Since(p.job.CreationTimestamp.Time))}
 }
-
-// jitter spreads passes that were scheduled together: d/2 up to d.
-func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 // unsuspend lets the Job run under the lock, in one optimistic write: the fence, lock, holder and
 // slot in the pod template (whose env vars the admission gate pointed at those annotations), the
@@ -85,13 +80,13 @@ func (r *GuardedJobReconciler) unsuspend(ctx context.Context, p *pass) error {
 	lock := p.obs.holding
 	fence, slot := strconv.FormatInt(lock.Fence(), 10), strconv.Itoa(lock.Slot())
 	err := r.patchJob(ctx, p, "unsuspend", func(job *batchv1.Job) {
-		annotate(job,
+		guard.Annotate(job,
 			batchv1alpha1.AnnotationFencingToken, fence,
 			batchv1alpha1.AnnotationHolder, p.claim.Holder,
 			batchv1alpha1.AnnotationGuardLockKey, r.Locks.RedisKey(p.claim.Key),
 			batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardHeld))
 		if lock.Semaphore() {
-			annotate(job, batchv1alpha1.AnnotationSlot, slot)
+			guard.Annotate(job, batchv1alpha1.AnnotationSlot, slot)
 		}
 		controllerutil.AddFinalizer(job, finalizer)
 		tmpl := &job.Spec.Template.ObjectMeta
@@ -110,7 +105,7 @@ func (r *GuardedJobReconciler) unsuspend(ctx context.Context, p *pass) error {
 	p.obs.fenced, p.obs.suspended, p.obs.hasFinalizer, p.obs.guard = true, false, true, batchv1alpha1.GuardHeld
 	msg := p.acquired
 	if msg == "" {
-		msg = fmt.Sprintf("Holding lock %s with fencing token %d%s", p.claimant.Lock.Name, lock.Fence(), slotPhrase(lock))
+		msg = fmt.Sprintf("Holding lock %s with fencing token %d%s", p.claimant.Lock.Name, lock.Fence(), guard.SlotPhrase(lock))
 	}
 	r.event(p.job, corev1.EventTypeNormal, batchv1alpha1.ReasonAcquired, "Acquire", "%s; unsuspended", msg)
 	return nil
@@ -126,12 +121,4 @@ func (r *GuardedJobReconciler) markScopeNotAllowed(ctx context.Context, p *pass)
 		"Lock %s has scope Cluster, which namespace %s may not use (the operator's --cluster-scope-namespaces); the Job stays suspended",
 		p.claimant.Lock.Name, p.job.Namespace)
 	return nil
-}
-
-// slotPhrase names a semaphore's slot in a message; nothing for a plain lock.
-func slotPhrase(lock *lockbook.Lock) string {
-	if !lock.Semaphore() {
-		return ""
-	}
-	return fmt.Sprintf(" (slot %d)", lock.Slot())
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
@@ -30,7 +31,7 @@ func (r *GuardedJobReconciler) finish(ctx context.Context, p *pass) (ctrl.Result
 	if n, err := r.runningPods(ctx, p.job); err != nil || n > 0 {
 		return ctrl.Result{RequeueAfter: podRecheck}, err
 	}
-	fence := recordedFence(p.job)
+	fence := guard.RecordedFence(p.job)
 	state, eventType, reason := batchv1alpha1.GuardReleased, corev1.EventTypeNormal, batchv1alpha1.ReasonJobComplete
 	ok, msg := reconcile.JobOutcome(p.job)
 	if !ok {
@@ -58,7 +59,7 @@ func (r *GuardedJobReconciler) finish(ctx context.Context, p *pass) (ctrl.Result
 // recordEnd writes an end and drops the finalizer: the lock it guarded is released or lost.
 func (r *GuardedJobReconciler) recordEnd(ctx context.Context, p *pass, g batchv1alpha1.GuardState) error {
 	return r.patchJob(ctx, p, "record "+string(g), func(job *batchv1.Job) {
-		annotate(job, batchv1alpha1.AnnotationGuard, string(g))
+		guard.Annotate(job, batchv1alpha1.AnnotationGuard, string(g))
 		controllerutil.RemoveFinalizer(job, finalizer)
 	})
 }

@@ -26,13 +26,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 const (
-	finalizer = batchv1alpha1.FinalizerReleaseLock
+	finalizer = guard.Finalizer
 	// maxStepsPerPass bounds the steps one pass chains (acquire → unsuspend is the longest; a
 	// re-adoption that finds the lock lost goes on to lose it).
 	maxStepsPerPass = 4
@@ -41,34 +42,8 @@ const (
 	podRecheck = time.Second
 )
 
-// Config is the operator-wide behaviour of the reconciler.
-type Config struct {
-	// Identity derives lock keys, holder names and tokens, as for every other reconciler.
-	Identity locks.Identity
-	// ClusterScopeNamespaces is the one scope gate of every reconciler.
-	ClusterScopeNamespaces locks.ScopeGate
-	// RedisTimeout bounds every Redis call of a pass (default 2s).
-	RedisTimeout time.Duration
-	// WaitBackoffMin and WaitBackoffMax bound the jittered re-check of a waiting Job, the safety
-	// net behind release wake-ups and the way to notice a lock freed by an expiry; every re-check
-	// also keeps the waiter queued (see waiterLiveness). Defaults 1s and 15s; the minimum is at
-	// most the maximum.
-	WaitBackoffMin, WaitBackoffMax time.Duration
-	// MaxConcurrentReconciles is how many guarded Jobs are reconciled at once (default 1).
-	MaxConcurrentReconciles int
-}
-
-func (c *Config) defaults() {
-	// A maximum given alone (--wait-backoff-max) bounds the default minimum too.
-	c.WaitBackoffMax = sreconcile.DurationOr(c.WaitBackoffMax, max(15*time.Second, c.WaitBackoffMin))
-	c.WaitBackoffMin = min(sreconcile.DurationOr(c.WaitBackoffMin, time.Second), c.WaitBackoffMax)
-	c.RedisTimeout = sreconcile.DurationOr(c.RedisTimeout, 2*time.Second)
-}
-
-// waiterLiveness is how long a waiter stays queued in Redis without asking again: the LockedJob's
-// rule. A guarded waiter asks on its own backoff (at most WaitBackoffMax), well inside it, so only
-// a waiter whose operator stopped, or whose Job was deleted, drops out.
-func (c *Config) waiterLiveness() time.Duration { return 4*c.WaitBackoffMax + 30*time.Second }
+// Config is the operator-wide behaviour of the reconciler, that of every guard reconciler.
+type Config = guard.Config
 
 // GuardedJobReconciler reconciles a guarded Job: it acquires the lock, unsuspends the Job under it,
 // and releases the lock when the Job ends or is deleted.
@@ -153,7 +128,7 @@ func (r *GuardedJobReconciler) getJob(ctx context.Context, key client.ObjectKey)
 // the previous one lost its leadership: everything it registers belongs to the manager, and the
 // book's handlers are replaced.
 func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	r.Config.defaults()
+	r.Config.Defaults()
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
@@ -181,7 +156,9 @@ func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	r.Locks.SetHandlers(locks.KindJob, lockbook.Handlers{StopWorkload: r.stopWorkload})
 
 	wake := make(chan event.GenericEvent, 256)
-	if err := mgr.Add(&releaseWaker{locks: r.Locks, identity: r.Config.Identity, jobs: jobs, wake: wake}); err != nil {
+	waker := &guard.ReleaseWaker{Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindJob, Named: namedJob,
+		Waiters: r.waiters, Wake: wake}
+	if err := mgr.Add(waker); err != nil {
 		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).

@@ -15,15 +15,10 @@ import (
 // announces it. Each of them asks Redis once.
 func (r *GuardedJobReconciler) waitersOfLock(ctx context.Context, scope batchv1alpha1.LockScope, decl client.Object) []reconcile.Request {
 	key := r.Config.Identity.KeyOf(scope, decl.GetNamespace(), decl.GetName())
-	list := &batchv1.JobList{}
-	if err := r.Jobs.List(ctx, list, client.MatchingFields{fieldLockKey: r.Locks.RedisKey(key)}); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for i := range list.Items {
-		if waiting(&list.Items[i]) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
+	waiters := r.waiters(ctx, r.Locks.RedisKey(key))
+	reqs := make([]reconcile.Request, 0, len(waiters))
+	for _, job := range waiters {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(job)})
 	}
 	return reqs
 }

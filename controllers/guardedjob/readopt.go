@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
@@ -29,7 +30,7 @@ func (r *GuardedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Resul
 	}
 	p.claim.Permits = permits
 	rctx, cancel := r.redisCtx(ctx)
-	lock, err := r.Locks.Readopt(rctx, p.claim, ttlOf(p.claimant))
+	lock, err := r.Locks.Readopt(rctx, p.claim, guard.TTLOf(p.claimant))
 	cancel()
 	if errors.Is(err, lockbook.ErrNotAcquired) {
 		cause := fmt.Errorf("lock held by another holder while the operator was away: %w", lockbook.ErrLockLost)
@@ -44,8 +45,8 @@ func (r *GuardedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Resul
 		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
 	}
 	p.obs.holding = lock
-	fence := recordedFence(p.job)
-	if !continues(lock, fence, p.claim.Slot) {
+	fence := guard.RecordedFence(p.job)
+	if !guard.Continues(lock, fence, p.claim.Slot) {
 		// Keep the fresh lock until the Job is stopped and its pods are gone; it is released after.
 		cause := fmt.Errorf("lease of fencing token %d expired while the operator was away: %w", fence, lockbook.ErrLockLost)
 		r.Locks.MarkAtRisk(p.job.UID, cause)
@@ -55,14 +56,4 @@ func (r *GuardedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Resul
 	ctrl.LoggerFrom(ctx).Info("Re-adopted lock", "lock", p.claim.Key, "fencingToken", lock.Fence())
 	r.event(p.job, corev1.EventTypeNormal, batchv1alpha1.ReasonReadopted, "Readopt", "Re-adopted lock %s with fencing token %d", p.claimant.Lock.Name, lock.Fence())
 	return ctrl.Result{}, true, nil
-}
-
-// continues reports whether lock continues the acquisition the Job's record names: found held with
-// our token (not granted afresh), under the recorded fence, in the recorded slot.
-func continues(lock *lockbook.Lock, fence int64, slot *int32) bool {
-	recorded := 0
-	if slot != nil {
-		recorded = int(*slot)
-	}
-	return lock.Readopted() && lock.Fence() == fence && lock.Slot() == recorded
 }

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 )
 
 // Recording: a guarded Job has no status of ours, so what a LockedJob's status holds goes into the
@@ -25,19 +26,9 @@ func (r *GuardedJobReconciler) patchJob(ctx context.Context, p *pass, what strin
 	return nil
 }
 
-// annotate sets the Job's annotations from kv (key, value, ...).
-func annotate(job *batchv1.Job, kv ...string) {
-	if job.Annotations == nil {
-		job.Annotations = map[string]string{}
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		job.Annotations[kv[i]] = kv[i+1]
-	}
-}
-
 // recordGuard writes the guard state alone.
 func (r *GuardedJobReconciler) recordGuard(ctx context.Context, p *pass, g batchv1alpha1.GuardState) error {
 	return r.patchJob(ctx, p, "record "+string(g), func(job *batchv1.Job) {
-		annotate(job, batchv1alpha1.AnnotationGuard, string(g))
+		guard.Annotate(job, batchv1alpha1.AnnotationGuard, string(g))
 	})
 }

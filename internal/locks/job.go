@@ -48,8 +48,12 @@ func IsGuardedJob(job *batchv1.Job) bool { return GuardedJobs().Matches(labels.S
 // Job whose label or annotations do not parse, but a Job let in while the policy was not in force
 // (or edited by someone it does not bind) may carry anything, so each is checked here again, and
 // the error names the label or annotation at fault.
-func ClaimantOfJob(job *batchv1.Job) (Claimant, error) {
-	name, ok := job.Labels[batchv1alpha1.LabelGuardLock]
+func ClaimantOfJob(job *batchv1.Job) (Claimant, error) { return claimantOfLabelled(KindJob, job) }
+
+// claimantOfLabelled is the Claimant of kind of an object that asks for a lock by LabelGuardLock and
+// the guard annotations: a guarded Job or Pod, one rule for both.
+func claimantOfLabelled(kind Kind, obj metav1.Object) (Claimant, error) {
+	name, ok := obj.GetLabels()[batchv1alpha1.LabelGuardLock]
 	if !ok {
 		return Claimant{}, fmt.Errorf("label %s: not set", batchv1alpha1.LabelGuardLock)
 	}
@@ -58,16 +62,16 @@ func ClaimantOfJob(job *batchv1.Job) (Claimant, error) {
 	}
 	lock := batchv1alpha1.LockSpec{Name: name, Scope: batchv1alpha1.LockScopeNamespace}
 	for _, parse := range []func(*batchv1alpha1.LockSpec, map[string]string) error{parseScope, parsePriority, parseTTL, parseOnLockLost} {
-		if err := parse(&lock, job.Annotations); err != nil {
+		if err := parse(&lock, obj.GetAnnotations()); err != nil {
 			return Claimant{}, err
 		}
 	}
 	return Claimant{
-		Kind:      KindJob,
-		Namespace: job.Namespace,
-		Name:      job.Name,
-		UID:       job.UID,
-		Created:   job.CreationTimestamp.Time,
+		Kind:      kind,
+		Namespace: obj.GetNamespace(),
+		Name:      obj.GetName(),
+		UID:       obj.GetUID(),
+		Created:   obj.GetCreationTimestamp().Time,
 		Lock:      lock,
 	}, nil
 }

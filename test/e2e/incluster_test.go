@@ -386,7 +386,7 @@ func gateOf(manifests string) []*unstructured.Unstructured {
 			gate = append(gate, o)
 		}
 	}
-	Expect(gate).To(HaveLen(4), "config/guard: two policies and their bindings")
+	Expect(gate).To(HaveLen(8), "config/guard: two policies for Jobs and two for Pods, and their bindings")
 	return gate
 }
 

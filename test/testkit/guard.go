@@ -10,9 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,7 +23,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
 
-// GuardPolicies are the objects of the admission gate of guarded Jobs (config/guard) as the
+// GuardPolicies are the objects of the admission gate of guarded Jobs and Pods (config/guard) as the
 // project's pinned kustomize builds them: bin/kustomize under root (`make kustomize`), or
 // $KUSTOMIZE. Every suite that installs the gate installs these, so each runs what ships.
 func GuardPolicies(root string) ([]*unstructured.Unstructured, error) {
@@ -57,9 +60,9 @@ func GuardPolicies(root string) ([]*unstructured.Unstructured, error) {
 
 // InstallGuard creates policies (GuardPolicies) through c and waits, up to timeout, until both are
 // in force: the API server compiles a policy and starts using it a moment after it is created. A
-// probe Job in namespace, sent as a dry run so it leaves nothing behind, must be suspended by the
-// mutating policy, and one with a scope that does not parse refused by the validating policy.
-// c's scheme must know batch/v1.
+// probe Job and a probe Pod in namespace, sent as dry runs so they leave nothing behind, must be
+// suspended (gated) by the mutating policies, and ones with a scope that does not parse refused by
+// the validating policies. c's scheme must know batch/v1 and v1.
 func InstallGuard(ctx context.Context, c client.Client, policies []*unstructured.Unstructured, namespace string, timeout time.Duration) error {
 	for _, o := range policies {
 		if err := c.Create(ctx, o.DeepCopy()); err != nil {
@@ -83,19 +86,46 @@ func InstallGuard(ctx context.Context, c client.Client, policies []*unstructured
 	}
 }
 
+// guardProbeName names the probes, and their lock.
+const guardProbeName = "guard-probe"
+
 // guardProbe says why the gate is not in force yet ("" once it is).
 func guardProbe(ctx context.Context, c client.Client, namespace string) string {
-	probe := NewGuardedJob(namespace, "guard-probe", LockedJobOptions{Lock: "guard-probe", Run: time.Second})
+	probe := NewGuardedJob(namespace, guardProbeName, LockedJobOptions{Lock: guardProbeName, Run: time.Second})
 	if err := c.Create(ctx, probe, client.DryRunAll); err != nil {
 		return fmt.Sprintf("a guarded Job is refused: %v", err)
 	}
 	if probe.Spec.Suspend == nil || !*probe.Spec.Suspend {
 		return "the mutating policy is not in force: a guarded Job is created running"
 	}
-	bad := NewGuardedJob(namespace, "guard-probe", LockedJobOptions{Lock: "guard-probe", Scope: "Everywhere", Run: time.Second})
+	bad := NewGuardedJob(namespace, guardProbeName, LockedJobOptions{Lock: guardProbeName, Scope: "Everywhere", Run: time.Second})
 	err := c.Create(ctx, bad, client.DryRunAll)
 	if err == nil || !strings.Contains(err.Error(), batchv1alpha1.AnnotationGuardScope) {
 		return fmt.Sprintf("the validating policy is not in force: a guarded Job of scope Everywhere is answered %v", err)
 	}
+	pod := guardProbePod(namespace, "")
+	if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
+		return fmt.Sprintf("a guarded Pod is refused: %v", err)
+	}
+	if !slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == batchv1alpha1.SchedulingGateGuard }) {
+		return "the mutating Pod policy is not in force: a guarded Pod is created without its scheduling gate"
+	}
+	err = c.Create(ctx, guardProbePod(namespace, "Everywhere"), client.DryRunAll)
+	if err == nil || !strings.Contains(err.Error(), batchv1alpha1.AnnotationGuardScope) {
+		return fmt.Sprintf("the validating Pod policy is not in force: a guarded Pod of scope Everywhere is answered %v", err)
+	}
 	return ""
+}
+
+// guardProbePod is a bare Pod labelled for a lock, of scope ("" for none).
+func guardProbePod(namespace, scope string) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: guardProbeName,
+			Labels: map[string]string{batchv1alpha1.LabelGuardLock: guardProbeName}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "busybox"}}},
+	}
+	if scope != "" {
+		pod.Annotations = map[string]string{batchv1alpha1.AnnotationGuardScope: scope}
+	}
+	return pod
 }

@@ -1,4 +1,4 @@
-package guardedjob
+package guard
 
 import (
 	"testing"
@@ -18,7 +18,7 @@ func TestConfigDefaults(t *testing.T) {
 		{2 * s, s, s, s},
 	} {
 		c := Config{WaitBackoffMin: tc.min, WaitBackoffMax: tc.max}
-		c.defaults()
+		c.Defaults()
 		if c.WaitBackoffMin != tc.wantMin || c.WaitBackoffMax != tc.wantMax {
 			t.Errorf("min %s, max %s: got %s..%s, want %s..%s", tc.min, tc.max, c.WaitBackoffMin, c.WaitBackoffMax, tc.wantMin, tc.wantMax)
 		}
