@@ -140,7 +140,7 @@ func (r *LockViewReconciler) claimantsOf(b *builder.Builder, mgr ctrl.Manager, s
 // viewOf maps a claimant (a LockedJob or a guarded Job) to the view object of its lock, for locks of the given scope, when that
 // object exists in the cache: most locks are not declared, and their claimants' changes should cost
 // no pass of the view (a cache lookup instead of a queue item and a reconcile).
-func viewOf(cache client.Reader, scope batchv1alpha1.LockScope) handler.MapFunc {
+func viewOf(views client.Reader, scope batchv1alpha1.LockScope) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var c locks.Claimant
 		switch o := o.(type) {
@@ -158,7 +158,7 @@ func viewOf(cache client.Reader, scope batchv1alpha1.LockScope) handler.MapFunc 
 			return nil
 		}
 		view, name := locks.Declaration(c)
-		if err := cache.Get(ctx, name, view); apierrors.IsNotFound(err) {
+		if err := views.Get(ctx, name, view); apierrors.IsNotFound(err) {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: name}}
