@@ -2,15 +2,12 @@ package guardedpod
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
-	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // readopt asks for the lock with the Pod's own token (derived from its UID), outside the queue. The
@@ -18,35 +15,13 @@ import (
 // lost: someone may have held it in between. A fence nobody wrote through the operator (the gate
 // removed by hand with a forged fence) is found so too.
 func (r *GuardedPodReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
-	permits, err := r.permits.Of(ctx, p.claimant)
+	ro := guard.Readopter{Locks: r.Locks, Permits: r.permits, Config: &r.Config}
+	lock, lost, err := ro.Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.pod))
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}
-	if !r.Locks.HandsOff() {
-		permits = 1 // what a Pod holds on Redlock is a plain lock
-	}
-	p.claim.Permits = permits
-	rctx, cancel := r.redisCtx(ctx)
-	lock, err := r.Locks.Readopt(rctx, p.claim, guard.TTLOf(p.claimant))
-	cancel()
-	if errors.Is(err, lockbook.ErrNotAcquired) {
-		cause := fmt.Errorf("lock held by another holder while the operator was away: %w", lockbook.ErrLockLost)
-		r.Locks.MarkLost(p.workloadOf(), cause)
-		p.obs.lost = cause
-		return ctrl.Result{}, true, nil
-	}
-	if err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("re-adopt %s: %w", p.claim.Key, err)
-	}
-	if err := r.Locks.Track(p.workloadOf(), lock, 0); err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
-	}
-	p.obs.holding = lock
-	fence := guard.RecordedFence(p.pod)
-	if !guard.Continues(lock, fence, p.claim.Slot) {
-		cause := fmt.Errorf("lease of fencing token %d expired while the operator was away: %w", fence, lockbook.ErrLockLost)
-		r.Locks.MarkAtRisk(p.pod.UID, cause)
-		p.obs.lost = cause
+	p.obs.holding, p.obs.lost = lock, lost
+	if lost != nil {
 		return ctrl.Result{}, true, nil
 	}
 	ctrl.LoggerFrom(ctx).Info("Re-adopted lock", "lock", p.claim.Key, "fencingToken", lock.Fence())

@@ -1,0 +1,57 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
+)
+
+// Readoption of what a guarded object's record says it holds while the book does not know it (a
+// restart, a new leader). The token is derived from the object's UID, so one call both picks up a
+// lock that is still ours and tells when it is not.
+
+// Readopter re-adopts for one guard reconciler.
+type Readopter struct {
+	Locks   *lockbook.Book
+	Permits locks.PermitReader
+	Config  *Config
+}
+
+// Readopt asks for the lock with the object's own token, outside the queue, and has the book renew
+// what it gets; claim learns the permits it asked with. The same fence (and slot) continues the acquisition, and lost is nil. A lock
+// granted afresh, or held by another, is lost (someone may have held it in between, so the
+// object's work was not covered): lost says why, and a fresh lock is still returned and renewed,
+// at risk, so it is released only once the work is stopped.
+func (ro Readopter) Readopt(ctx context.Context, claim *lockbook.Claim, c locks.Claimant, w lockbook.Workload, recordedFence int64) (lock *lockbook.Lock, lost, err error) {
+	permits, err := ro.Permits.Of(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ro.Locks.HandsOff() {
+		permits = 1 // what a guarded object holds on Redlock is a plain lock
+	}
+	claim.Permits = permits
+	rctx, cancel := context.WithTimeout(ctx, ro.Config.RedisTimeout)
+	lock, err = ro.Locks.Readopt(rctx, *claim, TTLOf(c))
+	cancel()
+	if errors.Is(err, lockbook.ErrNotAcquired) {
+		lost = fmt.Errorf("lock held by another holder while the operator was away: %w", lockbook.ErrLockLost)
+		ro.Locks.MarkLost(w, lost)
+		return nil, lost, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("re-adopt %s: %w", claim.Key, err)
+	}
+	if err := ro.Locks.Track(w, lock, 0); err != nil {
+		return nil, nil, fmt.Errorf("renew %s: %w", claim.Key, err)
+	}
+	if !Continues(lock, recordedFence, claim.Slot) {
+		lost = fmt.Errorf("lease of fencing token %d expired while the operator was away: %w", recordedFence, lockbook.ErrLockLost)
+		ro.Locks.MarkAtRisk(w.UID, lost)
+		return lock, lost, nil
+	}
+	return lock, nil, nil
+}
