@@ -68,27 +68,9 @@ func (r *GuardedJobReconciler) recordEnd(ctx context.Context, p *pass, g batchv1
 // *Lock, after a restart). It returns ErrNotHeld when the lock was not ours: a lock someone else
 // holds is left alone.
 func (r *GuardedJobReconciler) release(ctx context.Context, p *pass) error {
-	lock := r.Locks.Untrack(p.job.UID)
-	c := p.claim
-	if lock.Semaphore() {
-		// The lock in hand names its slot, also when it is not the one the record carries (a lease
-		// granted afresh on re-adoption).
-		slot := int32(lock.Slot())
-		c.Slot = &slot
-	}
-	rctx, cancel := r.redisCtx(ctx)
-	err := r.Locks.Release(rctx, c)
-	cancel()
-	if errors.Is(err, lockbook.ErrNotHeld) {
+	if err := r.holdings().Release(ctx, p.claim, p.workloadOf()); err != nil {
 		return err
 	}
-	if err != nil {
-		if lock != nil {
-			_ = r.Locks.Track(p.workloadOf(), lock, 0) // keep renewing until we can release
-		}
-		return fmt.Errorf("release %s: %w", p.claim.Key, err)
-	}
-	r.Locks.MarkReleased(p.workloadOf())
 	p.obs.released, p.obs.holding = true, nil
 	ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
 	return nil

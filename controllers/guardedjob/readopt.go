@@ -18,8 +18,7 @@ import (
 // continues the acquisition; a lock granted afresh, or held by another, is lost: someone may have
 // held it in between, so the Job's pods were not covered.
 func (r *GuardedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
-	ro := guard.Readopter{Locks: r.Locks, Permits: r.permits, Config: &r.Config}
-	lock, lost, err := ro.Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.job))
+	lock, lost, err := r.holdings().Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.job))
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}

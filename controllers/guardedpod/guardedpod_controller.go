@@ -160,6 +160,11 @@ func (r *GuardedPodReconciler) event(pod *corev1.Pod, eventType, reason, action,
 	}
 }
 
+// holdings re-adopts and releases through the book (guard.Holdings).
+func (r *GuardedPodReconciler) holdings() guard.Holdings {
+	return guard.Holdings{Locks: r.Locks, Permits: r.permits, Config: &r.Config}
+}
+
 // redisCtx bounds one Redis call of a pass.
 func (r *GuardedPodReconciler) redisCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, r.Config.RedisTimeout)

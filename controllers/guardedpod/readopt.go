@@ -15,8 +15,7 @@ import (
 // lost: someone may have held it in between. A fence nobody wrote through the operator (the gate
 // removed by hand with a forged fence) is found so too.
 func (r *GuardedPodReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
-	ro := guard.Readopter{Locks: r.Locks, Permits: r.permits, Config: &r.Config}
-	lock, lost, err := ro.Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.pod))
+	lock, lost, err := r.holdings().Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.pod))
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}

@@ -9,12 +9,13 @@ import (
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
-// Readoption of what a guarded object's record says it holds while the book does not know it (a
-// restart, a new leader). The token is derived from the object's UID, so one call both picks up a
-// lock that is still ours and tells when it is not.
+// What a guard reconciler does with the lock book for a guarded object it held: re-adopt what its
+// record says it holds while the book does not know it (a restart, a new leader), and release.
+// The token is derived from the object's UID, so one call both picks up a lock that is still ours
+// and tells when it is not, and a release works without the *Lock, after a restart.
 
-// Readopter re-adopts for one guard reconciler.
-type Readopter struct {
+// Holdings re-adopts and releases for one guard reconciler.
+type Holdings struct {
 	Locks   *lockbook.Book
 	Permits locks.PermitReader
 	Config  *Config
@@ -25,7 +26,7 @@ type Readopter struct {
 // granted afresh, or held by another, is lost (someone may have held it in between, so the
 // object's work was not covered): lost says why, and a fresh lock is still returned and renewed,
 // at risk, so it is released only once the work is stopped.
-func (ro Readopter) Readopt(ctx context.Context, claim *lockbook.Claim, c locks.Claimant, w lockbook.Workload, recordedFence int64) (lock *lockbook.Lock, lost, err error) {
+func (ro Holdings) Readopt(ctx context.Context, claim *lockbook.Claim, c locks.Claimant, w lockbook.Workload, recordedFence int64) (lock *lockbook.Lock, lost, err error) {
 	permits, err := ro.Permits.Of(ctx, c)
 	if err != nil {
 		return nil, nil, err
@@ -54,4 +55,32 @@ func (ro Readopter) Readopt(ctx context.Context, claim *lockbook.Claim, c locks.
 		return lock, lost, nil
 	}
 	return lock, nil, nil
+}
+
+// Release gives the lock back by compare-and-delete with the object's token and tells the book it
+// is released. It returns lockbook.ErrNotHeld when the lock was not ours: a lock someone else
+// holds is left alone. When Redis does not answer, the lock in hand is renewed again until a
+// later pass can release it.
+func (ro Holdings) Release(ctx context.Context, claim lockbook.Claim, w lockbook.Workload) error {
+	lock := ro.Locks.Untrack(w.UID)
+	if lock.Semaphore() {
+		// The lock in hand names its slot, also when it is not the one the record carries (a lease
+		// granted afresh on re-adoption).
+		slot := int32(lock.Slot())
+		claim.Slot = &slot
+	}
+	rctx, cancel := context.WithTimeout(ctx, ro.Config.RedisTimeout)
+	err := ro.Locks.Release(rctx, claim)
+	cancel()
+	if errors.Is(err, lockbook.ErrNotHeld) {
+		return err
+	}
+	if err != nil {
+		if lock != nil {
+			_ = ro.Locks.Track(w, lock, 0) // keep renewing until we can release
+		}
+		return fmt.Errorf("release %s: %w", claim.Key, err)
+	}
+	ro.Locks.MarkReleased(w)
+	return nil
 }
