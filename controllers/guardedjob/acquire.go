@@ -15,34 +15,23 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
-	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Acquiring (stepAcquire) and unsuspending (stepUnsuspend): join the lock's queue, wait or be
 // handed the lock, then let the Job run under it with one write.
 
-// acquire asks for the lock as a queued waiter, in the queue the LockedJobs of the same lock wait
-// in (one score rule, Identity.QueueScore), and has the book renew it once it is ours.
+// acquire asks for the lock as a queued waiter (guard.Holdings.Acquire) and, once it is ours, has the
+// unsuspend step follow in the same pass.
 func (r *GuardedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
-	permits, err := r.permits.Of(ctx, p.claimant)
-	if err != nil {
-		return ctrl.Result{}, false, err
+	lock, err := r.holdings().Acquire(ctx, &p.claim, p.claimant, p.workloadOf())
+	if refused, ok := errors.AsType[*guard.PermitsRefused](err); ok {
+		return r.waitForPermits(ctx, p, refused), false, nil
 	}
-	if r.Locks.Admits(permits) < permits {
-		return r.waitForPermits(ctx, p, permits), false, nil
-	}
-	p.claim.Permits = permits
-	rctx, cancel := r.redisCtx(ctx)
-	lock, err := r.Locks.Acquire(rctx, p.claim, guard.TTLOf(p.claimant), r.Config.Identity.QueueScore(p.claimant), r.Config.WaiterLiveness())
-	cancel()
 	if errors.Is(err, lockbook.ErrNotAcquired) {
 		return r.wait(ctx, p, err), false, nil
 	}
 	if err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("acquire %s: %w", p.claim.Key, err)
-	}
-	if err := r.Locks.Track(p.workloadOf(), lock, 0); err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
+		return ctrl.Result{}, false, err
 	}
 	p.obs.holding = lock
 	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.claim.Key, "fencingToken", lock.Fence(), "slot", lock.Slot())
@@ -53,10 +42,9 @@ func (r *GuardedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Resul
 // waitForPermits keeps a Job suspended whose lock declares more permits than Redlock can grant (the
 // LockedJob's rule, locks.RedlockRefusal), and says so in an Event on every try: the Job has no
 // status to say it in, and the recorder folds repeats of one Event into a series.
-func (r *GuardedJobReconciler) waitForPermits(ctx context.Context, p *pass, permits int) ctrl.Result {
-	msg := locks.RedlockRefusal(p.claimant.Lock.Name, permits)
-	ctrl.LoggerFrom(ctx).Info("Waiting: the lock declares more permits than Redlock grants", "lock", p.claim.Key, "permits", permits)
-	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonPermitsUnsupported, "Acquire", "%s", msg)
+func (r *GuardedJobReconciler) waitForPermits(ctx context.Context, p *pass, refused *guard.PermitsRefused) ctrl.Result {
+	ctrl.LoggerFrom(ctx).Info("Waiting: the lock declares more permits than Redlock grants", "lock", p.claim.Key, "permits", refused.Permits)
+	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonPermitsUnsupported, "Acquire", "%s", refused.Error())
 	return ctrl.Result{RequeueAfter: r.Config.WaitBackoffMax}
 }
 

@@ -13,7 +13,6 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
-	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Acquiring (stepAcquire) and ungating (stepUngate): join the lock's queue, wait or be handed the
@@ -21,29 +20,19 @@ import (
 
 // acquire asks for the lock as a queued waiter, in the queue every kind of the same lock waits in.
 func (r *GuardedPodReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
-	permits, err := r.permits.Of(ctx, p.claimant)
-	if err != nil {
-		return ctrl.Result{}, false, err
-	}
-	if r.Locks.Admits(permits) < permits {
-		ctrl.LoggerFrom(ctx).Info("Waiting: the lock declares more permits than Redlock grants", "lock", p.claim.Key, "permits", permits)
-		r.event(p.pod, corev1.EventTypeWarning, batchv1alpha1.ReasonPermitsUnsupported, "Acquire", "%s", locks.RedlockRefusal(p.claimant.Lock.Name, permits))
+	lock, err := r.holdings().Acquire(ctx, &p.claim, p.claimant, p.workloadOf())
+	if refused, ok := errors.AsType[*guard.PermitsRefused](err); ok {
+		ctrl.LoggerFrom(ctx).Info("Waiting: the lock declares more permits than Redlock grants", "lock", p.claim.Key, "permits", refused.Permits)
+		r.event(p.pod, corev1.EventTypeWarning, batchv1alpha1.ReasonPermitsUnsupported, "Acquire", "%s", refused.Error())
 		return ctrl.Result{RequeueAfter: r.Config.WaitBackoffMax}, false, nil
 	}
-	p.claim.Permits = permits
-	rctx, cancel := r.redisCtx(ctx)
-	lock, err := r.Locks.Acquire(rctx, p.claim, guard.TTLOf(p.claimant), r.Config.Identity.QueueScore(p.claimant), r.Config.WaiterLiveness())
-	cancel()
 	if errors.Is(err, lockbook.ErrNotAcquired) {
 		// Nothing is written while the Pod waits; the release waker wakes it, the backoff is the
 		// safety net and keeps it queued.
 		return ctrl.Result{RequeueAfter: r.Config.WaitBackoff(r.Clock.Since(p.pod.CreationTimestamp.Time))}, false, nil
 	}
 	if err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("acquire %s: %w", p.claim.Key, err)
-	}
-	if err := r.Locks.Track(p.workloadOf(), lock, 0); err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("renew %s: %w", p.claim.Key, err)
+		return ctrl.Result{}, false, err
 	}
 	p.obs.holding = lock
 	ctrl.LoggerFrom(ctx).Info("Acquired lock", "lock", p.claim.Key, "fencingToken", lock.Fence(), "slot", lock.Slot())

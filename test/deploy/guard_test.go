@@ -28,26 +28,30 @@ func TestGuardBindingsFollowTheirPolicies(t *testing.T) {
 			}
 			writeFile(t, filepath.Join(dir, "kustomization.yaml"), rename+"resources:\n- "+guard+"\n")
 			objs := tl.kustomizeBuild(t, dir)
-			policies := map[string]string{} // kind -> name
+			policies := map[string]map[string]bool{} // kind -> names
 			for _, o := range objs {
 				if !strings.HasSuffix(o.GetKind(), "Binding") {
-					policies[o.GetKind()] = o.GetName()
+					if policies[o.GetKind()] == nil {
+						policies[o.GetKind()] = map[string]bool{}
+					}
+					policies[o.GetKind()][o.GetName()] = true
 				}
 			}
-			bindings := 0
+			bound := map[string]bool{} // kind/name of each policy a binding names
 			for _, o := range objs {
 				kind, ok := strings.CutSuffix(o.GetKind(), "Binding")
 				if !ok {
 					continue
 				}
-				bindings++
 				got, _, _ := unstructured.NestedString(o.Object, "spec", "policyName")
-				if want := policies[kind]; want == "" || got != want {
-					t.Errorf("%s %s: spec.policyName = %q, want the %s's name %q", o.GetKind(), o.GetName(), got, kind, want)
+				if !policies[kind][got] {
+					t.Errorf("%s %s: spec.policyName = %q, which names no %s of the build (%v)", o.GetKind(), o.GetName(), got, kind, policies[kind])
 				}
+				bound[kind+"/"+got] = true
 			}
-			if bindings != 2 || len(policies) != 2 {
-				t.Fatalf("config/guard built %d policies and %d bindings, want 2 and 2: %v", len(policies), bindings, policies)
+			// Two policies of each kind: guarded Jobs and guarded Pods, each bound once.
+			if len(bound) != 4 || len(policies["MutatingAdmissionPolicy"]) != 2 || len(policies["ValidatingAdmissionPolicy"]) != 2 {
+				t.Fatalf("config/guard built policies %v and bound %v, want two of each kind, each bound", policies, bound)
 			}
 		})
 	}

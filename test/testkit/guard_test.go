@@ -25,10 +25,15 @@ func TestGuardPoliciesAreTheGate(t *testing.T) {
 		kinds = append(kinds, o.GetAPIVersion()+" "+o.GetKind())
 	}
 	slices.Sort(kinds)
+	// For guarded Jobs and for guarded Pods: a mutating and a validating policy, each with its binding.
 	want := []string{
 		"admissionregistration.k8s.io/v1 MutatingAdmissionPolicy",
+		"admissionregistration.k8s.io/v1 MutatingAdmissionPolicy",
+		"admissionregistration.k8s.io/v1 MutatingAdmissionPolicyBinding",
 		"admissionregistration.k8s.io/v1 MutatingAdmissionPolicyBinding",
 		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy",
+		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy",
+		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding",
 		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding",
 	}
 	if diff := cmp.Diff(want, kinds); diff != "" {

@@ -9,12 +9,13 @@ import (
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
-// What a guard reconciler does with the lock book for a guarded object it held: re-adopt what its
-// record says it holds while the book does not know it (a restart, a new leader), and release.
+// What a guard reconciler does with the lock book for a guarded object: acquire in the queue every
+// kind of the same lock waits in, re-adopt what its record says it holds while the book does not
+// know it (a restart, a new leader), and release.
 // The token is derived from the object's UID, so one call both picks up a lock that is still ours
 // and tells when it is not, and a release works without the *Lock, after a restart.
 
-// Holdings re-adopts and releases for one guard reconciler.
+// Holdings acquires, re-adopts and releases for one guard reconciler.
 type Holdings struct {
 	Locks   *lockbook.Book
 	Permits locks.PermitReader
@@ -83,4 +84,42 @@ func (ro Holdings) Release(ctx context.Context, claim lockbook.Claim, w lockbook
 	}
 	ro.Locks.MarkReleased(w)
 	return nil
+}
+
+// PermitsRefused is why a claimant waits without asking Redis: its lock declares more permits than
+// Redlock grants (each node would choose a slot of its own). Its text is the LockedJob's
+// (locks.RedlockRefusal).
+type PermitsRefused struct {
+	Lock    string
+	Permits int
+}
+
+func (e *PermitsRefused) Error() string { return locks.RedlockRefusal(e.Lock, e.Permits) }
+
+// Acquire asks for the lock as a queued waiter, in the queue the LockedJobs of the same lock wait in
+// (one score rule, Identity.QueueScore), and has the book renew it once it is ours; claim learns
+// the permits it asked with. It returns lockbook.ErrNotAcquired (a *lockbook.QueuedError with the
+// place) while the claimant waits, and a *PermitsRefused without asking Redis.
+func (ro Holdings) Acquire(ctx context.Context, claim *lockbook.Claim, c locks.Claimant, w lockbook.Workload) (*lockbook.Lock, error) {
+	permits, err := ro.Permits.Of(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if ro.Locks.Admits(permits) < permits {
+		return nil, &PermitsRefused{Lock: c.Lock.Name, Permits: permits}
+	}
+	claim.Permits = permits
+	rctx, cancel := context.WithTimeout(ctx, ro.Config.RedisTimeout)
+	lock, err := ro.Locks.Acquire(rctx, *claim, TTLOf(c), ro.Config.Identity.QueueScore(c), ro.Config.WaiterLiveness())
+	cancel()
+	if errors.Is(err, lockbook.ErrNotAcquired) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("acquire %s: %w", claim.Key, err)
+	}
+	if err := ro.Locks.Track(w, lock, 0); err != nil {
+		return nil, fmt.Errorf("renew %s: %w", claim.Key, err)
+	}
+	return lock, nil
 }
