@@ -222,7 +222,8 @@ func (c *cronScenario) judge(ctx SpecContext) {
 	runs := []writerRun{{Job: holder.Status.JobName, Fence: deref(holder.Status.FencingToken), Writes: c.writes}}
 	for _, j := range jobs {
 		Expect(metav1.GetControllerOf(&j)).To(HaveField("Name", c.cron.Name), "guarded Job %s", j.Name)
-		Expect(s.rec.History().Job(j.Name).Suspended).NotTo(BeZero(), "guarded Job %s was never seen suspended", j.Name)
+		rec := s.rec.History().Job(j.Name)
+		Expect(rec.Unsuspended).To(BeTemporally(">", rec.Added), "guarded Job %s was never seen suspended: the gate let it in running", j.Name)
 		runs = append(runs, l.expectRanGuarded(j, cronWrites))
 	}
 
@@ -290,7 +291,9 @@ func (l *guardedLane) helmHook(ctx SpecContext) {
 	By("the hook Job after the LockedJob, under a higher fence, and the release's resources after the hook")
 	holder := s.eventuallyPhase("hook-holder", batchv1alpha1.PhaseSucceeded, time.Minute)
 	held, hooked := s.seenFinished(holder.Status.JobName), s.seenFinished(hook.Name)
-	Expect(hooked.Suspended).NotTo(BeZero(), "the hook Job was never seen suspended: the gate let it in running")
+	// Seen first suspended (Added), unsuspended later by the operator; a Job let in running has both
+	// at its first sighting.
+	Expect(hooked.Unsuspended).To(BeTemporally(">", hooked.Added), "the hook Job was never seen suspended: the gate let it in running")
 	Expect(hooked.Added).To(BeTemporally("<", held.Complete), "the hook Job was created after the LockedJob's Job completed: it did not contend")
 	Expect(helmDone).To(BeTemporally(">", held.Complete), "helm install returned before the LockedJob's Job completed")
 	Expect(s.rec.History().PodsOf(hook.Name)).NotTo(BeEmpty())
