@@ -2,8 +2,8 @@
 # End-to-end demo of lockedjob on this machine, without Docker: the local
 # control plane (hack/cluster.sh), a throwaway redis-server, the manager built
 # from this checkout and run as a local process, and the three sample
-# LockedJobs of config/samples contending for one lock. Where the cluster has
-# its real node (root, containerd: hack/cluster.sh says), the samples run the
+# LockedJobs and the guarded Job (a plain Job with the lock label) of
+# config/samples contending for one lock. Where the cluster has its real node (root, containerd: hack/cluster.sh says), the samples run the
 # workload image (cmd/fencedwriter) as real containers that write to a fenced
 # store with their fencing tokens; elsewhere kwok simulates their pods. See
 # docs/demo.md.
@@ -47,6 +47,10 @@ OPERATOR_NS="lockedjob-system"
 # ServiceAccount the rendered config/default creates (namePrefix lockedjob-).
 OPERATOR_SA="lockedjob-controller-manager"
 SAMPLES=(migrate-orders migrate-invoices migrate-users-urgent)
+# The guarded Job of config/samples: a plain Job labelled for the same lock, and what the demo shows
+# of it (its state is in its annotations: there is no object of the operator's).
+GUARDED=report-invoices
+GUARDED_COLUMNS='JOB:.metadata.name,SUSPENDED:.spec.suspend,GUARD:.metadata.annotations.batch\.lockedjob\.dev/guard,FENCE:.metadata.annotations.batch\.lockedjob\.dev/fencing-token,SUCCEEDED:.status.succeeded'
 
 CLUSTER_SH="${HACK_DIR}/cluster.sh"
 KUBECTL="${K8S_BIN_DIR}/kubectl"
@@ -234,6 +238,12 @@ patches:
     - {op: replace, path: /spec/jobTemplate/spec/template/spec/containers/0/imagePullPolicy, value: Never}
     - {op: add, path: /spec/jobTemplate/spec/template/spec/nodeSelector, value: {${REAL_NODE_LABEL}: "true"}}
     - {op: add, path: /spec/jobTemplate/spec/template/spec/tolerations, value: [{key: ${REAL_NODE_LABEL}, operator: Equal, value: "true", effect: NoSchedule}]}
+- target: {kind: Job, name: ${GUARDED}}
+  patch: |-
+    - {op: replace, path: /spec/template/spec/containers/0/env/0/value, value: "${NODE_IP}:${STORE_PORT}"}
+    - {op: replace, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never}
+    - {op: add, path: /spec/template/spec/nodeSelector, value: {${REAL_NODE_LABEL}: "true"}}
+    - {op: add, path: /spec/template/spec/tolerations, value: [{key: ${REAL_NODE_LABEL}, operator: Equal, value: "true", effect: NoSchedule}]}
 EOF
 }
 
@@ -251,6 +261,9 @@ show_containers() {
 			lowest="${fence}" lowest_name="${name}"
 		fi
 	done
+	fence="$(k get job "${GUARDED}" -n "${NS}" -o jsonpath='{.metadata.annotations.batch\.lockedjob\.dev/fencing-token}')"
+	step "kubectl logs job/${GUARDED} -n ${NS}   (guarded Job, fencing token ${fence}: the container's own log)"
+	k logs "job/${GUARDED}" -n "${NS}" || log "no log for job/${GUARDED}"
 	step "a late write with ${lowest_name}'s fencing token ${lowest}, as a paused old holder would make it: the store refuses it"
 	LOCKEDJOB_FENCING_TOKEN="${lowest}" LOCKEDJOB_LOCK=nightly-migration \
 		"${FENCEDWRITER_BIN}" --store-addr "127.0.0.1:${STORE_PORT}" --writes 1 >&2 || true
@@ -290,6 +303,23 @@ install_manifests() {
 	rbac="$(render_rbac)"
 	[[ -n "${rbac}" ]] || die "kubectl kustomize config/default rendered no RBAC"
 	k apply -f - <<<"${rbac}"
+	wait_for_gate
+}
+
+# wait_for_gate: the API server takes a moment to put new admission policies in force, and a
+# labelled Job created before that runs unguarded (the operator marks it so). The samples hold one,
+# so wait until a labelled Job, sent as a dry run (nothing stays), comes back suspended.
+wait_for_gate() {
+	local deadline=$((SECONDS + 30)) suspended="" probe
+	probe='{"apiVersion": "batch/v1", "kind": "Job",
+	  "metadata": {"name": "gate-probe", "labels": {"batch.lockedjob.dev/lock": "gate-probe"}},
+	  "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "probe", "image": "probe"}]}}}}'
+	until [[ "${suspended}" == true ]]; do
+		((SECONDS < deadline)) || die "the admission gate of guarded Jobs (config/guard) did not act within 30s"
+		sleep 0.2
+		suspended="$(k create --dry-run=server -n "${OPERATOR_NS}" -o jsonpath='{.spec.suspend}' -f - <<<"${probe}" 2>/dev/null || true)"
+	done
+	step "the admission gate of guarded Jobs acts: a labelled Job is created suspended"
 }
 
 # The manager runs as the ServiceAccount the RBAC above binds, with a token
@@ -363,7 +393,7 @@ namespace_up() {
 apply_samples() {
 	local where="kwok nodes"
 	[[ -n "${NODE_IP}" ]] && where="real containers on the real node"
-	step "applying config/samples to namespace ${NS}: three LockedJobs, one lock, ${where}"
+	step "applying config/samples to namespace ${NS}: three LockedJobs and a guarded Job, one lock, ${where}"
 	samples_kustomization
 	k apply -n "${NS}" -k "${SAMPLES_DIR}"
 }
@@ -377,14 +407,17 @@ watch_samples() {
 	local t0="$1" deadline sig last="" phases table
 	deadline=$((SECONDS + TIMEOUT))
 	local sigpath='{range .items[*]}{.metadata.name}|{.status.phase}|{.status.holder}|{.status.blockedBy}|{.status.fencingToken}|{.status.queuePosition}|{.status.jobName}|{.status.message}{"\n"}{end}'
+	local guarded
 	while :; do
-		if sig="$(k get lj -n "${NS}" -o jsonpath="${sigpath}" 2>/dev/null)" && [[ "${sig}" != "${last}" ]]; then
+		guarded="$(k get job "${GUARDED}" -n "${NS}" -o jsonpath='{.spec.suspend}|{.metadata.annotations.batch\.lockedjob\.dev/guard}|{.metadata.annotations.batch\.lockedjob\.dev/fencing-token}' 2>/dev/null || true)"
+		if sig="$(k get lj -n "${NS}" -o jsonpath="${sigpath}" 2>/dev/null)${guarded}" && [[ "${sig}" != "${last}" ]]; then
 			last="${sig}"
-			table="$(k get lj -n "${NS}" -o wide 2>&1 || true)"$'\n\n'"$(k get locks -n "${NS}" 2>&1 || true)"
+			table="$(k get lj -n "${NS}" -o wide 2>&1 || true)"$'\n\n'"$(k get job "${GUARDED}" -n "${NS}" -o custom-columns="${GUARDED_COLUMNS}" 2>&1 || true)"$'\n\n'"$(k get locks -n "${NS}" 2>&1 || true)"
 			printf '\n--- %s  +%ss after apply\n%s\n' "$(date +%H:%M:%S.%1N)" "$(since "${t0}")" "${table}"
 			phases="$(awk -F'|' 'NF > 1 { print $2 }' <<<"${sig}")"
-			if [[ "$(grep -cE '^(Succeeded|Failed|LockLost)$' <<<"${phases}")" -ge ${#SAMPLES[@]} ]]; then
-				if [[ "$(grep -c '^Succeeded$' <<<"${phases}")" -ge ${#SAMPLES[@]} ]]; then
+			# The guarded Job has ended once its guard says Released (or Lost, Unguarded).
+			if [[ "$(grep -cE '^(Succeeded|Failed|LockLost)$' <<<"${phases}")" -ge ${#SAMPLES[@]} && "${guarded}" =~ \|(Released|Lost|Unguarded)\| ]]; then
+				if [[ "$(grep -c '^Succeeded$' <<<"${phases}")" -ge ${#SAMPLES[@]} && "${guarded}" == *"|Released|"* ]]; then
 					return 0
 				fi
 				k get jobs,pods -n "${NS}" >&2 || true
@@ -438,7 +471,7 @@ cmd_up() {
 	t_apply="$(now_ns)"
 	apply_samples
 	watch_samples "${t_apply}"
-	step "all ${#SAMPLES[@]} LockedJobs Succeeded, $(since "${t_apply}")s after they were applied"
+	step "all ${#SAMPLES[@]} LockedJobs Succeeded and the guarded Job ${GUARDED} was Released, $(since "${t_apply}")s after they were applied"
 	k get lj -n "${NS}"
 	echo
 	k get jobs -n "${NS}"
