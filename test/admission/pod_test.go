@@ -173,6 +173,8 @@ func TestGuardRefusesPodsItCannotGuard(t *testing.T) {
 			"metadata.annotations['" + batchv1alpha1.AnnotationGuardTTL + "'] must be a Go duration"},
 		"an on-lock-lost in lower case": {podAnnotate(batchv1alpha1.AnnotationGuardOnLockLost, "delete"),
 			"metadata.annotations['" + batchv1alpha1.AnnotationGuardOnLockLost + "'] must be Suspend, Delete or Ignore"},
+		"a Kueue queue": {podLabel("kueue.x-k8s.io/queue-name", "batch"),
+			"metadata.labels['kueue.x-k8s.io/queue-name'] and " + lockLabel + " are not supported together yet"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -267,6 +269,7 @@ func TestGuardRefusesChangesToAGuardedPod(t *testing.T) {
 		"the fence removed": {ungated: true, opt: func(p *corev1.Pod) { delete(p.Annotations, batchv1alpha1.AnnotationFencingToken) },
 			want: fence + " must not change once written"},
 		"a controller gained":     {opt: ownedBy("ReplicaSet", true), want: "metadata.ownerReferences must not gain a controller"},
+		"a Kueue queue added":     {opt: podLabel("kueue.x-k8s.io/queue-name", "batch"), want: "are not supported together yet"},
 		"the guard state written": {ungated: true, opt: podAnnotate(batchv1alpha1.AnnotationGuard, "Released")},
 		"another label":           {opt: podLabel("team", "a")},
 		"a good priority":         {opt: podAnnotate(batchv1alpha1.AnnotationGuardPriority, "10")},
