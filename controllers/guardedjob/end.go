@@ -159,16 +159,13 @@ func (r *GuardedJobReconciler) stopWorkload(ctx context.Context, w lockbook.Work
 // place in line, is given back. A namespace refused its scope costs no Redis call here either.
 func (r *GuardedJobReconciler) markUnguarded(ctx context.Context, p *pass) error {
 	if p.obs.scopeAllowed {
-		if p.obs.holding != nil {
-			if err := r.release(ctx, p); err != nil && !errors.Is(err, lockbook.ErrNotHeld) {
-				return err
-			}
+		released, err := r.holdings().GiveBack(ctx, p.claim, p.workloadOf(), p.obs.holding != nil)
+		if released {
+			p.obs.released, p.obs.holding = true, nil
+			ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
 		}
-		rctx, cancel := r.redisCtx(ctx)
-		err := r.Locks.Dequeue(rctx, p.claim)
-		cancel()
 		if err != nil {
-			return fmt.Errorf("dequeue %s: %w", p.claim.Key, err)
+			return err
 		}
 	}
 	if err := r.recordGuard(ctx, p, batchv1alpha1.GuardUnguarded); err != nil {

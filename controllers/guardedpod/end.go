@@ -147,16 +147,13 @@ func (r *GuardedPodReconciler) stopWorkload(ctx context.Context, w lockbook.Work
 // lock the book holds for it, or a place in line, is given back.
 func (r *GuardedPodReconciler) markUnguarded(ctx context.Context, p *pass) error {
 	if p.obs.scopeAllowed {
-		if p.obs.holding != nil {
-			if err := r.release(ctx, p); err != nil && !errors.Is(err, lockbook.ErrNotHeld) {
-				return err
-			}
+		released, err := r.holdings().GiveBack(ctx, p.claim, p.workloadOf(), p.obs.holding != nil)
+		if released {
+			p.obs.released, p.obs.holding = true, nil
+			ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
 		}
-		rctx, cancel := r.redisCtx(ctx)
-		err := r.Locks.Dequeue(rctx, p.claim)
-		cancel()
 		if err != nil {
-			return fmt.Errorf("dequeue %s: %w", p.claim.Key, err)
+			return err
 		}
 	}
 	if err := r.recordGuard(ctx, p, batchv1alpha1.GuardUnguarded); err != nil {

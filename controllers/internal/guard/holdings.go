@@ -123,3 +123,23 @@ func (ro Holdings) Acquire(ctx context.Context, claim *lockbook.Claim, c locks.C
 	}
 	return lock, nil
 }
+
+// GiveBack is what an object that will never hold gives up: the lock the book holds for it, when
+// held (one someone else holds is left alone), and its place in the queue. released tells whether
+// a lock of ours was released.
+func (ro Holdings) GiveBack(ctx context.Context, claim lockbook.Claim, w lockbook.Workload, held bool) (released bool, err error) {
+	if held {
+		err := ro.Release(ctx, claim, w)
+		if err != nil && !errors.Is(err, lockbook.ErrNotHeld) {
+			return false, err
+		}
+		released = err == nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, ro.Config.RedisTimeout)
+	err = ro.Locks.Dequeue(rctx, claim)
+	cancel()
+	if err != nil {
+		return released, fmt.Errorf("dequeue %s: %w", claim.Key, err)
+	}
+	return released, nil
+}
