@@ -20,10 +20,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
@@ -153,22 +149,11 @@ func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		return err
 	}
 	r.permits = sreconcile.PermitReader(mgr)
-	r.Locks.SetHandlers(locks.KindJob, lockbook.Handlers{StopWorkload: r.stopWorkload})
-
-	wake := make(chan event.GenericEvent, 256)
-	waker := &guard.ReleaseWaker{Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindJob, Named: namedJob,
-		Waiters: r.waiters, Wake: wake}
-	if err := mgr.Add(waker); err != nil {
-		return err
-	}
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named("guardedjob").
-		WatchesRawSource(source.Kind(jobs, &batchv1.Job{}, &handler.TypedEnqueueRequestForObject[*batchv1.Job]{})).
-		WatchesRawSource(source.Channel(r.Locks.Events(locks.KindJob), &handler.EnqueueRequestForObject{})).
-		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{}))
-	return sreconcile.WakeOnPermits(b, r.permits, r.waitersOfLock).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
-		Complete(r)
+	return guard.Complete(mgr, &batchv1.Job{}, guard.Wiring{
+		Name: "guardedjob", Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindJob, Objects: jobs,
+		Named: namedJob, Waiters: r.waiters, Stop: r.stopWorkload,
+		Permits: r.permits, WaitersOfLock: r.waitersOfLock, Workers: r.Config.MaxConcurrentReconciles,
+	}, r)
 }
 
 // event emits an Event on the Job with its note cut (sreconcile.CutMessage).

@@ -17,11 +17,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
@@ -135,22 +131,11 @@ func (r *GuardedPodReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	}
 	r.Pods = pods
 	r.permits = sreconcile.PermitReader(mgr)
-	r.Locks.SetHandlers(locks.KindPod, lockbook.Handlers{StopWorkload: r.stopWorkload})
-
-	wake := make(chan event.GenericEvent, 256)
-	waker := &guard.ReleaseWaker{Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindPod, Named: namedPod,
-		Waiters: r.waiters, Wake: wake}
-	if err := mgr.Add(waker); err != nil {
-		return err
-	}
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named("guardedpod").
-		WatchesRawSource(source.Kind(pods, &corev1.Pod{}, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
-		WatchesRawSource(source.Channel(r.Locks.Events(locks.KindPod), &handler.EnqueueRequestForObject{})).
-		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{}))
-	return sreconcile.WakeOnPermits(b, r.permits, r.waitersOfLock).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
-		Complete(r)
+	return guard.Complete(mgr, &corev1.Pod{}, guard.Wiring{
+		Name: "guardedpod", Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindPod, Objects: pods,
+		Named: namedPod, Waiters: r.waiters, Stop: r.stopWorkload,
+		Permits: r.permits, WaitersOfLock: r.waitersOfLock, Workers: r.Config.MaxConcurrentReconciles,
+	}, r)
 }
 
 // event emits an Event on the Pod with its note cut (sreconcile.CutMessage).
