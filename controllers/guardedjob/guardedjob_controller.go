@@ -167,8 +167,3 @@ func (r *GuardedJobReconciler) event(job *batchv1.Job, eventType, reason, action
 func (r *GuardedJobReconciler) holdings() guard.Holdings {
 	return guard.Holdings{Locks: r.Locks, Permits: r.permits, Config: &r.Config}
 }
-
-// redisCtx bounds one Redis call of a pass.
-func (r *GuardedJobReconciler) redisCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, r.Config.RedisTimeout)
-}

@@ -149,8 +149,3 @@ func (r *GuardedPodReconciler) event(pod *corev1.Pod, eventType, reason, action,
 func (r *GuardedPodReconciler) holdings() guard.Holdings {
 	return guard.Holdings{Locks: r.Locks, Permits: r.permits, Config: &r.Config}
 }
-
-// redisCtx bounds one Redis call of a pass.
-func (r *GuardedPodReconciler) redisCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, r.Config.RedisTimeout)
-}
