@@ -16,7 +16,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
 
-// newGuardedPod is a bare Pod labelled for lock: the gate creates it behind a scheduling gate.
+// newGuardedPod is a Pod without an owner labelled for lock: the gate creates it behind a scheduling gate.
 func newGuardedPod(ns, name, lock string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{batchv1alpha1.LabelGuardLock: lock}},
@@ -105,7 +105,7 @@ func podEvents(pod *corev1.Pod) []string {
 }
 
 var _ = Describe("Guarded Pods", func() {
-	It("ungates a labelled bare Pod under its lock, with the fence in its annotations", func() {
+	It("ungates a labelled Pod without an owner under its lock, with the fence in its annotations", func() {
 		ns := newNamespace()
 		pod := createPod(newGuardedPod(ns, "etl", "db"))
 
@@ -217,6 +217,29 @@ var _ = Describe("Guarded Pods", func() {
 
 		_, fence := waitPodHeld(createPod(newGuardedPod(ns, "proper", "db")))
 		Expect(fence).To(BeNumerically(">", 0), "the lock stays free for a Pod that asks for it properly")
+	})
+
+	It("guards the Pods a Workflow-like controller owns one at a time, and keeps the lock of one it deletes until its containers stopped", func() {
+		ns := newNamespace()
+		// A ConfigMap stands in for an Argo Workflow: the rule looks only at the controller's
+		// kind and apiVersion, and no garbage collector runs here.
+		wf := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wf-1"}}
+		Expect(k8sClient.Create(ctx, wf)).To(Succeed())
+		stepOf := func(name string) *corev1.Pod {
+			pod := newGuardedPod(ns, name, "db")
+			pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(wf, corev1.SchemeGroupVersion.WithKind("ConfigMap"))}
+			return createPod(pod)
+		}
+		first, fence1 := waitPodHeld(stepOf("wf-1-step-a"))
+		bindPod(first)
+		second := stepOf("wf-1-step-b")
+		stillGated(second)
+
+		Expect(k8sClient.Delete(ctx, first)).To(Succeed()) // as the owner's controller may
+		stillGated(second)
+		endPod(first, corev1.PodFailed) // the kubelet, once its containers stopped
+		_, fence2 := waitPodHeld(second)
+		Expect(fence2).To(BeNumerically(">", fence1))
 	})
 
 	It("leaves a Pod owned by a Job to the Job path", func() {

@@ -33,8 +33,9 @@ const (
 	// default with the others; without the admission gate of config/guard no such Job is suspended,
 	// and it only marks them Unguarded.
 	GuardedJob = "guardedjob"
-	// GuardedPod acts only on bare Pods labelled for a lock, so it is on by default as GuardedJob;
-	// without the admission gate no such Pod is gated, and it only marks them Unguarded.
+	// GuardedPod acts only on Pods labelled for a lock that no Job controls, so it is on by default
+	// as GuardedJob; without the admission gate no such Pod is gated, and it only marks them
+	// Unguarded.
 	GuardedPod = "guardedpod"
 )
 

@@ -29,8 +29,8 @@ const (
 	// CEL on every Job of the cluster.
 	LabelGuardLock = "batch.lockedjob.dev/lock"
 
-	// SchedulingGateGuard is the scheduling gate the admission policy adds to a guarded Pod (a bare
-	// Pod labelled LabelGuardLock) at creation, and the operator removes, in the write that gives
+	// SchedulingGateGuard is the scheduling gate the admission policy adds to a guarded Pod (a Pod
+	// labelled LabelGuardLock that no batch/v1 Job controls) at creation, and the operator removes, in the write that gives
 	// the Pod its fence, once it holds the lock.
 	SchedulingGateGuard = "batch.lockedjob.dev/lock"
 

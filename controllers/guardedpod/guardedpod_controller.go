@@ -1,6 +1,6 @@
-// Package guardedpod is the reconciler of guarded Pods (docs/design.md, "Guarded Pods"): bare Pods
-// labelled batch.lockedjob.dev/lock, which the admission gate (config/guard) creates behind a
-// scheduling gate. It acquires the Pod's lock through the lock book, under the rules of
+// Package guardedpod is the reconciler of guarded Pods (docs/design.md, "Guarded Pods"): Pods
+// labelled batch.lockedjob.dev/lock that no batch/v1 Job controls (locks.IsGuardedPod), whoever
+// else controls them, which the admission gate (config/guard) creates behind a scheduling gate. It acquires the Pod's lock through the lock book, under the rules of
 // internal/locks that every other reconciler follows (one key, one queue, one fencing sequence per
 // lock name and scope), ungates the Pod with the fence in its annotations in one write, and
 // releases the lock once the Pod runs nothing.

@@ -16,7 +16,8 @@ const (
 	KindLockedJob Kind = "LockedJob"
 	// KindJob is a batch/v1 Job labelled for a lock: admitted suspended, unsuspended under it.
 	KindJob Kind = "Job"
-	// KindPod is a bare Pod labelled for a lock: admitted behind a scheduling gate, ungated under it.
+	// KindPod is a Pod labelled for a lock and not controlled by a Job (IsGuardedPod): admitted
+	// behind a scheduling gate, ungated under it.
 	KindPod Kind = "Pod"
 )
 

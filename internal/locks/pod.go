@@ -1,6 +1,7 @@
 package locks
 
 import (
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -19,12 +20,25 @@ func LabelledPods() labels.Selector {
 	return labels.NewSelector().Add(*guard)
 }
 
-// IsGuardedPod reports whether pod is a guarded Pod: labelled LabelGuardLock and bare, with no
-// controller owner. A controller's Pods are its own (a guarded Job's pods are the Job path's), as the
-// admission policies of config/guard rule too.
+// IsGuardedPod reports whether pod is a guarded Pod: labelled LabelGuardLock and not controlled by
+// a batch/v1 Job (JobControllerOf). A Job's pods are the Job path's: a guarded Job holds the lock
+// for all its pods, so its labelled pod template must not make each pod queue on its own. Any other
+// controller (an Argo Workflow, a Tekton TaskRun) creates its Pods one by one and leaves them to us,
+// as the admission policies of config/guard rule too.
 func IsGuardedPod(pod *corev1.Pod) bool {
 	_, labelled := pod.Labels[batchv1alpha1.LabelGuardLock]
-	return labelled && metav1.GetControllerOf(pod) == nil
+	return labelled && JobControllerOf(pod) == nil
+}
+
+// JobControllerOf is the ownerReference of pod's controller when that is a batch/v1 Job, else nil.
+// An ownerReference to a Job without controller: true does not count: the Job controller adopts
+// and counts only the Pods it controls.
+func JobControllerOf(pod *corev1.Pod) *metav1.OwnerReference {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "Job" || ref.APIVersion != batchv1.SchemeGroupVersion.String() {
+		return nil
+	}
+	return ref
 }
 
 // ClaimantOfPod is the Claimant of a guarded Pod, by the rules of ClaimantOfJob: the lock its

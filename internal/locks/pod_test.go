@@ -63,10 +63,11 @@ func TestAPodAndAJobShareTheKey(t *testing.T) {
 	}
 }
 
-// TestIsGuardedPod: a Pod is guarded by the lock label when it has no controller owner.
+// TestIsGuardedPod: a Pod is guarded by the lock label unless a batch/v1 Job controls it; another
+// controller (an Argo Workflow) or a Job that only owns it leaves it guarded.
 func TestIsGuardedPod(t *testing.T) {
-	owner := func(controller bool) []metav1.OwnerReference {
-		return []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j", UID: "u", Controller: ptr.To(controller)}}
+	owner := func(apiVersion, kind string, controller bool) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: "o", UID: "u", Controller: ptr.To(controller)}}
 	}
 	lock := map[string]string{batchv1alpha1.LabelGuardLock: "db"}
 	for name, tc := range map[string]struct {
@@ -74,10 +75,16 @@ func TestIsGuardedPod(t *testing.T) {
 		owners []metav1.OwnerReference
 		want   bool
 	}{
-		"labelled and bare":             {labels: lock, want: true},
-		"labelled, an owner no control": {labels: lock, owners: owner(false), want: true},
-		"labelled, a Job's pod":         {labels: lock, owners: owner(true)},
-		"not labelled":                  {},
+		"labelled and bare":                       {labels: lock, want: true},
+		"labelled, a Job owns it without control": {labels: lock, owners: owner("batch/v1", "Job", false), want: true},
+		"labelled, a Workflow controls it":        {labels: lock, owners: owner("argoproj.io/v1alpha1", "Workflow", true), want: true},
+		"labelled, a TaskRun controls it":         {labels: lock, owners: owner("tekton.dev/v1", "TaskRun", true), want: true},
+		"labelled, a Job of another group":        {labels: lock, owners: owner("example.com/v1", "Job", true), want: true},
+		"labelled, a batch/v1 Job controls it":    {labels: lock, owners: owner("batch/v1", "Job", true)},
+		"labelled, a Job controls it, a Workflow owns it": {labels: lock,
+			owners: append(owner("argoproj.io/v1alpha1", "Workflow", false), owner("batch/v1", "Job", true)...)},
+		"not labelled":                         {},
+		"not labelled, a Workflow controls it": {owners: owner("argoproj.io/v1alpha1", "Workflow", true)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels, OwnerReferences: tc.owners}}

@@ -21,7 +21,7 @@ const (
 	podValidatePolicy = "guard-pod-validate"
 )
 
-// guardedPod is a bare Pod labelled with a lock: two init containers and two containers, the first
+// guardedPod is a Pod labelled with a lock and no owner: two init containers and two containers, the first
 // of each with no env and the second with an env list of its own.
 func guardedPod(opts ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
@@ -67,9 +67,9 @@ func podAnnotate(k, v string) func(*corev1.Pod) {
 
 // ownedBy gives the Pod an owner; a controller if controller is true. The owner need not exist:
 // no garbage collector runs here.
-func ownedBy(kind string, controller bool) func(*corev1.Pod) {
+func ownedBy(apiVersion, kind string, controller bool) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
-		p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{APIVersion: "batch/v1", Kind: kind,
+		p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{APIVersion: apiVersion, Kind: kind,
 			Name: "owner", UID: types.UID("owner-uid"), Controller: ptr.To(controller)})
 	}
 }
@@ -82,7 +82,7 @@ func gateNames(p *corev1.Pod) []string {
 	return names
 }
 
-// TestGuardedPodIsCreatedGatedWithTheLockEnv: a bare labelled Pod gets the scheduling gate, and every
+// TestGuardedPodIsCreatedGatedWithTheLockEnv: a labelled Pod without an owner gets the scheduling gate, and every
 // container and init container the four variables; a container's own entry of one of them is
 // replaced by ours, the others come after its own.
 func TestGuardedPodIsCreatedGatedWithTheLockEnv(t *testing.T) {
@@ -126,23 +126,32 @@ func TestGuardKeepsGatesItDoesNotOwn(t *testing.T) {
 	}
 }
 
-// TestPodsTheGuardLeavesAlone: a Pod without the lock label, and a Pod with a controller owner (a
-// guarded Job's pods are the Job path's), are created as sent; an owner that is no controller does
-// not make a Pod any less bare.
-func TestPodsTheGuardLeavesAlone(t *testing.T) {
+// TestWhichPodsTheGuardGates: a labelled Pod is gated unless a batch/v1 Job controls it (a guarded
+// Job's pods are the Job path's); another controller (an Argo Workflow, a Tekton TaskRun) leaves it
+// on the Pod path, and so does a Job that owns it without controlling it. A Pod without the lock
+// label is created as sent.
+func TestWhichPodsTheGuardGates(t *testing.T) {
 	for name, tc := range map[string]struct {
 		pod   *corev1.Pod
 		gated bool
 	}{
-		"no lock label":           {pod: guardedPod(func(p *corev1.Pod) { delete(p.Labels, batchv1alpha1.LabelGuardLock) })},
-		"a Job's pod":             {pod: guardedPod(ownedBy("Job", true))},
-		"an owner, no controller": {pod: guardedPod(ownedBy("Job", false)), gated: true},
+		"no owner":                    {pod: guardedPod(), gated: true},
+		"a Workflow's pod":            {pod: guardedPod(ownedBy("argoproj.io/v1alpha1", "Workflow", true)), gated: true},
+		"a TaskRun's pod":             {pod: guardedPod(ownedBy("tekton.dev/v1", "TaskRun", true)), gated: true},
+		"a Job that is no controller": {pod: guardedPod(ownedBy("batch/v1", "Job", false)), gated: true},
+		"a Job of another group":      {pod: guardedPod(ownedBy("example.com/v1", "Job", true)), gated: true},
+		"a Job's pod":                 {pod: guardedPod(ownedBy("batch/v1", "Job", true))},
+		"a Job's pod a Workflow owns": {pod: guardedPod(ownedBy("argoproj.io/v1alpha1", "Workflow", false), ownedBy("batch/v1", "Job", true))},
+		"no lock label, a Workflow's": {pod: guardedPod(ownedBy("argoproj.io/v1alpha1", "Workflow", true),
+			func(p *corev1.Pod) { delete(p.Labels, batchv1alpha1.LabelGuardLock) })},
+		"no lock label": {pod: guardedPod(func(p *corev1.Pod) { delete(p.Labels, batchv1alpha1.LabelGuardLock) })},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			g.Expect(k8s.Create(context.Background(), tc.pod, client.DryRunAll)).To(Succeed())
 			if tc.gated {
 				g.Expect(gateNames(tc.pod)).To(Equal([]string{batchv1alpha1.SchedulingGateGuard}))
+				g.Expect(tc.pod.Spec.Containers[0].Env).To(Equal(lockEnv))
 				return
 			}
 			g.Expect(tc.pod.Spec.SchedulingGates).To(BeEmpty())
@@ -245,7 +254,8 @@ func TestUngatingWritesTheFenceInOneWrite(t *testing.T) {
 
 // TestGuardRefusesChangesToAGuardedPod: on UPDATE the lock label and scope are fixed, the gate goes
 // only in the write that gives the Pod its fence, the fence is fixed once written, and a guarded
-// Pod gains no controller.
+// Pod gains no batch/v1 Job as controller (it would leave the Pod path); any other controller may
+// adopt it.
 func TestGuardRefusesChangesToAGuardedPod(t *testing.T) {
 	const fence = "metadata.annotations['" + batchv1alpha1.AnnotationFencingToken + "']"
 	for name, tc := range map[string]struct {
@@ -268,11 +278,16 @@ func TestGuardRefusesChangesToAGuardedPod(t *testing.T) {
 			want: "metadata.annotations['" + batchv1alpha1.AnnotationHolder + "'] must not change once written"},
 		"the fence removed": {ungated: true, opt: func(p *corev1.Pod) { delete(p.Annotations, batchv1alpha1.AnnotationFencingToken) },
 			want: fence + " must not change once written"},
-		"a controller gained":     {opt: ownedBy("ReplicaSet", true), want: "metadata.ownerReferences must not gain a controller"},
-		"a Kueue queue added":     {opt: podLabel("kueue.x-k8s.io/queue-name", "batch"), want: "are not supported together yet"},
-		"the guard state written": {ungated: true, opt: podAnnotate(batchv1alpha1.AnnotationGuard, "Released")},
-		"another label":           {opt: podLabel("team", "a")},
-		"a good priority":         {opt: podAnnotate(batchv1alpha1.AnnotationGuardPriority, "10")},
+		"a Job gained as controller": {opt: ownedBy("batch/v1", "Job", true),
+			want: "metadata.ownerReferences must not gain a batch/v1 Job as controller"},
+		"a Job gained as controller after the ungating": {ungated: true, opt: ownedBy("batch/v1", "Job", true),
+			want: "metadata.ownerReferences must not gain a batch/v1 Job as controller"},
+		"a Job gained as an owner":        {opt: ownedBy("batch/v1", "Job", false)},
+		"a Workflow gained as controller": {opt: ownedBy("argoproj.io/v1alpha1", "Workflow", true)},
+		"a Kueue queue added":             {opt: podLabel("kueue.x-k8s.io/queue-name", "batch"), want: "are not supported together yet"},
+		"the guard state written":         {ungated: true, opt: podAnnotate(batchv1alpha1.AnnotationGuard, "Released")},
+		"another label":                   {opt: podLabel("team", "a")},
+		"a good priority":                 {opt: podAnnotate(batchv1alpha1.AnnotationGuardPriority, "10")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)

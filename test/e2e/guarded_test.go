@@ -69,6 +69,12 @@ func guardedSpecs(lane func() *guardedLane) {
 		l.helmHook(ctx)
 	}, SpecTimeout(4*time.Minute))
 
+	It("guards the step Pods of an Argo-like controller beside a LockedJob of one lock: gated until each holds it, fences rising across both kinds", func(ctx SpecContext) {
+		l := lane()
+		l.skipWithoutGate()
+		l.argoLike(ctx)
+	}, SpecTimeout(4*time.Minute))
+
 	// Last: the CronJob's runs come on the minute (the kube-controller-manager's cronjob controller
 	// starts `* * * * *` at each minute boundary), so its scenario needs one to two and a half
 	// minutes. It started with the lane (BeforeAll) and ran beside the lane's other specs; here it

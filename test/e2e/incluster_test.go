@@ -496,6 +496,17 @@ func (d *deployment) jobLog(ctx context.Context, ns, job string) string {
 	return string(b)
 }
 
+// runLog is the log of the run's container: its Pod's, or its Job's first pod's.
+func (d *deployment) runLog(ctx context.Context, ns string, r writerRun) string {
+	GinkgoHelper()
+	if r.Pod == "" {
+		return d.jobLog(ctx, ns, r.Job)
+	}
+	b, err := suite.cs.CoreV1().Pods(ns).GetLogs(r.Pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+	Expect(err).NotTo(HaveOccurred(), "log of Pod %s", r.Pod)
+	return string(b)
+}
+
 // managerPID finds the manager's process on this machine from its container's ID: the container's
 // cgroup path names it.
 func (d *deployment) managerPID(ctx context.Context) int {
@@ -552,6 +563,7 @@ func countWrites(h []fencedstore.Entry, token int64, result string) int {
 // container makes.
 type writerRun struct {
 	Job    string
+	Pod    string // a guarded Pod's run: its log is that Pod's, not a Job's
 	Fence  int64
 	Writes int
 }
@@ -581,7 +593,7 @@ func (d *deployment) expectOneAfterAnother(ctx context.Context, ns, lock string,
 	var gaps []time.Duration
 	accepted := map[int64]int{}
 	for i, r := range runs {
-		log := d.jobLog(ctx, ns, r.Job)
+		log := d.runLog(ctx, ns, r)
 		Expect(log).To(ContainSubstring(fmt.Sprintf("fencing token=%d", r.Fence)), "log of Job %s", r.Job)
 		r.expectWrites(log)
 		accepted[r.Fence] = r.Writes
