@@ -1,6 +1,7 @@
 // Package guardedpod is the reconciler of guarded Pods (docs/design.md, "Guarded Pods"): Pods
-// labelled batch.lockedjob.dev/lock that no batch/v1 Job controls (locks.IsGuardedPod), whoever
-// else controls them, which the admission gate (config/guard) creates behind a scheduling gate. It acquires the Pod's lock through the lock book, under the rules of
+// labelled batch.lockedjob.dev/lock that no batch/v1 Job controls (locks.IsGuardedPod: bare ones,
+// an Argo Workflow's, a Tekton TaskRun's), which the admission gate (config/guard) creates behind
+// a scheduling gate. It acquires the Pod's lock through the lock book, under the rules of
 // internal/locks that every other reconciler follows (one key, one queue, one fencing sequence per
 // lock name and scope), ungates the Pod with the fence in its annotations in one write, and
 // releases the lock once the Pod runs nothing.
