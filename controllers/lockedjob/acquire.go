@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/waitbook"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -49,13 +50,13 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		return r.waitForPermits(p, permits), false, nil
 	}
 
-	// A waiter asks Redis only when something may have changed (see waiting.go).
+	// A waiter asks Redis only when something may have changed (the wait book, package waitbook).
 	if !first {
-		switch what, hint, left, priority := r.waiting.next(p.claim.Holder, now); what {
-		case askHint:
+		switch what, hint, left, priority := r.waiting.Next(p.claim.Holder, now); what {
+		case waitbook.AskHint:
 			// The place comes from Redis (the lineup); the holder stays what Redis last told.
-			return r.wait(p, &lockbook.QueuedError{Position: hint.position, Holder: lj.Status.BlockedBy}, waited), false, nil
-		case askNothing:
+			return r.wait(p, &lockbook.QueuedError{Position: hint.Position, Holder: lj.Status.BlockedBy}, waited), false, nil
+		case waitbook.AskNothing:
 			return ctrl.Result{RequeueAfter: left, Priority: &priority}, false, nil
 		}
 	}
@@ -116,7 +117,7 @@ func (r *LockedJobReconciler) startWaiting(ctx context.Context, p *pass, now tim
 func (r *LockedJobReconciler) holdAcquired(ctx context.Context, p *pass, lock *lockbook.Lock, waited time.Duration) error {
 	lj := p.lj
 	r.redisUp(p)
-	if gap, handed := r.waiting.acquired(p.claim.Holder, time.Now()); handed {
+	if gap, handed := r.waiting.Acquired(p.claim.Holder, time.Now()); handed {
 		handoffSeconds.Observe(gap.Seconds())
 	}
 	locksAcquiredTotal.Inc()
@@ -215,7 +216,7 @@ func (r *LockedJobReconciler) giveUp(ctx context.Context, p *pass, timeout time.
 	if err := r.dequeue(ctx, p); err != nil {
 		return err
 	}
-	r.waiting.done(p.claim.Holder)
+	r.waiting.Done(p.claim.Holder)
 	msg := fmt.Sprintf("Lock %s not acquired within spec.lock.acquireTimeout (%s)", lj.Spec.Lock.Name, timeout)
 	tell(lj, failedBefore(batchv1alpha1.ReasonLockTimeout, msg))
 	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonLockTimeout, "Acquire", "%s", msg)

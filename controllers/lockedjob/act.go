@@ -29,7 +29,7 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 		return ctrl.Result{}, true, nil
 	case stepForget:
 		r.Locks.Forget(p.lj.UID)
-		r.waiting.done(p.claim.Holder)
+		r.waiting.Done(p.claim.Holder)
 		return ctrl.Result{}, false, r.letGo(ctx, p)
 	case stepReleaseAfterEnd:
 		res, err = r.releaseAfterEnd(ctx, p)

@@ -78,7 +78,7 @@ func (r *LockedJobReconciler) releaseAndTell(ctx context.Context, p *pass) error
 func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	lj := p.lj
 	lock := r.Locks.Untrack(lj.UID)
-	r.waiting.done(p.claim.Holder)
+	r.waiting.Done(p.claim.Holder)
 	c := p.lockClaim()
 	if lock.Semaphore() {
 		// The lock in hand names its slot, also when it is not the slot status records (a lease
@@ -146,7 +146,7 @@ func (r *LockedJobReconciler) loseLock(ctx context.Context, p *pass, cause error
 			return err
 		}
 	}
-	r.waiting.done(p.claim.Holder)
+	r.waiting.Done(p.claim.Holder)
 	msg := fmt.Sprintf("Lock %s lost while the Job ran (%v); policy %s applied", lj.Spec.Lock.Name, cause, policy)
 	ctrl.LoggerFrom(ctx).Info("Lock lost", "lock", p.claim.Key, "reason", cause.Error(), "policy", policy)
 	tell(lj, lockLost(msg))

@@ -18,14 +18,11 @@ import (
 
 // Enqueueing: the work-queue priorities and the event handlers that set them.
 
-// send wakes the LockedJob named obj through a channel source.
-func send(ctx context.Context, ch chan<- event.GenericEvent, obj types.NamespacedName) {
+// namedLockedJob is the LockedJob named obj, to wake it through a channel source.
+func namedLockedJob(obj types.NamespacedName) client.Object {
 	lj := &batchv1alpha1.LockedJob{}
 	lj.Namespace, lj.Name = obj.Namespace, obj.Name
-	select {
-	case ch <- event.GenericEvent{Object: lj}:
-	case <-ctx.Done():
-	}
+	return lj
 }
 
 // enqueueAt enqueues the object of each generic event at priority p.

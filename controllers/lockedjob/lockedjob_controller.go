@@ -40,6 +40,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/controllers/internal/waitbook"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -122,7 +123,7 @@ type LockedJobReconciler struct {
 	Config    Config
 	Clock     clock.PassiveClock
 
-	waiting waitBook
+	waiting waitbook.Book
 	permits locks.PermitReader
 }
 
@@ -157,7 +158,7 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if apierrors.IsNotFound(err) {
 			// Gone: whatever the book still knows of it (a pass that raced the last one) is moot.
 			r.Locks.ForgetObject(locks.KindLockedJob, req.NamespacedName)
-			r.waiting.doneObject(req.NamespacedName)
+			r.waiting.DoneObject(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -202,8 +203,9 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	handed, moved := make(chan event.GenericEvent, 256), make(chan event.GenericEvent, 256)
 	waker := &releaseWaker{locks: r.Locks, identity: r.Config.Identity, reader: mgr.GetClient(), waiting: &r.waiting,
 		handed: handed, moved: moved, timeout: r.Config.RedisTimeout}
-	keeper := &queueKeeper{locks: r.Locks, waiting: &r.waiting, liveness: r.Config.waiterLiveness(),
-		timeout: r.Config.RedisTimeout, wake: handed}
+	r.waiting.Count = lockedJobsWaiting
+	keeper := &waitbook.Keeper{Locks: r.Locks, Waiting: &r.waiting, Liveness: r.Config.waiterLiveness(),
+		Timeout: r.Config.RedisTimeout, Named: namedLockedJob, Wake: handed}
 	for _, runnable := range []manager.Runnable{waker, keeper} {
 		if err := mgr.Add(runnable); err != nil {
 			return err

@@ -27,7 +27,7 @@ func (r *LockedJobReconciler) waitersOfLock(ctx context.Context, scope batchv1al
 		if lj.Status.Phase != batchv1alpha1.PhaseWaiting {
 			continue
 		}
-		r.waiting.wake(r.Config.Identity.Holder(locks.ClaimantOf(lj)))
+		r.waiting.Wake(r.Config.Identity.Holder(locks.ClaimantOf(lj)))
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lj)})
 	}
 	return reqs

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/waitbook"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -26,14 +27,14 @@ const (
 // the waiter's next backoff. A release that handed the lock to the head of its queue wakes that
 // waiter first (handed, at the highest priority), then reads the new lineup once and wakes the
 // waiters whose shown place changed (moved) with a hint of their place, so they record it without a
-// Redis call each (see waiting.go). A plain release (nobody queued, or Redlock, which has no
+// Redis call each (see package waitbook). A plain release (nobody queued, or Redlock, which has no
 // handoff) wakes every waiter of the lock, and so does a broken subscription (Missed) for every
 // lock. Redis pub/sub may drop a message; the waiters' re-checks stay as the safety net.
 type releaseWaker struct {
 	locks    *lockbook.Book
 	identity locks.Identity
 	reader   client.Reader
-	waiting  *waitBook
+	waiting  *waitbook.Book
 	handed   chan event.GenericEvent
 	moved    chan event.GenericEvent
 	timeout  time.Duration // of the lineup read
@@ -59,7 +60,7 @@ func (w *releaseWaker) Start(ctx context.Context) error {
 func (w *releaseWaker) wake(ctx context.Context, r lockbook.Released) {
 	if r.Missed {
 		// Releases went unannounced: every waiter asks Redis once, as after a restart.
-		w.waiting.wakeAll()
+		w.waiting.WakeAll()
 		w.send(ctx, w.moved, w.waiters(ctx))
 		return
 	}
@@ -69,7 +70,7 @@ func (w *releaseWaker) wake(ctx context.Context, r lockbook.Released) {
 	}
 	// The member may be another cluster's waiter on a shared Redis: then nobody here wakes. Its
 	// phase is not asked: the cache may not show it Waiting yet, and the lock waits for it.
-	w.waiting.handed(r.HandedTo, time.Now())
+	w.waiting.Handed(r.HandedTo, time.Now())
 	w.send(ctx, w.handed, w.wakeEach(w.lockedJobs(ctx, false, client.MatchingFields{indexQueueMember: r.HandedTo})))
 	w.tellPlaces(ctx, r)
 }
@@ -103,7 +104,7 @@ func (w *releaseWaker) tellPlaces(ctx context.Context, r lockbook.Released) {
 	}
 	now := time.Now()
 	for i, m := range members {
-		if !w.waiting.tell(m, placeHint{position: placesTold[i], at: now}) {
+		if !w.waiting.Tell(m, waitbook.Hint{Position: placesTold[i], At: now}) {
 			continue // not ours, or not known to wait: its next pass asks Redis anyway
 		}
 		w.send(ctx, w.moved, w.lockedJobs(ctx, false, client.MatchingFields{indexQueueMember: m}))
@@ -113,7 +114,7 @@ func (w *releaseWaker) tellPlaces(ctx context.Context, r lockbook.Released) {
 // wakeEach makes the next pass of each LockedJob ask Redis.
 func (w *releaseWaker) wakeEach(ljs []*batchv1alpha1.LockedJob) []*batchv1alpha1.LockedJob {
 	for _, lj := range ljs {
-		w.waiting.wake(w.identity.Holder(locks.ClaimantOf(lj)))
+		w.waiting.Wake(w.identity.Holder(locks.ClaimantOf(lj)))
 	}
 	return ljs
 }

@@ -15,6 +15,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/unit"
+	"github.com/lockedjob/lockedjob/controllers/internal/waitbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
@@ -81,7 +82,7 @@ func wakerOver(t *testing.T, id locks.Identity, objs ...client.Object) (*release
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &releaseWaker{locks: unit.Book(t, lockClient), identity: id, reader: api, waiting: &waitBook{}, timeout: time.Second,
+	return &releaseWaker{locks: unit.Book(t, lockClient), identity: id, reader: api, waiting: &waitbook.Book{}, timeout: time.Second,
 		handed: make(chan event.GenericEvent, 8), moved: make(chan event.GenericEvent, 8)}, api
 }
 

@@ -14,6 +14,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/unit"
+	"github.com/lockedjob/lockedjob/controllers/internal/waitbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
@@ -43,7 +44,7 @@ func TestWaiterRefusedItsScopeNamesNoHolder(t *testing.T) {
 	}
 
 	// The restarted operator: a new gate, and nothing known of waiters.
-	u.r.Config.ClusterScopeNamespaces, u.r.waiting = locks.ScopeGate{"trusted"}, waitBook{}
+	u.r.Config.ClusterScopeNamespaces, u.r.waiting = locks.ScopeGate{"trusted"}, waitbook.Book{}
 	before := unit.ScriptCalls(t, rc)
 	u.reconcile()
 	if calls := unit.ScriptCalls(t, rc) - before; calls != 0 {

@@ -208,7 +208,7 @@ func TestLegacyKeyHolderBlocksAcquisition(t *testing.T) {
 	if _, err := rdb.Acquire(ctx, legacy, time.Minute, redislock.WithToken(u.r.Config.Identity.Token(locks.ClaimantOf(u.lj)))); err != nil {
 		t.Fatal(err)
 	}
-	u.r.waiting.wake(u.r.Config.Identity.Holder(locks.ClaimantOf(u.lj))) // as its re-check falls due
+	u.r.waiting.Wake(u.r.Config.Identity.Holder(locks.ClaimantOf(u.lj))) // as its re-check falls due
 	u.runToRunning()
 	if st, _ := rdb.Inspect(ctx, legacy); st.Held {
 		t.Fatal("the old key handed to this LockedJob was not given back")

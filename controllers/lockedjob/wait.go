@@ -61,7 +61,7 @@ func (r *LockedJobReconciler) wait(p *pass, notAcquired error, waited time.Durat
 	if t := lj.Spec.Lock.AcquireTimeout; t != nil {
 		next = min(next, max(t.Duration-waited, time.Millisecond))
 	}
-	r.waiting.waiting(p.claim.Holder, client.ObjectKeyFromObject(lj), p.claim.Key, r.Clock.Now().Add(next), priority)
+	r.waiting.Waiting(p.claim.Holder, client.ObjectKeyFromObject(lj), p.claim.Key, r.Clock.Now().Add(next), priority)
 	return ctrl.Result{RequeueAfter: next, Priority: &priority}
 }
 

@@ -27,7 +27,6 @@ import (
 	"github.com/lockedjob/lockedjob/controllers/internal/unit"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
-	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
 // TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis (#13): after a handoff, one lineup read
@@ -156,114 +155,6 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	pass(head.Name)
 	if got := get(head.Name); got.Status.FencingToken == nil || got.Status.JobName == "" {
 		t.Fatalf("the head did not claim the lock handed to it: %+v", got.Status)
-	}
-}
-
-// TestQueueKeeperKeepsWaitersQueued: waiters that do not ask again stay queued while the keeper
-// keeps them, and one that is not queued any more (here: handed the lock) is woken to claim it.
-func TestQueueKeeperKeepsWaitersQueued(t *testing.T) {
-	ctx := context.Background()
-	rc := redisserver.Start(t).Client(t)
-	lockClient, err := redislock.New(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const key, short = "ns/db", 300 * time.Millisecond
-	holder, err := lockClient.Acquire(ctx, key, time.Minute, redislock.WithQueue("holder", 0, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, m := range []string{"a", "b"} {
-		if _, err := lockClient.Acquire(ctx, key, time.Minute, redislock.WithQueue(m, float64(i+1), short)); err == nil {
-			t.Fatalf("%s got a held lock", m)
-		}
-	}
-	wake := make(chan event.GenericEvent, 4)
-	k := &queueKeeper{locks: unit.Book(t, lockClient), waiting: &waitBook{}, liveness: time.Minute, timeout: time.Second, wake: wake}
-	for _, m := range []string{"a", "b"} {
-		k.waiting.waiting(m, types.NamespacedName{Namespace: "ns", Name: m}, key, time.Now().Add(time.Hour), 0)
-	}
-	k.keep(ctx)
-	if len(wake) != 0 {
-		t.Fatalf("woke %d waiters that are still queued", len(wake))
-	}
-	joined := time.Now()
-	// Past the liveness the waiters joined with, had nobody kept them.
-	eventuallyTrue(t, func() bool { return time.Since(joined) > 2*short })
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	k.keep(ctx)
-	if len(wake) != 1 || (<-wake).Object.GetName() != "a" {
-		t.Fatal("the waiter handed the lock was not woken to claim it")
-	}
-	if what, _, _, _ := k.waiting.next("a", time.Now()); what != askRedis {
-		t.Fatal("the waiter handed the lock would not ask Redis at its next pass")
-	}
-	if st, err := lockClient.Inspect(ctx, key); err != nil || !st.Held {
-		t.Fatalf("the lock went to nobody (%+v, %v): the kept waiters dropped out", st, err)
-	}
-}
-
-// eventuallyTrue polls cond for up to 10 s.
-func eventuallyTrue(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
-}
-
-// TestWaitBookAsksOnlyWhenSomethingChanged: a waiter's pass asks Redis when the book does not know
-// it, when woken, or when due; records a hint without asking; and otherwise waits on. News that
-// comes while a pass runs is kept for the next one.
-func TestWaitBookAsksOnlyWhenSomethingChanged(t *testing.T) {
-	var b waitBook
-	now := time.Now()
-	obj := types.NamespacedName{Namespace: "ns", Name: "w"}
-	expect := func(want ask, at time.Time) placeHint {
-		t.Helper()
-		got, hint, left, _ := b.next("w", at)
-		if got != want {
-			t.Fatalf("next = %d, want %d", got, want)
-		}
-		if got == askNothing && left <= 0 {
-			t.Fatalf("waits on for %v", left)
-		}
-		return hint
-	}
-	expect(askRedis, now) // unknown
-	b.waiting("w", obj, "db", now.Add(time.Minute), handler.LowPriority)
-	expect(askNothing, now)
-	expect(askRedis, now.Add(2*time.Minute)) // due
-
-	b.wake("w")
-	expect(askRedis, now)
-	expect(askNothing, now) // a wake-up counts once
-
-	b.tell("w", placeHint{position: 3, at: now})
-	if hint := expect(askHint, now); hint.position != 3 {
-		t.Fatalf("hint %+v", hint)
-	}
-	expect(askNothing, now)
-	b.tell("w", placeHint{position: 2, at: now.Add(-2 * hintMaxAge)})
-	expect(askNothing, now) // too old to trust, and nothing else changed
-
-	b.tell("w", placeHint{position: 2, at: now})
-	b.wake("w") // handed the lock after the lineup: claiming beats the hint
-	expect(askRedis, now)
-
-	expect(askNothing, now)
-	b.wake("w")                                                          // comes while a pass runs ...
-	b.waiting("w", obj, "db", now.Add(time.Minute), handler.LowPriority) // ... which then records its wait
-	expect(askRedis, now)
-
-	b.done("w")
-	expect(askRedis, now)
-	if b.tell("w", placeHint{position: 1, at: now}) {
-		t.Fatal("a hint was kept for a LockedJob that no longer waits")
 	}
 }
 
