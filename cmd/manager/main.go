@@ -200,10 +200,12 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id locks
 		},
 		GuardedJob: guardedjob.Config{
 			WaitBackoffMax:          o.waitBackoffMax,
+			QueueRecheck:            o.queueRecheck,
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		},
 		GuardedPod: guardedpod.Config{
 			WaitBackoffMax:          o.waitBackoffMax,
+			QueueRecheck:            o.queueRecheck,
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		},
 	})

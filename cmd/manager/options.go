@@ -81,7 +81,7 @@ func parseFlags() (options, zap.Options) {
 	flag.StringVar(&o.clusterScopeNamespaces, "cluster-scope-namespaces", "", "Comma-separated namespaces allowed to use spec.lock.scope Cluster; \"*\" allows all.")
 	flag.DurationVar(&o.statusInterval, "status-interval", 0, "Deprecated and ignored: renewals are no longer written to status.")
 	flag.DurationVar(&o.waitBackoffMax, "wait-backoff-max", 15*time.Second, "Longest pause between two lock attempts of the LockedJob at the head of a lock's queue, and of a waiting guarded Job or Pod (release wake-ups come sooner).")
-	flag.DurationVar(&o.queueRecheck, "queue-recheck", 0, "How often a LockedJob behind the head of its queue asks Redis again; handoffs tell it its place in between. Default: 20 × --wait-backoff-max.")
+	flag.DurationVar(&o.queueRecheck, "queue-recheck", 0, "How often a waiter (LockedJob, guarded Job or Pod) behind the head of its queue asks Redis again; handoffs wake it in between. Default: 20 × --wait-backoff-max.")
 	flag.DurationVar(&o.redlockNodeTimeout, "redlock-node-timeout", 50*time.Millisecond, "Per-node timeout of Redlock operations.")
 	flag.IntVar(&o.waitReplicas, "redis-wait-replicas", 0, "After acquiring a lock, WAIT until this many replicas acknowledged it, or give it back (0 = off; not in cluster mode).")
 	flag.DurationVar(&o.waitReplicasTimeout, "redis-wait-timeout", 500*time.Millisecond, "How long --redis-wait-replicas waits.")

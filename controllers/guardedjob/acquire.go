@@ -21,8 +21,12 @@ import (
 // handed the lock, then let the Job run under it with one write.
 
 // acquire asks for the lock as a queued waiter (guard.Holdings.Acquire) and, once it is ours, has the
-// unsuspend step follow in the same pass.
+// unsuspend step follow in the same pass. A waiter asks only when something may have changed
+// (guard.Holdings.Asks).
 func (r *GuardedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
+	if res, ask := r.holdings().Asks(p.claim, r.Clock.Now()); !ask {
+		return res, false, nil
+	}
 	lock, err := r.holdings().Acquire(ctx, &p.claim, p.claimant, p.workloadOf())
 	if refused, ok := errors.AsType[*guard.PermitsRefused](err); ok {
 		return r.waitForPermits(ctx, p, refused), false, nil
@@ -50,13 +54,14 @@ func (r *GuardedJobReconciler) waitForPermits(ctx context.Context, p *pass, refu
 
 // wait leaves the Job suspended in line. Nothing is written: the Job's record says nothing while it
 // waits, so waiting costs no API write. The release waker wakes the waiter a release frees the
-// lock for; the backoff is the safety net (an expiry is announced by nobody) and, since every
-// attempt keeps the waiter queued, what keeps it in line.
+// lock for; the head asks again on its backoff (an expiry is announced by nobody), those behind it
+// only at the queue re-check while the queue keeper keeps them in line (guard.Holdings.Wait).
 func (r *GuardedJobReconciler) wait(ctx context.Context, p *pass, notAcquired error) ctrl.Result {
 	if qe, ok := errors.AsType[*lockbook.QueuedError](notAcquired); ok {
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for lock", "lock", p.claim.Key, "position", qe.Position)
 	}
-	return ctrl.Result{RequeueAfter: r.Config.WaitBackoff(r.Clock.Since(p.job.CreationTimestamp.Time))}
+	now := r.Clock.Now()
+	return r.holdings().Wait(p.claim, p.workloadOf(), notAcquired, now, now.Sub(p.job.CreationTimestamp.Time))
 }
 
 // unsuspend lets the Job run under the lock, in one optimistic write: the fence, lock, holder and

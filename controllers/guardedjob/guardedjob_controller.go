@@ -24,6 +24,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/controllers/internal/waitbook"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -58,6 +59,8 @@ type GuardedJobReconciler struct {
 	Clock     clock.PassiveClock
 
 	permits locks.PermitReader
+	// waiting is the wait book of this reconciler's waiters (guard.Holdings.Asks and Wait).
+	waiting waitbook.Book
 }
 
 // pass is one run of Reconcile: the Job as read and what the pass knows of its lock.
@@ -84,6 +87,7 @@ func (r *GuardedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil || job == nil {
 		if job == nil && err == nil {
 			r.Locks.ForgetObject(locks.KindJob, req.NamespacedName)
+			r.waiting.DoneObject(req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
@@ -152,7 +156,8 @@ func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	return guard.Complete(mgr, &batchv1.Job{}, guard.Wiring{
 		Name: "guardedjob", Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindJob, Objects: jobs,
 		Named: namedJob, Waiters: r.waiters, Stop: r.stopWorkload,
-		Permits: r.permits, WaitersOfLock: r.waitersOfLock, Workers: r.Config.MaxConcurrentReconciles,
+		Waiting: &r.waiting, Config: &r.Config,
+		Permits: r.permits, Workers: r.Config.MaxConcurrentReconciles,
 	}, r)
 }
 
@@ -165,5 +170,5 @@ func (r *GuardedJobReconciler) event(job *batchv1.Job, eventType, reason, action
 
 // holdings re-adopts and releases through the book (guard.Holdings).
 func (r *GuardedJobReconciler) holdings() guard.Holdings {
-	return guard.Holdings{Locks: r.Locks, Permits: r.permits, Config: &r.Config}
+	return guard.Holdings{Locks: r.Locks, Permits: r.permits, Config: &r.Config, Waiting: &r.waiting}
 }

@@ -3,6 +3,7 @@ package guardedjob
 import (
 	"context"
 
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	batchv1 "k8s.io/api/batch/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -34,4 +35,10 @@ func (r *GuardedJobReconciler) waiters(ctx context.Context, key string) []client
 		}
 	}
 	return out
+}
+
+// waiting tells a guarded Job that waits in line: still suspended by the gate and never fenced.
+func waiting(job *batchv1.Job) bool {
+	_, fenced := job.Annotations[batchv1alpha1.AnnotationFencingToken]
+	return !fenced && job.Spec.Suspend != nil && *job.Spec.Suspend
 }

@@ -20,6 +20,9 @@ import (
 
 // acquire asks for the lock as a queued waiter, in the queue every kind of the same lock waits in.
 func (r *GuardedPodReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
+	if res, ask := r.holdings().Asks(p.claim, r.Clock.Now()); !ask {
+		return res, false, nil // nothing may have changed since it last asked (guard.Holdings.Asks)
+	}
 	lock, err := r.holdings().Acquire(ctx, &p.claim, p.claimant, p.workloadOf())
 	if refused, ok := errors.AsType[*guard.PermitsRefused](err); ok {
 		ctrl.LoggerFrom(ctx).Info("Waiting: the lock declares more permits than Redlock grants", "lock", p.claim.Key, "permits", refused.Permits)
@@ -27,9 +30,10 @@ func (r *GuardedPodReconciler) acquire(ctx context.Context, p *pass) (ctrl.Resul
 		return ctrl.Result{RequeueAfter: r.Config.WaitBackoffMax}, false, nil
 	}
 	if errors.Is(err, lockbook.ErrNotAcquired) {
-		// Nothing is written while the Pod waits; the release waker wakes it, the backoff is the
-		// safety net and keeps it queued.
-		return ctrl.Result{RequeueAfter: r.Config.WaitBackoff(r.Clock.Since(p.pod.CreationTimestamp.Time))}, false, nil
+		// Nothing is written while the Pod waits; the release waker wakes it, and it asks again as
+		// a guarded Job does (guard.Holdings.Wait).
+		now := r.Clock.Now()
+		return r.holdings().Wait(p.claim, p.workloadOf(), err, now, now.Sub(p.pod.CreationTimestamp.Time)), false, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, false, err

@@ -8,7 +8,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
@@ -92,18 +91,6 @@ func (r *GuardedPodReconciler) waiters(ctx context.Context, key string) []client
 		}
 	}
 	return out
-}
-
-// waitersOfLock lists the waiting guarded Pods of the lock that the Lock or ClusterLock decl
-// declares (sreconcile.WakeOnPermits).
-func (r *GuardedPodReconciler) waitersOfLock(ctx context.Context, scope batchv1alpha1.LockScope, decl client.Object) []reconcile.Request {
-	key := r.Config.Identity.KeyOf(scope, decl.GetNamespace(), decl.GetName())
-	waiters := r.waiters(ctx, r.Locks.RedisKey(key))
-	reqs := make([]reconcile.Request, 0, len(waiters))
-	for _, pod := range waiters {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pod)})
-	}
-	return reqs
 }
 
 // waiting tells a guarded Pod that waits in line: behind our gate, never fenced.

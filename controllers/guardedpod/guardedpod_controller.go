@@ -23,6 +23,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/controllers/internal/waitbook"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -49,6 +50,8 @@ type GuardedPodReconciler struct {
 	Clock     clock.PassiveClock
 
 	permits locks.PermitReader
+	// waiting is the wait book of this reconciler's waiters (guard.Holdings.Asks and Wait).
+	waiting waitbook.Book
 }
 
 // pass is one run of Reconcile: the Pod as read and what the pass knows of its lock.
@@ -71,6 +74,7 @@ func (r *GuardedPodReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil || pod == nil {
 		if pod == nil && err == nil {
 			r.Locks.ForgetObject(locks.KindPod, req.NamespacedName)
+			r.waiting.DoneObject(req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
@@ -135,7 +139,8 @@ func (r *GuardedPodReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	return guard.Complete(mgr, &corev1.Pod{}, guard.Wiring{
 		Name: "guardedpod", Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindPod, Objects: pods,
 		Named: namedPod, Waiters: r.waiters, Stop: r.stopWorkload,
-		Permits: r.permits, WaitersOfLock: r.waitersOfLock, Workers: r.Config.MaxConcurrentReconciles,
+		Waiting: &r.waiting, Config: &r.Config,
+		Permits: r.permits, Workers: r.Config.MaxConcurrentReconciles,
 	}, r)
 }
 
@@ -148,5 +153,5 @@ func (r *GuardedPodReconciler) event(pod *corev1.Pod, eventType, reason, action,
 
 // holdings re-adopts and releases through the book (guard.Holdings).
 func (r *GuardedPodReconciler) holdings() guard.Holdings {
-	return guard.Holdings{Locks: r.Locks, Permits: r.permits, Config: &r.Config}
+	return guard.Holdings{Locks: r.Locks, Permits: r.permits, Config: &r.Config, Waiting: &r.waiting}
 }

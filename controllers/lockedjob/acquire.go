@@ -74,6 +74,8 @@ func (r *LockedJobReconciler) acquire(ctx context.Context, p *pass) (ctrl.Result
 		return r.wait(p, err, waited), false, nil
 	}
 	if err != nil {
+		// The wake-up that led here was consumed by a call that got no answer: the retry asks.
+		r.waiting.Wake(p.claim.Holder)
 		return ctrl.Result{}, false, r.redisDown(p, fmt.Errorf("acquire %s: %w", p.claim.Key, err))
 	}
 	if err := r.holdAcquired(ctx, p, lock, waited); err != nil {

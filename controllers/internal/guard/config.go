@@ -20,6 +20,10 @@ type Config struct {
 	// keeps the waiter queued (see WaiterLiveness). Defaults 1s and 15s; the minimum is at most
 	// the maximum.
 	WaitBackoffMin, WaitBackoffMax time.Duration
+	// QueueRecheck is how often a waiter behind those a freed permit goes to asks Redis again
+	// (jittered, default 20 × WaitBackoffMax): a handoff wakes it, the queue keeper keeps it
+	// queued, so this is only the safety net for what nobody announces.
+	QueueRecheck time.Duration
 	// MaxConcurrentReconciles is how many objects are reconciled at once (default 1).
 	MaxConcurrentReconciles int
 }
@@ -30,11 +34,13 @@ func (c *Config) Defaults() {
 	c.WaitBackoffMax = sreconcile.DurationOr(c.WaitBackoffMax, max(15*time.Second, c.WaitBackoffMin))
 	c.WaitBackoffMin = min(sreconcile.DurationOr(c.WaitBackoffMin, time.Second), c.WaitBackoffMax)
 	c.RedisTimeout = sreconcile.DurationOr(c.RedisTimeout, 2*time.Second)
+	c.QueueRecheck = sreconcile.DurationOr(c.QueueRecheck, 20*c.WaitBackoffMax)
 }
 
 // WaiterLiveness is how long a waiter stays queued in Redis without asking again: the LockedJob's
-// rule. A guarded waiter asks on its own backoff (at most WaitBackoffMax), well inside it, so only
-// a waiter whose operator stopped, or whose object was deleted, drops out.
+// rule. The head asks on its own backoff (at most WaitBackoffMax), well inside it, and the queue
+// keeper keeps the others queued every third of it, so only a waiter whose operator stopped, or
+// whose object was deleted, drops out.
 func (c *Config) WaiterLiveness() time.Duration { return 4*c.WaitBackoffMax + 30*time.Second }
 
 // WaitBackoff is when a waiter created at waited ago asks again: a quarter of its wait so far,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/lockedjob/lockedjob/controllers/internal/waitbook"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -20,6 +21,8 @@ type Holdings struct {
 	Locks   *lockbook.Book
 	Permits locks.PermitReader
 	Config  *Config
+	// Waiting is the reconciler's wait book (see Asks and Wait); nil asks Redis at every pass.
+	Waiting *waitbook.Book
 }
 
 // Readopt asks for the lock with the object's own token, outside the queue, and has the book renew
@@ -116,18 +119,31 @@ func (ro Holdings) Acquire(ctx context.Context, claim *lockbook.Claim, c locks.C
 		return nil, err
 	}
 	if err != nil {
+		if ro.Waiting != nil {
+			// The wake-up that led here was consumed by a call that got no answer: the retry asks.
+			ro.Waiting.Wake(claim.Holder)
+		}
 		return nil, fmt.Errorf("acquire %s: %w", claim.Key, err)
 	}
+	ro.done(*claim)
 	if err := ro.Locks.Track(w, lock, 0); err != nil {
 		return nil, fmt.Errorf("renew %s: %w", claim.Key, err)
 	}
 	return lock, nil
 }
 
+// done forgets a claimant that no longer waits.
+func (ro Holdings) done(claim lockbook.Claim) {
+	if ro.Waiting != nil {
+		ro.Waiting.Done(claim.Holder)
+	}
+}
+
 // GiveBack is what an object that will never hold gives up: the lock the book holds for it, when
 // held (one someone else holds is left alone), and its place in the queue. released tells whether
 // a lock of ours was released.
 func (ro Holdings) GiveBack(ctx context.Context, claim lockbook.Claim, w lockbook.Workload, held bool) (released bool, err error) {
+	ro.done(claim)
 	if held {
 		err := ro.Release(ctx, claim, w)
 		if err != nil && !errors.Is(err, lockbook.ErrNotHeld) {
