@@ -8,7 +8,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -64,7 +63,7 @@ func (j JobRecord) Guard() batchv1alpha1.GuardState {
 type PodRecord struct {
 	Namespace, Name, UID string
 	Job                  string // the job-name label
-	JobUID               string // the controlling Job's UID
+	JobUID               string // the controlling batch/v1 Job's UID; "" for a Pod no Job controls
 	Fence                int64  // the pod's fencing-token annotation (0 without)
 	Slot                 int    // the pod's slot annotation
 	HasSlot              bool   // the pod carries the slot annotation
@@ -223,8 +222,8 @@ func (r *journal) onPod(t watch.EventType, pod *corev1.Pod, now time.Time) {
 		rec = &PodRecord{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
 			Job: pod.Labels[batchv1.JobNameLabel], Fence: fenceOf(pod.Annotations), Added: now}
 		rec.Slot, rec.HasSlot = slotOf(pod.Annotations)
-		if ref := metav1.GetControllerOf(pod); ref != nil {
-			rec.JobUID = string(ref.UID)
+		if ref := locks.JobControllerOf(pod); ref != nil {
+			rec.JobUID = string(ref.UID) // a Workflow's or TaskRun's step Pod has none
 		}
 		r.pods[rec.UID] = rec
 		r.podUIDs = append(r.podUIDs, rec.UID)

@@ -32,7 +32,7 @@ func testJob(name string, conds ...batchv1.JobConditionType) *batchv1.Job {
 func testPod(name string, job *batchv1.Job, phase corev1.PodPhase) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name),
 		Labels: map[string]string{batchv1.JobNameLabel: job.Name}}}
-	p.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true)}}
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true)}}
 	p.Status.Phase = phase
 	return p
 }
