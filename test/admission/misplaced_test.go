@@ -39,13 +39,13 @@ func put(m *map[string]string, k, v string) {
 	(*m)[k] = v
 }
 
-// jobLabel labels the Job; templateLabel its pod template.
+// jobLabel labels the Job; templateLock labels its pod template for a lock.
 func jobLabel(k, v string) func(*batchv1.Job) {
 	return func(j *batchv1.Job) { put(&j.Labels, k, v) }
 }
 
-func templateLabel(k, v string) func(*batchv1.Job) {
-	return func(j *batchv1.Job) { put(&j.Spec.Template.Labels, k, v) }
+func templateLock(lock string) func(*batchv1.Job) {
+	return func(j *batchv1.Job) { put(&j.Spec.Template.Labels, batchv1alpha1.LabelGuardLock, lock) }
 }
 
 // cronJob is a CronJob without any of our labels or annotations, and options that add them.
@@ -68,18 +68,16 @@ func cronJob(opts ...func(*batchv1.CronJob)) *batchv1.CronJob {
 	return c
 }
 
-// cronLabel labels the CronJob itself; jobTemplateLabel its spec.jobTemplate.metadata;
-// cronPodLabel the pod template of its Jobs.
-func cronLabel(k, v string) func(*batchv1.CronJob) {
-	return func(c *batchv1.CronJob) { put(&c.Labels, k, v) }
+// lockOnCronJob labels the CronJob itself for lock db-migrate; lockOnCronPods the pod template of
+// its Jobs; jobTemplateLabel labels its spec.jobTemplate.metadata.
+func lockOnCronJob(c *batchv1.CronJob) { put(&c.Labels, batchv1alpha1.LabelGuardLock, "db-migrate") }
+
+func lockOnCronPods(c *batchv1.CronJob) {
+	put(&c.Spec.JobTemplate.Spec.Template.Labels, batchv1alpha1.LabelGuardLock, "db-migrate")
 }
 
 func jobTemplateLabel(k, v string) func(*batchv1.CronJob) {
 	return func(c *batchv1.CronJob) { put(&c.Spec.JobTemplate.Labels, k, v) }
-}
-
-func cronPodLabel(k, v string) func(*batchv1.CronJob) {
-	return func(c *batchv1.CronJob) { put(&c.Spec.JobTemplate.Spec.Template.Labels, k, v) }
 }
 
 // cronAnnotate annotates the CronJob itself; jobTemplateAnnotate its spec.jobTemplate.metadata.
@@ -103,7 +101,7 @@ func operatorsJob() *batchv1.Job {
 		batchv1alpha1.AnnotationSlot:         "0",
 	}
 	j := guardedJob(unguard, label(batchv1alpha1.LabelLockedJob, "nightly"),
-		templateLabel(batchv1alpha1.LabelGuardLock, "db-migrate"),
+		templateLock("db-migrate"),
 		annotate(batchv1alpha1.AnnotationGuardTTL, "30s"),
 		annotate(batchv1alpha1.AnnotationLockedJob, "nightly"))
 	for k, v := range lockInfo {
@@ -123,7 +121,7 @@ func TestMisplacedLabelIsRefused(t *testing.T) {
 		want []string
 	}{
 		"a Job labelled on its pod template only": {
-			obj:  guardedJob(unguard, jobLabel("app", "migrate"), templateLabel(lock, "db-migrate")),
+			obj:  guardedJob(unguard, jobLabel("app", "migrate"), templateLock("db-migrate")),
 			want: []string{podTemplateLockLabel, jobLockLabel + " of the Job is where the lock label belongs"},
 		},
 		"a Job with a lock term and no lock label": {
@@ -131,15 +129,15 @@ func TestMisplacedLabelIsRefused(t *testing.T) {
 			want: []string{"metadata.annotations['" + batchv1alpha1.AnnotationGuardTTL + "'] is a term", jobLockLabel + " is not set"},
 		},
 		"a CronJob labelled on its own metadata": {
-			obj:  cronJob(cronLabel(lock, "db-migrate")),
+			obj:  cronJob(lockOnCronJob),
 			want: []string{cronLockLabel + " is not copied to its Jobs", jobTemplateLockLabel + " is where"},
 		},
 		"a CronJob labelled on its own metadata and its pod template": {
-			obj:  cronJob(cronLabel(lock, "db-migrate"), jobTemplateLabel("app", "migrate"), cronPodLabel(lock, "db-migrate")),
+			obj:  cronJob(lockOnCronJob, jobTemplateLabel("app", "migrate"), lockOnCronPods),
 			want: []string{cronLockLabel + " is not copied to its Jobs", jobTemplateLockLabel + " is where"},
 		},
 		"a CronJob labelled for another lock than its Jobs": {
-			obj:  cronJob(cronLabel(lock, "db-migrate"), jobTemplateLabel(lock, "db-backup")),
+			obj:  cronJob(lockOnCronJob, jobTemplateLabel(lock, "db-backup")),
 			want: []string{cronLockLabel + " is not copied to its Jobs", jobTemplateLockLabel + " is where"},
 		},
 		"a CronJob with a lock term on its own metadata": {
@@ -153,7 +151,7 @@ func TestMisplacedLabelIsRefused(t *testing.T) {
 			want: []string{"metadata.annotations['" + batchv1alpha1.AnnotationGuardPriority + "'] of a CronJob is not copied to its Jobs"},
 		},
 		"a CronJob labelled on its pod template only": {
-			obj:  cronJob(jobTemplateLabel("app", "migrate"), cronPodLabel(lock, "db-migrate")),
+			obj:  cronJob(jobTemplateLabel("app", "migrate"), lockOnCronPods),
 			want: []string{cronPodTemplateLabel + " goes to the pods", jobTemplateLockLabel + " is where"},
 		},
 		"a CronJob with a lock term on its jobTemplate and no lock label": {
@@ -185,23 +183,23 @@ func TestWellPlacedLabelIsLetIn(t *testing.T) {
 		"an unlabelled Job":                  guardedJob(unguard),
 		"a guarded Job":                      guardedJob(),
 		"a guarded Job with its terms":       guardedJob(annotate(batchv1alpha1.AnnotationGuardTTL, "30s")),
-		"a guarded Job, its pods labelled":   guardedJob(templateLabel(lock, "db-migrate")),
-		"a guarded Job, its pods relabelled": guardedJob(templateLabel(lock, "another")),
+		"a guarded Job, its pods labelled":   guardedJob(templateLock("db-migrate")),
+		"a guarded Job, its pods relabelled": guardedJob(templateLock("another")),
 		"the operator's Job":                 operatorsJob(),
 		// The Job API gives a Job without labels its pod template's (TestJobWithoutLabelsIsGuardedByItsPodTemplate).
-		"a Job without labels, its pods labelled": guardedJob(unguard, templateLabel(lock, "db-migrate")),
+		"a Job without labels, its pods labelled": guardedJob(unguard, templateLock("db-migrate")),
 		"a Job annotated with its lock":           guardedJob(unguard, annotate(batchv1alpha1.AnnotationLock, "db-migrate")),
 		"an unlabelled CronJob":                   cronJob(),
 		"a guarded CronJob":                       cronJob(jobTemplateLabel(lock, "db-migrate")),
 		"a guarded CronJob with its terms": cronJob(jobTemplateLabel(lock, "db-migrate"),
 			jobTemplateAnnotate(batchv1alpha1.AnnotationGuardScope, "Cluster")),
-		"a guarded CronJob, its pods labelled": cronJob(jobTemplateLabel(lock, "db-migrate"), cronPodLabel(lock, "db-migrate")),
+		"a guarded CronJob, its pods labelled": cronJob(jobTemplateLabel(lock, "db-migrate"), lockOnCronPods),
 		// Its Jobs have no labels of their own, so they take their pod template's.
-		"a CronJob whose Jobs have no labels, its pods labelled": cronJob(cronPodLabel(lock, "db-migrate")),
-		"a CronJob labelled alike on itself and its pods, its Jobs not": cronJob(cronLabel(lock, "db-migrate"),
-			cronPodLabel(lock, "db-migrate")),
-		"a CronJob labelled everywhere alike": cronJob(cronLabel(lock, "db-migrate"), jobTemplateLabel(lock, "db-migrate"),
-			cronPodLabel(lock, "db-migrate")),
+		"a CronJob whose Jobs have no labels, its pods labelled": cronJob(lockOnCronPods),
+		"a CronJob labelled alike on itself and its pods, its Jobs not": cronJob(lockOnCronJob,
+			lockOnCronPods),
+		"a CronJob labelled everywhere alike": cronJob(lockOnCronJob, jobTemplateLabel(lock, "db-migrate"),
+			lockOnCronPods),
 		"a CronJob annotated on both alike": cronJob(jobTemplateLabel(lock, "db-migrate"),
 			cronAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"), jobTemplateAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m")),
 	} {
@@ -218,7 +216,7 @@ func TestWellPlacedLabelIsLetIn(t *testing.T) {
 // jobTemplate has no labels is such a Job. The policy of misplaced labels relies on it.
 func TestJobWithoutLabelsIsGuardedByItsPodTemplate(t *testing.T) {
 	g := NewWithT(t)
-	j := guardedJob(unguard, templateLabel(batchv1alpha1.LabelGuardLock, "db-migrate"))
+	j := guardedJob(unguard, templateLock("db-migrate"))
 	g.Expect(k8s.Create(context.Background(), j, client.DryRunAll)).To(Succeed())
 	g.Expect(j.Labels).To(HaveKeyWithValue(batchv1alpha1.LabelGuardLock, "db-migrate"))
 	g.Expect(j.Spec.Suspend).To(HaveValue(BeTrue()))
@@ -244,13 +242,13 @@ func TestMisplacedLabelAddedByUpdateIsRefused(t *testing.T) {
 		opt  func(*batchv1.CronJob)
 		want string
 	}{
-		"the lock label on the CronJob":  {unlabelled, cronLabel(lock, "db-migrate"), cronLockLabel},
-		"the lock label on its pods":     {unlabelled, cronPodLabel(lock, "db-migrate"), cronPodTemplateLabel},
+		"the lock label on the CronJob":  {unlabelled, lockOnCronJob, cronLockLabel},
+		"the lock label on its pods":     {unlabelled, lockOnCronPods, cronPodTemplateLabel},
 		"a lock term on the CronJob":     {guarded, cronAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"), "metadata.annotations['" + batchv1alpha1.AnnotationGuardTTL + "'] of a CronJob"},
 		"a lock term on its jobTemplate": {unlabelled, jobTemplateAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"), jobTemplateAnnotation + batchv1alpha1.AnnotationGuardTTL + "'] is a term"},
 		"the lock label moved off its Jobs": {guarded, func(c *batchv1.CronJob) {
 			delete(c.Spec.JobTemplate.Labels, lock)
-			cronLabel(lock, "db-migrate")(c)
+			lockOnCronJob(c)
 		}, cronLockLabel},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -269,9 +267,9 @@ func TestMisplacedLabelAddedByUpdateIsRefused(t *testing.T) {
 func TestMisplacedLabelLetInBeforeThePolicy(t *testing.T) {
 	const lock, finalizer = batchv1alpha1.LabelGuardLock, "example.com/keep"
 	ctx := context.Background()
-	podLabelled := guardedJob(unguard, jobLabel("app", "migrate"), templateLabel(lock, "db-migrate"))
+	podLabelled := guardedJob(unguard, jobLabel("app", "migrate"), templateLock("db-migrate"))
 	termed := guardedJob(unguard, annotate(batchv1alpha1.AnnotationGuardTTL, "30s"))
-	cronLabelled := cronJob(cronLabel(lock, "db-migrate"), cronAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"))
+	cronLabelled := cronJob(lockOnCronJob, cronAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"))
 	objs := []client.Object{podLabelled, termed, cronLabelled}
 	for _, o := range objs {
 		o.SetFinalizers([]string{finalizer})
@@ -334,7 +332,7 @@ func letInWithoutThePolicy(t *testing.T, objs ...client.Object) {
 	ctx := context.Background()
 	binding := policy(t, misplacedPolicy+"-binding")
 	probe := func() error {
-		return k8s.Create(ctx, guardedJob(unguard, jobLabel("app", "probe"), templateLabel(batchv1alpha1.LabelGuardLock, "probe")), client.DryRunAll)
+		return k8s.Create(ctx, guardedJob(unguard, jobLabel("app", "probe"), templateLock("probe")), client.DryRunAll)
 	}
 	g.Expect(k8s.Delete(ctx, binding.DeepCopy())).To(Succeed())
 	rebind := func() {
