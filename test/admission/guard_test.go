@@ -16,6 +16,12 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 )
 
+// The names of the Job policies in config/guard, built alone (config/default prefixes them).
+const (
+	jobMutatePolicy   = "guard-mutate"
+	jobValidatePolicy = "guard-validate"
+)
+
 // lockEnv is what every container of a guarded Job reads its lock from: the pod annotations the
 // operator writes when it holds the lock.
 var lockEnv = func() []corev1.EnvVar {
@@ -207,14 +213,14 @@ func TestGuardFailsClosed(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	m := &admissionregistrationv1.MutatingAdmissionPolicy{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: policy(t, "MutatingAdmissionPolicy").GetName()}, m)).To(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: jobMutatePolicy}, m)).To(Succeed())
 	g.Expect(m.Spec.FailurePolicy).To(HaveValue(Equal(admissionregistrationv1.Fail)))
 	g.Expect(m.Spec.ReinvocationPolicy).To(Equal(admissionregistrationv1.NeverReinvocationPolicy))
 	v := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: policy(t, "ValidatingAdmissionPolicy").GetName()}, v)).To(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: jobValidatePolicy}, v)).To(Succeed())
 	g.Expect(v.Spec.FailurePolicy).To(HaveValue(Equal(admissionregistrationv1.Fail)))
 	vb := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: policy(t, "ValidatingAdmissionPolicyBinding").GetName()}, vb)).To(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: jobValidatePolicy + "-binding"}, vb)).To(Succeed())
 	g.Expect(vb.Spec.ValidationActions).To(Equal([]admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}))
 }
 
@@ -222,7 +228,7 @@ func TestGuardFailsClosed(t *testing.T) {
 // patterns of api/v1alpha1, the ones the LockedJob CRD checks spec.lock with.
 func TestGuardRulesAreTheLockRules(t *testing.T) {
 	g := NewWithT(t)
-	all := expressions(t, policy(t, "ValidatingAdmissionPolicy"))
+	all := expressions(t, policy(t, jobValidatePolicy))
 	g.Expect(all).To(ContainSubstring("'" + batchv1alpha1.LockNamePattern + "'"))
 	g.Expect(all).To(ContainSubstring("'" + batchv1alpha1.DurationPattern + "'"))
 }

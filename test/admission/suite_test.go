@@ -122,15 +122,16 @@ func annotate(k, v string) func(*batchv1.Job) {
 	}
 }
 
-// policy is the object of config/guard of that kind.
-func policy(t *testing.T, kind string) *unstructured.Unstructured {
+// policy is the object of config/guard of that name. By name, not by kind: config/guard has more
+// than one policy of each kind, and kustomize orders them by name.
+func policy(t *testing.T, name string) *unstructured.Unstructured {
 	t.Helper()
 	for _, o := range policies {
-		if o.GetKind() == kind {
+		if o.GetName() == name {
 			return o
 		}
 	}
-	t.Fatalf("config/guard has no %s; it has %d objects", kind, len(policies))
+	t.Fatalf("config/guard has no object %s; it has %d objects", name, len(policies))
 	return nil
 }
 

@@ -386,13 +386,14 @@ func gateOf(manifests string) []*unstructured.Unstructured {
 			gate = append(gate, o)
 		}
 	}
-	Expect(gate).To(HaveLen(8), "config/guard: two policies for Jobs and two for Pods, and their bindings")
+	Expect(gate).To(HaveLen(10), "config/guard: two policies for Jobs, two for Pods and one for misplaced labels, and their bindings")
 	return gate
 }
 
 // awaitGate waits until the gate acts in the cluster: each binding names a policy that exists, and
 // a labelled Job (a dry run, which leaves nothing behind) comes back suspended with the lock's
-// environment, while one the operator could not guard is refused.
+// environment, while one the operator could not guard, and one labelled only on its pod template,
+// are refused.
 func awaitGate(ctx context.Context, d *deployment) {
 	GinkgoHelper()
 	t0 := time.Now()
@@ -428,6 +429,11 @@ func awaitGate(ctx context.Context, d *deployment) {
 		bad := probe(map[string]string{batchv1alpha1.AnnotationGuardScope: "Everywhere"})
 		g.Expect(suite.k8s.Create(ctx, bad, client.DryRunAll)).To(MatchError(ContainSubstring(batchv1alpha1.AnnotationGuardScope)),
 			"the validating policy is not in force")
+		misplaced := probe(nil)
+		misplaced.Labels = map[string]string{"app": "e2e"} // a Job with no labels takes its pod template's
+		misplaced.Spec.Template.Labels = map[string]string{batchv1alpha1.LabelGuardLock: "probe"}
+		g.Expect(suite.k8s.Create(ctx, misplaced, client.DryRunAll)).To(MatchError(ContainSubstring("spec.template.metadata.labels")),
+			"the policy of misplaced labels is not in force")
 	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	objs := make([]string, 0, len(d.gate))
 	for _, o := range d.gate {

@@ -58,11 +58,12 @@ func GuardPolicies(root string) ([]*unstructured.Unstructured, error) {
 	return objs, nil
 }
 
-// InstallGuard creates policies (GuardPolicies) through c and waits, up to timeout, until both are
+// InstallGuard creates policies (GuardPolicies) through c and waits, up to timeout, until all are
 // in force: the API server compiles a policy and starts using it a moment after it is created. A
 // probe Job and a probe Pod in namespace, sent as dry runs so they leave nothing behind, must be
-// suspended (gated) by the mutating policies, and ones with a scope that does not parse refused by
-// the validating policies. c's scheme must know batch/v1 and v1.
+// suspended (gated) by the mutating policies, ones with a scope that does not parse refused by
+// the validating policies, and a Job labelled only on its pod template refused by the policy of
+// misplaced labels. c's scheme must know batch/v1 and v1.
 func InstallGuard(ctx context.Context, c client.Client, policies []*unstructured.Unstructured, namespace string, timeout time.Duration) error {
 	for _, o := range policies {
 		if err := c.Create(ctx, o.DeepCopy()); err != nil {
@@ -102,6 +103,16 @@ func guardProbe(ctx context.Context, c client.Client, namespace string) string {
 	err := c.Create(ctx, bad, client.DryRunAll)
 	if err == nil || !strings.Contains(err.Error(), batchv1alpha1.AnnotationGuardScope) {
 		return fmt.Sprintf("the validating policy is not in force: a guarded Job of scope Everywhere is answered %v", err)
+	}
+	// The policy of misplaced labels fails open (failurePolicy Ignore): only this probe tells that
+	// it runs.
+	misplaced := NewGuardedJob(namespace, guardProbeName, LockedJobOptions{Lock: guardProbeName, Run: time.Second})
+	// A label of its own: a Job with none takes its pod template's.
+	misplaced.Labels = map[string]string{"app": guardProbeName}
+	misplaced.Spec.Template.Labels[batchv1alpha1.LabelGuardLock] = guardProbeName
+	err = c.Create(ctx, misplaced, client.DryRunAll)
+	if err == nil || !strings.Contains(err.Error(), "spec.template.metadata.labels['"+batchv1alpha1.LabelGuardLock+"']") {
+		return fmt.Sprintf("the policy of misplaced labels is not in force: a Job labelled only on its pod template is answered %v", err)
 	}
 	pod := guardProbePod(namespace, "")
 	if err := c.Create(ctx, pod, client.DryRunAll); err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/lockedjob/lockedjob/test/utils"
 )
 
-// TestGuardPoliciesAreTheGate: what every suite installs is both policies of config/guard and
+// TestGuardPoliciesAreTheGate: what every suite installs is every policy of config/guard and
 // their bindings, as kustomize builds them.
 func TestGuardPoliciesAreTheGate(t *testing.T) {
 	root, err := utils.ProjectDir()
@@ -25,7 +25,8 @@ func TestGuardPoliciesAreTheGate(t *testing.T) {
 		kinds = append(kinds, o.GetAPIVersion()+" "+o.GetKind())
 	}
 	slices.Sort(kinds)
-	// For guarded Jobs and for guarded Pods: a mutating and a validating policy, each with its binding.
+	// For guarded Jobs and for guarded Pods: a mutating and a validating policy; for Jobs and
+	// CronJobs labelled in the wrong place, a validating policy; each with its binding.
 	want := []string{
 		"admissionregistration.k8s.io/v1 MutatingAdmissionPolicy",
 		"admissionregistration.k8s.io/v1 MutatingAdmissionPolicy",
@@ -33,6 +34,8 @@ func TestGuardPoliciesAreTheGate(t *testing.T) {
 		"admissionregistration.k8s.io/v1 MutatingAdmissionPolicyBinding",
 		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy",
 		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy",
+		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy",
+		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding",
 		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding",
 		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding",
 	}
