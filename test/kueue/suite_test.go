@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -363,16 +364,21 @@ integrations:
 	k := &kueueProcess{cmd: cmd, exited: make(chan struct{}), logPath: logPath}
 	go func() { _ = cmd.Wait(); close(k.exited) }()
 
-	if err := k.waitReady(healthAddr, webhookPort); err != nil {
+	if err := k.waitReady(healthAddr, webhookPort, pki.caPEM); err != nil {
 		k.stop()
 		return nil, fmt.Errorf("%w\n--- kueue log (last 80 lines):\n%s", err, utils.TailFile(logPath, 80))
 	}
 	return k, nil
 }
 
-// waitReady polls Kueue's readiness endpoint and its webhook server until both answer, Kueue
-// exits or startTimeout passes.
-func (k *kueueProcess) waitReady(healthAddr string, webhookPort int) error {
+// waitReady polls Kueue's readiness endpoint and its webhook server until both answer, the latter
+// with a certificate for 127.0.0.1 of the test's CA (as the API server will check it), Kueue exits
+// or startTimeout passes.
+func (k *kueueProcess) waitReady(healthAddr string, webhookPort int, caPEM []byte) error {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return errors.New("the test's CA does not parse")
+	}
 	hc := &http.Client{Timeout: time.Second}
 	ready := func() bool {
 		resp, err := hc.Get("http://" + healthAddr + "/readyz")
@@ -383,7 +389,7 @@ func (k *kueueProcess) waitReady(healthAddr string, webhookPort int) error {
 		if resp.StatusCode != http.StatusOK {
 			return false
 		}
-		conn, err := tls.Dial("tcp", ports.Addr(webhookPort), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only asks whether it serves
+		conn, err := tls.Dial("tcp", ports.Addr(webhookPort), &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
 		if err != nil {
 			return false
 		}
