@@ -133,13 +133,7 @@ func TestKueueAdmitsAJobOfItsQueue(t *testing.T) {
 
 func TestAdmissionCheckHoldsTheWorkloadUntilReady(t *testing.T) {
 	ctx := context.Background()
-	check := kueueObject("AdmissionCheck", "", "lockedjob", map[string]any{"controllerName": lockController})
-	create(t, check)
-	// The check's controller says it is there: what lockedjob's controller is to do.
-	setStatus(t, check, map[string]any{"conditions": []any{map[string]any{
-		"type": "Active", "status": "True", "reason": "Active", "message": "set by the test",
-		"lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339),
-	}}})
+	check := admissionCheck(t, "lockedjob")
 	ns := queues(t, "checked", check.GetName())
 	job := queuedJob(ns, "checked")
 	create(t, job)
@@ -170,28 +164,95 @@ func TestAdmissionCheckHoldsTheWorkloadUntilReady(t *testing.T) {
 
 	// The test answers for the check, as lockedjob's controller is to: Ready, with the fence for the
 	// pods.
-	setStatus(t, wl, map[string]any{"admissionChecks": []any{map[string]any{
-		"name":               check.GetName(),
-		"state":              "Ready",
-		"message":            "lock held",
-		"lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339),
-		"podSetUpdates": []any{map[string]any{
-			"name":        mainPodSet,
-			"annotations": map[string]any{fencingTokenAnnotation: "7"},
-		}},
-	}}})
-	eventually(t, "Workload "+wl.GetName()+" is Admitted", func() (bool, string) {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(wl), wl); err != nil {
-			return false, err.Error()
-		}
-		c := condition(wl, "Admitted")
-		return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("Admitted = %+v", c)
-	})
+	admitWithFence(t, wl, check.GetName(), "7")
 	waitUnsuspended(t, job)
 	if got := job.Spec.Template.Annotations[fencingTokenAnnotation]; got != "7" {
 		t.Fatalf("Job %s unsuspended with pod template annotation %s = %q; want \"7\" from the check's podSetUpdates",
 			job.Name, fencingTokenAnnotation, got)
 	}
+}
+
+// A check set to Retry after admission evicts the Workload: Kueue suspends the Job again, takes
+// the check's annotation out of its pod template, and asks the check anew (Pending). That is the
+// path the design leaves a lost lock to.
+func TestAdmissionCheckRetryTakesTheFenceOut(t *testing.T) {
+	ctx := context.Background()
+	check := admissionCheck(t, "lockedjob-retry")
+	ns := queues(t, "retry", check.GetName())
+	job := queuedJob(ns, "retry")
+	create(t, job)
+	wl := workloadOf(t, job)
+	eventually(t, "Workload "+wl.GetName()+" has its check Pending", func() (bool, string) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(wl), wl); err != nil {
+			return false, err.Error()
+		}
+		state := checkState(wl, check.GetName())
+		return state == "Pending", fmt.Sprintf("check state %q", state)
+	})
+	admitWithFence(t, wl, check.GetName(), "8")
+	waitUnsuspended(t, job)
+
+	setCheck(t, wl, map[string]any{"name": check.GetName(), "state": "Retry", "message": "lock lost"})
+	eventually(t, "Job "+job.Name+" is suspended again without the fence", func() (bool, string) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
+			return false, err.Error()
+		}
+		_, fenced := job.Spec.Template.Annotations[fencingTokenAnnotation]
+		return job.Spec.Suspend != nil && *job.Spec.Suspend && !fenced,
+			fmt.Sprintf("spec.suspend = %v, pod template annotations %v", job.Spec.Suspend, job.Spec.Template.Annotations)
+	})
+	eventually(t, "Workload "+wl.GetName()+" asks its check anew", func() (bool, string) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(wl), wl); err != nil {
+			return false, err.Error()
+		}
+		c := condition(wl, "Admitted")
+		state := checkState(wl, check.GetName())
+		return state == "Pending" && (c == nil || c.Status != metav1.ConditionTrue),
+			fmt.Sprintf("check state %q, Admitted = %+v", state, c)
+	})
+}
+
+// admissionCheck creates an AdmissionCheck of lockedjob's controller name and sets it Active, as
+// its controller is to: until then the ClusterQueues listing it admit nothing.
+func admissionCheck(t *testing.T, name string) *unstructured.Unstructured {
+	t.Helper()
+	check := kueueObject("AdmissionCheck", "", name, map[string]any{"controllerName": lockController})
+	create(t, check)
+	setStatus(t, check, map[string]any{"conditions": []any{map[string]any{
+		"type": "Active", "status": "True", "reason": "Active", "message": "set by the test",
+		"lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339),
+	}}})
+	return check
+}
+
+// admitWithFence answers Workload wl's check as lockedjob's controller is to, Ready with the
+// fence for the pods, and waits until Kueue admitted wl.
+func admitWithFence(t *testing.T, wl *unstructured.Unstructured, check, token string) {
+	t.Helper()
+	setCheck(t, wl, map[string]any{
+		"name":    check,
+		"state":   "Ready",
+		"message": "lock held",
+		"podSetUpdates": []any{map[string]any{
+			"name":        mainPodSet,
+			"annotations": map[string]any{fencingTokenAnnotation: token},
+		}},
+	})
+	eventually(t, "Workload "+wl.GetName()+" is Admitted", func() (bool, string) {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(wl), wl); err != nil {
+			return false, err.Error()
+		}
+		c := condition(wl, "Admitted")
+		return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("Admitted = %+v", c)
+	})
+}
+
+// setCheck writes the one admission check state of Workload wl, stamped now. A merge patch
+// replaces the whole list: the Workloads here have one check.
+func setCheck(t *testing.T, wl *unstructured.Unstructured, state map[string]any) {
+	t.Helper()
+	state["lastTransitionTime"] = metav1.Now().UTC().Format(time.RFC3339)
+	setStatus(t, wl, map[string]any{"admissionChecks": []any{state}})
 }
 
 // workloadOf waits for the Workload Kueue made for job (the one it owns) and returns it.
