@@ -3,7 +3,8 @@
 // webhook configurations from its module source. It proves what the Kueue integration of
 // docs/design.md stands on: Kueue admits a Job of its queue, and a ClusterQueue's AdmissionCheck
 // of controller batch.lockedjob.dev/lock holds the Workload until the check is Ready, whose
-// podSetUpdates Kueue then writes into the Job's pod template as it unsuspends it.
+// podSetUpdates Kueue then writes into the Job's pod template as it unsuspends it; a check set to
+// Retry after that evicts the Workload, and Kueue takes them out again.
 //
 // Kueue is never imported: its go.mod pins other Kubernetes and controller-runtime versions, so
 // its objects are unstructured here.
