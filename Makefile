@@ -92,7 +92,7 @@ redis: ## Make sure redis-server is installed (installs the Debian package when 
 test: test-unit test-race test-e2e test-fault ## Run every test: lock library on real Redis, envtest, local cluster, the race detector, end to end, faults.
 
 .PHONY: test-unit
-test-unit: manifests generate lint redis k8s-bin kustomize helm ## Run unit and envtest tests (real Redis, real kube-apiserver), the local-cluster smoke test and the deploy tests (test/deploy).
+test-unit: manifests generate lint redis k8s-bin kueue-bin kustomize helm ## Run unit and envtest tests (real Redis, real kube-apiserver), the local-cluster smoke test, the deploy tests (test/deploy) and Kueue on envtest (test/kueue).
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" go test $(GO_TEST_ARGS) $$(go list ./... | grep -v /test/e2e)
 	cd hack/imgtool && GOWORK=off go test -mod=readonly $(GO_TEST_ARGS) ./...
 

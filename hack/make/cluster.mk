@@ -13,6 +13,12 @@ K8S_BIN_DIR := $(shell LOCKEDJOB_CACHE="$(LOCKEDJOB_CACHE)" bash "$(CURDIR)/hack
 endif
 export K8S_BIN_DIR
 
+# Folder with Kueue's manager (test/kueue): ${LOCKEDJOB_CACHE:-...}/kueue-<version>.
+ifeq ($(origin KUEUE_BIN_DIR),undefined)
+KUEUE_BIN_DIR := $(shell LOCKEDJOB_CACHE="$(LOCKEDJOB_CACHE)" bash "$(CURDIR)/hack/kueue-bin.sh" --print-dir)
+endif
+export KUEUE_BIN_DIR
+
 # controller-runtime envtest reads its binaries from here.
 KUBEBUILDER_ASSETS ?= $(K8S_BIN_DIR)
 
@@ -30,6 +36,10 @@ k8s-bin: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 .PHONY: k8s-bin-real-node
 k8s-bin-real-node: ## Also build kubelet for the local cluster's real node (hack/cluster.sh builds it when it needs it).
 	@bash "$(CURDIR)/hack/k8s-bin.sh" --real-node
+
+.PHONY: kueue-bin
+kueue-bin: ## Build Kueue's manager into KUEUE_BIN_DIR for test/kueue (first time ~4 min, then seconds).
+	@bash "$(CURDIR)/hack/kueue-bin.sh"
 
 .PHONY: envtest-assets
 envtest-assets: k8s-bin ## Print the KUBEBUILDER_ASSETS folder for envtest.

@@ -48,10 +48,12 @@ func TestGenerateIgnoresTheClock(t *testing.T) {
 		t.Fatalf("the fake date says year %q, want %s: the check would prove nothing", got, fakeYear)
 	}
 
-	// The two variables are set so that parsing the Makefile runs no cluster script; LOCALBIN is
-	// the checkout's, so the pinned controller-gen is the one `make generate` uses there.
+	// The three variables are set so that parsing the Makefile runs no cluster script (nor
+	// hack/kueue-bin.sh, which is not copied); LOCALBIN is the checkout's, so the pinned
+	// controller-gen is the one `make generate` uses there.
 	runIn(t, work, path, "make", "-s", "generate", "LOCALBIN="+filepath.Join(root, "bin"),
-		"K8S_BIN_DIR="+filepath.Join(work, "no-k8s-bin"), "CLUSTER_KUBECONFIG="+filepath.Join(work, "no-kubeconfig"))
+		"K8S_BIN_DIR="+filepath.Join(work, "no-k8s-bin"), "KUEUE_BIN_DIR="+filepath.Join(work, "no-kueue-bin"),
+		"CLUSTER_KUBECONFIG="+filepath.Join(work, "no-kubeconfig"))
 
 	want, got := readTree(t, filepath.Join(root, "api")), readTree(t, filepath.Join(work, "api"))
 	for name, content := range got {

@@ -50,6 +50,15 @@ func DefaultDir() (string, error) {
 	if d := os.Getenv("K8S_BIN_DIR"); d != "" {
 		return d, nil
 	}
+	cache, err := cacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(cache, "k8s-"+K8sVersion), nil
+}
+
+// cacheDir is ${LOCKEDJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockedjob}, as hack/lib/k8s-common.sh.
+func cacheDir() (string, error) {
 	cache := os.Getenv("LOCKEDJOB_CACHE")
 	if cache == "" {
 		base := os.Getenv("XDG_CACHE_HOME")
@@ -62,7 +71,32 @@ func DefaultDir() (string, error) {
 		}
 		cache = filepath.Join(base, "lockedjob")
 	}
-	return filepath.Join(cache, "k8s-"+K8sVersion), nil
+	return cache, nil
+}
+
+// KueueVersion is the Kueue version hack/kueue-bin.sh builds; it names the
+// cache folder. Keep in sync with hack/lib/k8s-common.sh and hack/kueue/go.mod.
+const KueueVersion = "v0.17.0"
+
+// Kueue returns the path of the Kueue manager binary hack/kueue-bin.sh builds:
+// $KUEUE_BIN_DIR/kueue, else ${LOCKEDJOB_CACHE:-...}/kueue-<version>/kueue, or an
+// error saying how to build it.
+func Kueue() (string, error) {
+	dir := os.Getenv("KUEUE_BIN_DIR")
+	if dir == "" {
+		cache, err := cacheDir()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(cache, "kueue-"+KueueVersion)
+	}
+	bin := filepath.Join(dir, "kueue")
+	fi, err := os.Stat(bin)
+	if err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("kueue %s not found at %s: run `make kueue-bin` (or hack/kueue-bin.sh) "+
+			"in the repository root to build it (first build takes ~4 min)", KueueVersion, bin)
+	}
+	return bin, nil
 }
 
 func missingIn(dir string) []string {

@@ -75,6 +75,34 @@ func TestVersionMatchesScripts(t *testing.T) {
 	}
 }
 
+func TestKueueErrorSaysWhatToRun(t *testing.T) {
+	t.Setenv("KUEUE_BIN_DIR", t.TempDir())
+	_, err := k8sassets.Kueue()
+	if err == nil || !strings.Contains(err.Error(), "make kueue-bin") {
+		t.Fatalf("Kueue() error = %v; want one that says to run `make kueue-bin`", err)
+	}
+}
+
+// The Kueue version names its cache folder; it must match the script's and the wrapper's pin.
+func TestKueueVersionMatchesScripts(t *testing.T) {
+	root := filepath.Join("..", "..", "..", "hack")
+	b, err := os.ReadFile(filepath.Join(root, "lib", "k8s-common.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^KUEUE_VERSION="([^"]+)"`).FindSubmatch(b)
+	if m == nil || string(m[1]) != k8sassets.KueueVersion {
+		t.Fatalf("hack/lib/k8s-common.sh KUEUE_VERSION = %q, k8sassets.KueueVersion = %q", m, k8sassets.KueueVersion)
+	}
+	b, err = os.ReadFile(filepath.Join(root, "kueue", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s*sigs\.k8s\.io/kueue ` + regexp.QuoteMeta(k8sassets.KueueVersion) + `\b`).Match(b) {
+		t.Fatalf("hack/kueue/go.mod does not require sigs.k8s.io/kueue %s", k8sassets.KueueVersion)
+	}
+}
+
 // TestEnvtestStarts starts controller-runtime's envtest on the binaries built
 // by hack/k8s-bin.sh and stops it again.
 func TestEnvtestStarts(t *testing.T) {
