@@ -25,7 +25,8 @@ import (
 // the cache leaves out is never written back.
 
 // NewCache is the cache of guarded Jobs (locks.GuardedJobs: those with LabelGuardLock and without
-// LabelLockedJob). Add it to the manager (a cache is a runnable) before the controller that watches it.
+// LabelLockedJob), those Kueue admits included: the reconciler acts only on locks.IsGuardedJob, the
+// AdmissionCheck (controllers/kueuecheck) reads the others from it, and the per-lock view sees both. Add it to the manager (a cache is a runnable) before the controller that watches it.
 func NewCache(mgr ctrl.Manager) (cache.Cache, error) {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme:           mgr.GetScheme(),

@@ -2,11 +2,9 @@ package guardedjob
 
 import (
 	"context"
-	"fmt"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -56,23 +54,9 @@ func (r *GuardedJobReconciler) runningPods(ctx context.Context, job *batchv1.Job
 	return len(pods), err
 }
 
-// activePods are the pods of the Job that have not stopped, found by the Job's controller-uid
-// label (the Job API sets it, and the admission gate refuses a manual selector), from the API
-// server. A pod that succeeded or failed runs nothing, so it does not hold the lock back; every
-// other pod counts until it is gone, terminating or not.
+// activePods are the pods of the Job that have not stopped (guard.ActivePods), from the API server.
 func (r *GuardedJobReconciler) activePods(ctx context.Context, job *batchv1.Job) ([]corev1.Pod, error) {
-	pods := &corev1.PodList{}
-	if err := r.APIReader.List(ctx, pods, client.InNamespace(job.Namespace),
-		client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
-		return nil, fmt.Errorf("list pods of job %s: %w", job.Name, err)
-	}
-	var active []corev1.Pod
-	for _, pod := range pods.Items {
-		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-			active = append(active, pod)
-		}
-	}
-	return active, nil
+	return guard.ActivePods(ctx, r.APIReader, job)
 }
 
 // workloadOf is what the lock book knows of the Job: enough to stop it and wake this reconciler.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 	batchv1 "k8s.io/api/batch/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -37,8 +38,12 @@ func (r *GuardedJobReconciler) waiters(ctx context.Context, key string) []client
 	return out
 }
 
-// waiting tells a guarded Job that waits in line: still suspended by the gate and never fenced.
+// waiting tells a guarded Job that waits in line: still suspended by the gate and never fenced. A
+// Job that Kueue admits waits for the AdmissionCheck, not for this reconciler.
 func waiting(job *batchv1.Job) bool {
+	if !locks.IsGuardedJob(job) {
+		return false
+	}
 	_, fenced := job.Annotations[batchv1alpha1.AnnotationFencingToken]
 	return !fenced && job.Spec.Suspend != nil && *job.Spec.Suspend
 }

@@ -26,8 +26,9 @@ var lockNameRe = regexp.MustCompile(batchv1alpha1.LockNamePattern)
 
 // GuardedJobs selects the guarded Jobs: those that ask for a lock by LabelGuardLock and are not a
 // LockedJob's (LabelLockedJob: that Job runs under its LockedJob's lock; the admission gate refuses
-// both labels on one Job anyway). The guarded-Job reconciler's cache selects by it on the API
-// server; IsGuardedJob is the same rule for a Job in hand.
+// both labels on one Job anyway). The cache of guarded Jobs selects by it on the API server, Jobs
+// that Kueue admits included; IsGuardedJob and IsKueueGuardedJob split it, for a Job in hand,
+// between the reconciler that unsuspends a Job and the AdmissionCheck that lets Kueue do it.
 func GuardedJobs() labels.Selector {
 	guard, err := labels.NewRequirement(batchv1alpha1.LabelGuardLock, selection.Exists, nil)
 	if err != nil {
@@ -40,8 +41,26 @@ func GuardedJobs() labels.Selector {
 	return labels.NewSelector().Add(*guard, *own)
 }
 
-// IsGuardedJob reports whether job is one GuardedJobs selects.
-func IsGuardedJob(job *batchv1.Job) bool { return GuardedJobs().Matches(labels.Set(job.Labels)) }
+// LabelKueueQueue puts a Job in a Kueue LocalQueue. A labelled Job that carries it too is Kueue's to
+// suspend and unsuspend: the operator answers for its lock as an AdmissionCheck of Kueue
+// (controllers/kueuecheck), never by unsuspending it.
+const LabelKueueQueue = "kueue.x-k8s.io/queue-name"
+
+// IsGuardedJob reports whether job is one GuardedJobs selects and Kueue does not admit: the
+// guarded-Job reconciler's, which suspends and unsuspends it.
+func IsGuardedJob(job *batchv1.Job) bool { return isLabelledJob(job) && !queuedInKueue(job) }
+
+// IsKueueGuardedJob reports whether job is one GuardedJobs selects that Kueue admits (it carries
+// LabelKueueQueue): the AdmissionCheck's (controllers/kueuecheck). Kueue alone suspends and
+// unsuspends it. A Job is one or the other, never both.
+func IsKueueGuardedJob(job *batchv1.Job) bool { return isLabelledJob(job) && queuedInKueue(job) }
+
+func isLabelledJob(job *batchv1.Job) bool { return GuardedJobs().Matches(labels.Set(job.Labels)) }
+
+func queuedInKueue(job *batchv1.Job) bool {
+	_, ok := job.Labels[LabelKueueQueue]
+	return ok
+}
 
 // ClaimantOfJob is the Claimant of a guarded Job: the lock its LabelGuardLock names, under the
 // terms of its optional annotations (api/v1alpha1/guard_types.go). The admission policy refuses a

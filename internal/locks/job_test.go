@@ -96,26 +96,34 @@ func TestAJobAndALockedJobShareTheKey(t *testing.T) {
 	}
 }
 
-// TestIsGuardedJob: a Job is guarded by the lock label, unless it is a LockedJob's own Job, and the
-// rule for a Job in hand is the selector the reconciler's cache sends to the API server.
+// TestIsGuardedJob: a Job is guarded by the lock label, unless it is a LockedJob's own Job; the
+// cache's selector takes every such Job, and a Kueue queue label sends it to the AdmissionCheck
+// instead of the guarded-Job reconciler, never to both.
 func TestIsGuardedJob(t *testing.T) {
+	const db, lj, batch = "db", "lj", "batch"
 	for name, tc := range map[string]struct {
-		labels map[string]string
-		want   bool
+		labels                 map[string]string
+		cached, guarded, kueue bool
 	}{
-		"the lock label":               {labels: map[string]string{batchv1alpha1.LabelGuardLock: "db"}, want: true},
+		"the lock label":               {labels: map[string]string{batchv1alpha1.LabelGuardLock: db}, cached: true, guarded: true},
 		"no label":                     {},
-		"a LockedJob's Job":            {labels: map[string]string{batchv1alpha1.LabelLockedJob: "lj"}},
-		"both labels: the LockedJob's": {labels: map[string]string{batchv1alpha1.LabelGuardLock: "db", batchv1alpha1.LabelLockedJob: "lj"}},
-		"an empty lock label is asked": {labels: map[string]string{batchv1alpha1.LabelGuardLock: ""}, want: true},
+		"a LockedJob's Job":            {labels: map[string]string{batchv1alpha1.LabelLockedJob: lj}},
+		"both labels: the LockedJob's": {labels: map[string]string{batchv1alpha1.LabelGuardLock: db, batchv1alpha1.LabelLockedJob: lj}},
+		"an empty lock label is asked": {labels: map[string]string{batchv1alpha1.LabelGuardLock: ""}, cached: true, guarded: true},
+		"a Kueue queue beside the lock label": {labels: map[string]string{batchv1alpha1.LabelGuardLock: db, LabelKueueQueue: batch},
+			cached: true, kueue: true},
+		"a Kueue queue alone": {labels: map[string]string{LabelKueueQueue: batch}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels}}
-			if got := IsGuardedJob(job); got != tc.want {
-				t.Errorf("IsGuardedJob = %v, want %v", got, tc.want)
+			if got := IsGuardedJob(job); got != tc.guarded {
+				t.Errorf("IsGuardedJob = %v, want %v", got, tc.guarded)
 			}
-			if got := GuardedJobs().Matches(labels.Set(tc.labels)); got != tc.want {
-				t.Errorf("GuardedJobs().Matches = %v, want %v", got, tc.want)
+			if got := IsKueueGuardedJob(job); got != tc.kueue {
+				t.Errorf("IsKueueGuardedJob = %v, want %v", got, tc.kueue)
+			}
+			if got := GuardedJobs().Matches(labels.Set(tc.labels)); got != tc.cached {
+				t.Errorf("GuardedJobs().Matches = %v, want %v", got, tc.cached)
 			}
 		})
 	}
