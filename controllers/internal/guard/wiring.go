@@ -29,7 +29,13 @@ type Wiring struct {
 	Name     string
 	Locks    *lockbook.Book
 	Identity locks.Identity
-	Kind     locks.Kind
+	// Kind is the kind the reconciler's claimants hold under (their holder names), whose
+	// handoffs wake it.
+	Kind locks.Kind
+	// BookKind, if set, is the kind the book files the reconciler's workloads under (its stop
+	// handler and loss events) instead of Kind: two reconcilers whose claimants share a kind (Jobs
+	// the guarded-Job reconciler unsuspends, Jobs Kueue admits) each need their own.
+	BookKind locks.Kind
 	// Objects is the cache the reconciler reads its guarded objects from.
 	Objects cache.Cache
 	// Waiting is the reconciler's wait book, which the release waker and the queue keeper wake;
@@ -41,6 +47,8 @@ type Wiring struct {
 	Waiters func(ctx context.Context, key string) []client.Object
 	// Stop stops the workload of a lost lock at once (lockbook.Handlers.StopWorkload).
 	Stop func(ctx context.Context, w lockbook.Workload, cause error)
+	// Sources wake the reconciler besides those above (another object its passes read).
+	Sources []source.Source
 	// Permits: as in sreconcile.WakeOnPermits.
 	Permits locks.PermitReader
 	Workers int
@@ -50,7 +58,11 @@ type Wiring struct {
 // with a new manager after the previous one lost its leadership: everything it registers belongs
 // to the manager, and the book's handlers are replaced.
 func Complete[T client.Object](mgr ctrl.Manager, obj T, w Wiring, r reconcile.Reconciler) error {
-	w.Locks.SetHandlers(w.Kind, lockbook.Handlers{StopWorkload: w.Stop})
+	bookKind := w.Kind
+	if w.BookKind != "" {
+		bookKind = w.BookKind
+	}
+	w.Locks.SetHandlers(bookKind, lockbook.Handlers{StopWorkload: w.Stop})
 	wake := make(chan event.GenericEvent, 256)
 	waker := &ReleaseWaker{Locks: w.Locks, Identity: w.Identity, Kind: w.Kind, Named: w.Named,
 		Waiters: w.Waiters, Waiting: w.Waiting, Wake: wake}
@@ -65,8 +77,11 @@ func Complete[T client.Object](mgr ctrl.Manager, obj T, w Wiring, r reconcile.Re
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(w.Name).
 		WatchesRawSource(source.Kind(w.Objects, obj, &handler.TypedEnqueueRequestForObject[T]{})).
-		WatchesRawSource(source.Channel(w.Locks.Events(w.Kind), &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(w.Locks.Events(bookKind), &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{}))
+	for _, src := range w.Sources {
+		b = b.WatchesRawSource(src)
+	}
 	return sreconcile.WakeOnPermits(b, w.Permits, w.waitersOfLock).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(w.Workers, 1)}).
 		Complete(r)

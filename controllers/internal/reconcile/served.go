@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -12,9 +13,15 @@ import (
 // while its CRD is missing: an operator upgraded before its CRDs must keep running LockedJobs, and a
 // watch of a kind nobody serves would stop the whole manager when its cache never syncs.
 func UnservedKind(mgr ctrl.Manager, kinds ...string) string {
+	return UnservedKindOf(mgr, batchv1alpha1.SchemeGroupVersion, kinds...)
+}
+
+// UnservedKindOf returns the first of kinds of gv that the API server does not serve, or "": the
+// same rule for another project's kinds (Kueue's, for the AdmissionCheck controller).
+func UnservedKindOf(mgr ctrl.Manager, gv schema.GroupVersion, kinds ...string) string {
 	for _, kind := range kinds {
-		gk := batchv1alpha1.SchemeGroupVersion.WithKind(kind).GroupKind()
-		if _, err := mgr.GetRESTMapper().RESTMapping(gk, batchv1alpha1.SchemeGroupVersion.Version); meta.IsNoMatchError(err) {
+		gk := gv.WithKind(kind).GroupKind()
+		if _, err := mgr.GetRESTMapper().RESTMapping(gk, gv.Version); meta.IsNoMatchError(err) {
 			return kind
 		}
 	}

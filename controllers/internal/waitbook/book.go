@@ -180,6 +180,13 @@ func (b *Book) Tell(member string, hint Hint) bool {
 	return true
 }
 
+// Knows reports whether member waits in the book.
+func (b *Book) Knows(member string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.set[member] != nil
+}
+
 // Next says what member's pass does now, and passes the hint, or the time to wait on and the
 // priority of that re-check. It consumes what it returns: a wake-up or hint counts once.
 func (b *Book) Next(member string, now time.Time) (what Ask, hint Hint, left time.Duration, priority int) {
