@@ -1,7 +1,7 @@
 // Package controllers sets up the operator's reconcilers on a manager: the LockedJob reconciler
 // (controllers/lockedjob), the per-lock view of Lock and ClusterLock (controllers/lockview), the
-// LockedCronJob schedules (controllers/lockedcronjob), guarded Jobs (controllers/guardedjob) and guarded
-// Pods (controllers/guardedpod),
+// LockedCronJob schedules (controllers/lockedcronjob), guarded Jobs (controllers/guardedjob), guarded
+// Pods (controllers/guardedpod) and the Kueue AdmissionCheck (controllers/kueuecheck),
 // over one lock book. cmd/manager and the
 // envtest suite both set them up here, so the suite runs what the operator runs.
 package controllers
@@ -17,6 +17,8 @@ import (
 
 	"github.com/lockedjob/lockedjob/controllers/guardedjob"
 	"github.com/lockedjob/lockedjob/controllers/guardedpod"
+	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
+	"github.com/lockedjob/lockedjob/controllers/kueuecheck"
 	"github.com/lockedjob/lockedjob/controllers/lockedcronjob"
 	"github.com/lockedjob/lockedjob/controllers/lockedjob"
 	"github.com/lockedjob/lockedjob/controllers/lockview"
@@ -37,6 +39,10 @@ const (
 	// as GuardedJob; without the admission gate no such Pod is gated, and it only marks them
 	// Unguarded.
 	GuardedPod = "guardedpod"
+	// KueueCheck answers for Kueue's AdmissionChecks of controller batch.lockedjob.dev/lock, for
+	// Jobs that carry both a Kueue queue and the lock label. It is on by default, and off while
+	// Kueue's Workload and AdmissionCheck kinds are not served.
+	KueueCheck = "kueuecheck"
 )
 
 // Options are what the reconcilers share, and each one's own tuning.
@@ -56,6 +62,8 @@ type Options struct {
 	GuardedJob guardedjob.Config
 	// GuardedPod tunes the guarded-Pod reconciler, as GuardedJob.
 	GuardedPod guardedpod.Config
+	// KueueCheck tunes the AdmissionCheck reconciler, as GuardedJob.
+	KueueCheck kueuecheck.Config
 	// View tunes how often the per-lock view writes, reads Redis again and announces (zero: its
 	// defaults).
 	View lockview.Timing
@@ -77,9 +85,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, book *lockbook.Book, o Options
 	if err := mgr.Add(book.Leadership()); err != nil {
 		return fmt.Errorf("add lock book leadership: %w", err)
 	}
-	// One cache of guarded Jobs, for their reconciler and for the view of their locks.
+	// One cache of guarded Jobs, for their reconciler, the AdmissionCheck's and the view of their
+	// locks.
 	var guardedJobs cache.Cache
-	if o.enabled(GuardedJob) {
+	if o.enabled(GuardedJob) || o.enabled(KueueCheck) {
 		jobs, err := guardedjob.NewCache(mgr)
 		if err != nil {
 			return err
@@ -149,6 +158,24 @@ func Setup(ctx context.Context, mgr ctrl.Manager, book *lockbook.Book, o Options
 		}
 		if err := pods.SetupWithManager(ctx, mgr); err != nil {
 			return fmt.Errorf("set up guardedpod controller: %w", err)
+		}
+	}
+	if o.enabled(KueueCheck) {
+		if kind := sreconcile.UnservedKindOf(mgr, kueuecheck.GroupVersion, kueuecheck.KindWorkload, kueuecheck.KindAdmissionCheck); kind != "" {
+			sreconcile.SkipUnserved("the Kueue AdmissionCheck", kind)
+		} else {
+			c := o.KueueCheck
+			c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = o.Identity, o.ClusterScopeNamespaces, o.RedisTimeout
+			check := &kueuecheck.KueueCheckReconciler{
+				Client:   mgr.GetClient(),
+				Recorder: mgr.GetEventRecorder("kueuecheck"),
+				Locks:    book,
+				Config:   c,
+				Jobs:     guardedJobs,
+			}
+			if err := check.SetupWithManager(ctx, mgr); err != nil {
+				return fmt.Errorf("set up kueuecheck controller: %w", err)
+			}
 		}
 	}
 	// +kubebuilder:scaffold:builder

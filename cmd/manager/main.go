@@ -50,6 +50,7 @@ import (
 	"github.com/lockedjob/lockedjob/controllers"
 	"github.com/lockedjob/lockedjob/controllers/guardedjob"
 	"github.com/lockedjob/lockedjob/controllers/guardedpod"
+	"github.com/lockedjob/lockedjob/controllers/kueuecheck"
 	"github.com/lockedjob/lockedjob/controllers/lockedjob"
 	"github.com/lockedjob/lockedjob/internal/campaign"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
@@ -204,6 +205,11 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id locks
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		},
 		GuardedPod: guardedpod.Config{
+			WaitBackoffMax:          o.waitBackoffMax,
+			QueueRecheck:            o.queueRecheck,
+			MaxConcurrentReconciles: o.maxConcurrentReconciles,
+		},
+		KueueCheck: kueuecheck.Config{
 			WaitBackoffMax:          o.waitBackoffMax,
 			QueueRecheck:            o.queueRecheck,
 			MaxConcurrentReconciles: o.maxConcurrentReconciles,
