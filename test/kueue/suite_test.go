@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -62,6 +63,9 @@ const (
 
 // k8s is the test's client; it reads Kueue's objects as unstructured.
 var k8s client.Client
+
+// restConfig reaches the suite's API server, for the operator the lock tests start.
+var restConfig *rest.Config
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
@@ -105,12 +109,19 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	root, err := utils.ProjectDir()
+	if err != nil {
+		return 0, err
+	}
+	// lockedjob's own CRDs too, for the operator the lock tests start (operator_test.go).
+	env := &envtest.Environment{BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = env.Stop() }()
+	restConfig = cfg
 	if k8s, err = client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme}); err != nil {
 		return 0, err
 	}
