@@ -57,6 +57,17 @@ func TestGuardedJobIsCreatedSuspendedWithTheLockEnv(t *testing.T) {
 	g.Expect(pod.Containers[1].Env).To(Equal(append([]corev1.EnvVar{{Name: "SIDE", Value: "2"}, {Name: "AFTER", Value: "3"}}, lockEnv...)))
 }
 
+// TestAKueueJobIsGuardedToo: a Job of a Kueue queue that asks for a lock is let in, suspended with
+// the lock's env, as any guarded Job: the operator answers for its lock as Kueue's AdmissionCheck,
+// and the fence Kueue writes into its pod template reaches the env by the same annotations.
+func TestAKueueJobIsGuardedToo(t *testing.T) {
+	g := NewWithT(t)
+	j := guardedJob(label("kueue.x-k8s.io/queue-name", "batch"))
+	g.Expect(k8s.Create(context.Background(), j)).To(Succeed())
+	g.Expect(j.Spec.Suspend).To(HaveValue(BeTrue()))
+	g.Expect(j.Spec.Template.Spec.Containers[0].Env).To(Equal(lockEnv))
+}
+
 // TestJobsTheGuardLeavesAlone: a Job without the lock label, and a LockedJob's own Job, are
 // created as sent.
 func TestJobsTheGuardLeavesAlone(t *testing.T) {
@@ -137,7 +148,6 @@ func TestGuardRefusesWhatCannotBeGuarded(t *testing.T) {
 		"a ttl without a unit":           {annotate(batchv1alpha1.AnnotationGuardTTL, "30"), ttl + " must be a Go duration"},
 		"an on-lock-lost in lower case":  {annotate(batchv1alpha1.AnnotationGuardOnLockLost, "suspend"), onLost + " must be Suspend, Delete or Ignore"},
 		"a LockedJob's Job with a lock":  {label(batchv1alpha1.LabelLockedJob, "nightly"), lockLabel + " must not be set on a Job of a LockedJob"},
-		"a Kueue queue":                  {label("kueue.x-k8s.io/queue-name", "batch"), "metadata.labels['kueue.x-k8s.io/queue-name'] and " + lockLabel + " are not supported together yet"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -166,7 +176,7 @@ func TestGuardRefusesAChangedLock(t *testing.T) {
 		"the lock label taken off": {unguard, "metadata.labels['" + batchv1alpha1.LabelGuardLock + "'] must not change or be removed"},
 		"scope Cluster":            {annotate(batchv1alpha1.AnnotationGuardScope, "Cluster"), "metadata.annotations['" + batchv1alpha1.AnnotationGuardScope + "'] must not change"},
 		"a bad ttl":                {annotate(batchv1alpha1.AnnotationGuardTTL, "forever"), "metadata.annotations['" + batchv1alpha1.AnnotationGuardTTL + "'] must be a Go duration"},
-		"a Kueue queue":            {label("kueue.x-k8s.io/queue-name", "batch"), "are not supported together yet"},
+		"a Kueue queue added":      {label("kueue.x-k8s.io/queue-name", "batch"), "metadata.labels['kueue.x-k8s.io/queue-name'] must not be added to or taken off"},
 		// Namespace is the default: the lock's key stays the same.
 		"scope Namespace spelt out": {opt: annotate(batchv1alpha1.AnnotationGuardScope, "Namespace")},
 		"another label":             {opt: label("team", "a")},
