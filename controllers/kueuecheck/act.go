@@ -167,25 +167,44 @@ func (r *KueueCheckReconciler) loseLock(ctx context.Context, p *pass) error {
 	return nil
 }
 
-// retry sets the check Retry unless it is not Ready or Pending (Kueue has reset or answered it).
+// retry sets the check Retry if it is Ready: only then may Kueue have let pods run. A check that
+// is Pending (reset by Kueue after the eviction, or never set Ready) admits nothing; setting it
+// Retry again would count as one more retry, which Kueue backs off. It reads the Workload from the
+// API server, not the cache: a cache that has not seen our own Ready yet must not leave a Job
+// running under a lost lock. The write is optimistic, so a Workload Kueue changed since is not
+// written.
 func (r *KueueCheckReconciler) retry(ctx context.Context, wl *unstructured.Unstructured, check string, cause error) error {
 	if wl == nil || check == "" {
 		return nil
 	}
-	if s := stateOf(wl, check); s != stateReady && s != statePending {
+	if cause == nil {
+		cause = lockbook.ErrLockLost // a Lost record read back after a restart
+	}
+	fresh := newObject(KindWorkload)
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(wl), fresh); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if stateOf(fresh, check) != stateReady {
 		return nil
 	}
-	return r.setCheck(ctx, wl, check, stateRetry, fmt.Sprintf("Lock lost: %v", cause), nil)
+	return r.setCheck(ctx, fresh, check, stateRetry, fmt.Sprintf("Lock lost: %v", cause), nil)
 }
 
 // releaseAfterLoss lets a Lost Job go once it is stopped: it gives back what is still ours (a lease
 // at risk is still held, and covers the pods until they are gone) and drops the finalizer.
 func (r *KueueCheckReconciler) releaseAfterLoss(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	if stopped, err := r.stopped(ctx, p); err != nil || !stopped {
-		if p.claimant.Lock.OnLockLostOrDefault() == batchv1alpha1.LockLostIgnore && !p.obs.finished {
-			return ctrl.Result{}, false, err // its pods run on; the Job's end wakes this pass
+		if err != nil {
+			return ctrl.Result{}, false, err
 		}
-		return ctrl.Result{RequeueAfter: podRecheck}, false, err
+		if p.claimant.Lock.OnLockLostOrDefault() == batchv1alpha1.LockLostIgnore {
+			return ctrl.Result{}, false, nil // its pods run on; the Job's end wakes this pass
+		}
+		// Until Kueue stopped the Job, the check must say Retry (a no-op once it does not say Ready).
+		if err := r.retry(ctx, p.workload, p.check, p.obs.lost); err != nil {
+			return ctrl.Result{}, false, err
+		}
+		return ctrl.Result{RequeueAfter: podRecheck}, false, nil
 	}
 	if _, err := r.holdings().GiveBack(ctx, p.claim, p.workloadOf(), p.obs.holding != nil); err != nil {
 		return ctrl.Result{}, false, err
