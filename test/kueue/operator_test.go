@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,7 +40,16 @@ import (
 func startOperator(t *testing.T) *redis.Client {
 	t.Helper()
 	srv := redisserver.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	startOperatorOn(t, srv.Addr())
+	return srv.Client(t)
+}
+
+// startOperatorOn runs the guarded-Job and AdmissionCheck reconcilers, as controllers.Setup wires
+// them, over the Redis at addr, until stop or the test's end. stop ends it as a crash would, as far
+// as Redis is concerned: renewals stop and no lock is released.
+func startOperatorOn(t *testing.T, addr string) (stop func()) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	lockClient, err := redislock.New(rdb, redislock.WithKeyPrefix("lockedjob:"), redislock.WithReleaseNotifications("lockedjob:released"))
 	if err != nil {
 		t.Fatal(err)
@@ -71,14 +82,18 @@ func startOperator(t *testing.T) *redis.Client {
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the operator's manager: %v", err)
-		}
-		book.Stop()
-	})
-	return srv.Client(t)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("the operator's manager: %v", err)
+			}
+			book.Stop()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // operatorCheck creates an AdmissionCheck of lockedjob's controller name and waits until the
@@ -279,4 +294,81 @@ func TestOperatorRetriesTheCheckOnALostLock(t *testing.T) {
 		raw, _, _ := unstructured.NestedSlice(wl.Object, "status", "conditions")
 		t.Fatalf("Workload %s runs again without an eviction: conditions %v", wl.GetName(), raw)
 	}
+}
+
+// An operator that restarts while a Kueue Job runs under its lock re-adopts it by the Job's token
+// with the same fence, and releases it at the Job's end.
+func TestOperatorReadoptsAKueueJobAfterARestart(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.Start(t)
+	rdb := srv.Client(t)
+	stop := startOperatorOn(t, srv.Addr())
+	operatorCheck(t, "lock-restart")
+	ns := queues(t, "restart", "lock-restart")
+	job := lockedQueuedJob(ns, "restart", "db")
+	create(t, job)
+	fence := fenceOf(t, job)
+	stop()
+
+	startOperatorOn(t, srv.Addr())
+	eventually(t, "a Readopted Event on Job "+job.Name, func() (bool, string) {
+		reasons := eventReasons(t, job)
+		for _, r := range reasons {
+			if r == batchv1alpha1.ReasonReadopted {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("events %v", reasons)
+	})
+	if again := fenceOf(t, job); again != fence {
+		t.Fatalf("Job %s runs with fence %d after the restart; want %d", job.Name, again, fence)
+	}
+	key := job.Annotations[batchv1alpha1.AnnotationGuardLockKey]
+	completeJob(t, job)
+	guardOf(t, job, batchv1alpha1.GuardReleased)
+	if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+		t.Fatalf("Redis key %q after the release: exists = %d, %v", key, n, err)
+	}
+	for _, r := range eventReasons(t, job) {
+		if r == batchv1alpha1.ReasonLockLost {
+			t.Fatalf("Job %s lost its lock across the restart: events %v", job.Name, eventReasons(t, job))
+		}
+	}
+}
+
+// eventReasons are the reasons of the Events regarding job.
+func eventReasons(t *testing.T, job *batchv1.Job) []string {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(job.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == job.Name {
+			out = append(out, e.Reason)
+		}
+	}
+	return out
+}
+
+// A held Kueue Job that is deleted keeps its lock until its pods are gone (none run here), then
+// releases it and lets the Job go.
+func TestOperatorReleasesADeletedKueueJob(t *testing.T) {
+	ctx := context.Background()
+	rdb := startOperator(t)
+	operatorCheck(t, "lock-deleted")
+	ns := queues(t, "deleted", "lock-deleted")
+	job := lockedQueuedJob(ns, "deleted", "db")
+	create(t, job)
+	fenceOf(t, job)
+	key := job.Annotations[batchv1alpha1.AnnotationGuardLockKey]
+	if err := k8s.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Job "+job.Name+" is gone and its lock free", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{})
+		n, rerr := rdb.Exists(ctx, key).Result()
+		return apierrors.IsNotFound(err) && rerr == nil && n == 0, fmt.Sprintf("get: %v; key exists = %d, %v", err, n, rerr)
+	})
 }
