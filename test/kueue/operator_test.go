@@ -3,6 +3,7 @@ package kueue_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -112,11 +113,11 @@ func operatorCheck(t *testing.T, name string) {
 	})
 }
 
-// lockedQueuedJob is a Job of Kueue's queue that also asks for lock.
-func lockedQueuedJob(ns, queue, lock string) *batchv1.Job {
+// lockedQueuedJob is a Job of Kueue's queue that also asks for lock db.
+func lockedQueuedJob(ns, queue string) *batchv1.Job {
 	job := queuedJob(ns, queue)
 	job.GenerateName = "locked-"
-	job.Labels[batchv1alpha1.LabelGuardLock] = lock
+	job.Labels[batchv1alpha1.LabelGuardLock] = "db"
 	return job
 }
 
@@ -197,7 +198,7 @@ func TestOperatorAdmitsAKueueJobUnderItsLock(t *testing.T) {
 	create(t, holder)
 	first := fenceOf(t, holder)
 
-	job := lockedQueuedJob(ns, "handoff", "db")
+	job := lockedQueuedJob(ns, "handoff")
 	create(t, job)
 	wl := workloadOf(t, job)
 	eventually(t, "Workload "+wl.GetName()+" has quota and our check Pending", func() (bool, string) {
@@ -260,7 +261,7 @@ func TestOperatorRetriesTheCheckOnALostLock(t *testing.T) {
 	rdb := startOperator(t)
 	operatorCheck(t, "lock-lost")
 	ns := queues(t, "lost", "lock-lost")
-	job := lockedQueuedJob(ns, "lost", "db")
+	job := lockedQueuedJob(ns, "lost")
 	create(t, job)
 	fence := fenceOf(t, job)
 
@@ -305,7 +306,7 @@ func TestOperatorReadoptsAKueueJobAfterARestart(t *testing.T) {
 	stop := startOperatorOn(t, srv.Addr())
 	operatorCheck(t, "lock-restart")
 	ns := queues(t, "restart", "lock-restart")
-	job := lockedQueuedJob(ns, "restart", "db")
+	job := lockedQueuedJob(ns, "restart")
 	create(t, job)
 	fence := fenceOf(t, job)
 	stop()
@@ -313,12 +314,7 @@ func TestOperatorReadoptsAKueueJobAfterARestart(t *testing.T) {
 	startOperatorOn(t, srv.Addr())
 	eventually(t, "a Readopted Event on Job "+job.Name, func() (bool, string) {
 		reasons := eventReasons(t, job)
-		for _, r := range reasons {
-			if r == batchv1alpha1.ReasonReadopted {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("events %v", reasons)
+		return slices.Contains(reasons, batchv1alpha1.ReasonReadopted), fmt.Sprintf("events %v", reasons)
 	})
 	if again := fenceOf(t, job); again != fence {
 		t.Fatalf("Job %s runs with fence %d after the restart; want %d", job.Name, again, fence)
@@ -359,7 +355,7 @@ func TestOperatorReleasesADeletedKueueJob(t *testing.T) {
 	rdb := startOperator(t)
 	operatorCheck(t, "lock-deleted")
 	ns := queues(t, "deleted", "lock-deleted")
-	job := lockedQueuedJob(ns, "deleted", "db")
+	job := lockedQueuedJob(ns, "deleted")
 	create(t, job)
 	fenceOf(t, job)
 	key := job.Annotations[batchv1alpha1.AnnotationGuardLockKey]
