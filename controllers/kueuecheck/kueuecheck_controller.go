@@ -166,10 +166,14 @@ func (r *KueueCheckReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	}, r)
 }
 
-// jobOfWorkload wakes the Job that controls a Workload.
+// jobOfWorkload wakes the Job that controls a Workload with admission checks; a Workload with none
+// is never ours, and its Job costs no read.
 func jobOfWorkload(_ context.Context, o client.Object) []reconcile.Request {
 	ref, ok := controllerJobOf(o)
 	if !ok {
+		return nil
+	}
+	if wl, isU := o.(*unstructured.Unstructured); !isU || len(checkStates(wl)) == 0 {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}}}
