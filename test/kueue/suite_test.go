@@ -4,7 +4,8 @@
 // docs/design.md stands on: Kueue admits a Job of its queue, and a ClusterQueue's AdmissionCheck
 // of controller batch.lockedjob.dev/lock holds the Workload until the check is Ready, whose
 // podSetUpdates Kueue then writes into the Job's pod template as it unsuspends it; a check set to
-// Retry after that evicts the Workload, and Kueue takes them out again.
+// Retry after that evicts the Workload, and Kueue takes them out again. The operator's own
+// reconcilers then answer for that check on a real redis-server (operator_test.go).
 //
 // Kueue is never imported: its go.mod pins other Kubernetes and controller-runtime versions, so
 // its objects are unstructured here.
