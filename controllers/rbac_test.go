@@ -108,5 +108,11 @@ var _ = Describe("Operator RBAC", Ordered, ContinueOnFailure, func() {
 		Entry("update a ConfigMap", authorizationv1.ResourceAttributes{Namespace: operatorNS, Verb: "update", Resource: "configmaps"}, false),
 		Entry("update the leader-election Lease", updateLease, true),
 		Entry("create Jobs", createJobs, true),
+		// The Kueue AdmissionCheck: it reads Workloads and AdmissionChecks and writes only their status.
+		Entry("watch Kueue Workloads", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "watch", Group: "kueue.x-k8s.io", Resource: "workloads"}, true),
+		Entry("patch a Workload's status", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "patch", Group: "kueue.x-k8s.io", Resource: "workloads", Subresource: "status"}, true),
+		Entry("patch a Workload", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "patch", Group: "kueue.x-k8s.io", Resource: "workloads"}, false),
+		Entry("patch an AdmissionCheck's status", authorizationv1.ResourceAttributes{Verb: "patch", Group: "kueue.x-k8s.io", Resource: "admissionchecks", Subresource: "status"}, true),
+		Entry("update an AdmissionCheck", authorizationv1.ResourceAttributes{Verb: "update", Group: "kueue.x-k8s.io", Resource: "admissionchecks"}, false),
 	)
 })
