@@ -30,8 +30,9 @@ help: ## Display this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate ClusterRole and CustomResourceDefinition objects.
+manifests: controller-gen ## Generate ClusterRole, CustomResourceDefinition and MutatingWebhookConfiguration objects.
 	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true,maxDescLen=0 paths="./api/..." paths="./controllers/..." paths="./internal/locks/..." output:crd:artifacts:config=config/crd/bases
+	"$(CONTROLLER_GEN)" webhook paths="./internal/webhook/..." output:webhook:artifacts:config=config/webhook
 
 # The header hack/boilerplate.go.txt carries a fixed year, as kubebuilder's `init` writes it: a year
 # filled in at generation time rewrote every generated file on 1 January (test/generate checks).

@@ -38,6 +38,9 @@ type Options struct {
 	ServiceName string
 	// ConfigurationName is the MutatingWebhookConfiguration whose caBundle the rotator writes.
 	ConfigurationName string
+	// ExtraDNSNames are names the serving certificate is for beside the Service's (a test that
+	// serves on loopback names localhost).
+	ExtraDNSNames []string
 	// CertDir is where the Secret's tls.crt and tls.key appear (a volume of the Secret).
 	CertDir string
 	// Host and Port are where the webhook server listens.
@@ -49,7 +52,7 @@ type Options struct {
 const (
 	DefaultSecretName        = "lockedjob-webhook-server-cert"
 	DefaultServiceName       = "lockedjob-webhook-service"
-	DefaultConfigurationName = "lockedjob-guard-webhook"
+	DefaultConfigurationName = "lockedjob-mutating-webhook-configuration"
 	DefaultCertDir           = "/tmp/k8s-webhook-server/serving-certs"
 	DefaultPort              = 9443
 )
@@ -83,6 +86,7 @@ func New(cfg *rest.Config, scheme *runtime.Scheme, o Options) (*Gate, error) {
 		CAName:         "lockedjob-ca",
 		CAOrganization: "lockedjob",
 		DNSName:        fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
+		ExtraDNSNames:  o.ExtraDNSNames,
 		IsReady:        g.ready,
 		Webhooks:       []rotator.WebhookInfo{{Name: o.ConfigurationName, Type: rotator.Mutating}},
 		// Every replica serves the webhook, so every replica needs the certificate: the
