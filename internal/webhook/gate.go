@@ -112,9 +112,8 @@ func (g *Gate) Start(ctx context.Context) error {
 			return
 		}
 		// Registering starts the server: the manager adds it on first use, and it runs at once.
-		srv := g.mgr.GetWebhookServer()
-		webhookv1.SetupJobWebhookWithManager(srv)
-		webhookv1.SetupPodWebhookWithManager(srv)
+		_ = webhookv1.SetupJobWebhookWithManager(g.mgr)
+		_ = webhookv1.SetupPodWebhookWithManager(g.mgr)
 	}()
 	return g.mgr.Start(ctx)
 }

@@ -94,3 +94,28 @@ func TestBothPathsGateAlike(t *testing.T) {
 	}
 }
 
+
+// TestWebhookFailsClosed: while no replica answers, a labelled Job is refused and an unlabelled
+// one is created as sent (the objectSelector keeps it off the path). A second configuration of
+// the same webhook, pointed at a port where nothing listens, stands for the replicas gone.
+func TestWebhookFailsClosed(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	k8s := pathNamed(t, pathWebhook).k8s
+	port, err := freePort()
+	g.Expect(err).NotTo(HaveOccurred())
+	dead := loopback(webhookConfig, port)
+	dead.SetName("guard-webhook-down")
+	g.Expect(k8s.Create(ctx, dead)).To(Succeed())
+	defer func() {
+		// The tests after this one want the gate back.
+		g.Expect(k8s.Delete(ctx, dead)).To(Succeed())
+		g.Eventually(func() error { return k8s.Create(ctx, guardedJob(), client.DryRunAll) }).WithTimeout(timeout).Should(Succeed())
+	}()
+
+	g.Eventually(func() error { return k8s.Create(ctx, guardedJob(), client.DryRunAll) }).
+		WithTimeout(timeout).Should(MatchError(ContainSubstring("failed calling webhook")))
+	g.Expect(k8s.Create(ctx, guardedPod(), client.DryRunAll)).To(MatchError(ContainSubstring("failed calling webhook")))
+	g.Expect(k8s.Create(ctx, guardedJob(unguard), client.DryRunAll)).To(Succeed())
+	g.Expect(k8s.Create(ctx, guardedJob(label(batchv1alpha1.LabelLockedJob, "nightly"), unguard), client.DryRunAll)).To(Succeed())
+}

@@ -30,6 +30,7 @@ import (
 	"net/http"
 
 	batchv1 "k8s.io/api/batch/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -43,8 +44,9 @@ const JobPath = "/mutate-batch-v1-job"
 var joblog = logf.Log.WithName("job-gate")
 
 // SetupJobWebhookWithManager registers the webhook for Jobs in the manager's webhook server.
-func SetupJobWebhookWithManager(srv webhook.Server) {
-	srv.Register(JobPath, &webhook.Admission{Handler: &JobGate{}})
+func SetupJobWebhookWithManager(mgr ctrl.Manager) error {
+	mgr.GetWebhookServer().Register(JobPath, &webhook.Admission{Handler: &JobGate{}})
+	return nil
 }
 
 // The objectSelector of the webhook (the lock label present, not a LockedJob's Job) is added by

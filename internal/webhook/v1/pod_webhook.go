@@ -23,6 +23,7 @@ import (
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -36,8 +37,9 @@ const PodPath = "/mutate--v1-pod"
 var podlog = logf.Log.WithName("pod-gate")
 
 // SetupPodWebhookWithManager registers the webhook for Pods in the manager's webhook server.
-func SetupPodWebhookWithManager(srv webhook.Server) {
-	srv.Register(PodPath, &webhook.Admission{Handler: &PodGate{}})
+func SetupPodWebhookWithManager(mgr ctrl.Manager) error {
+	mgr.GetWebhookServer().Register(PodPath, &webhook.Admission{Handler: &PodGate{}})
+	return nil
 }
 
 // The objectSelector of the webhook (the lock label present) is added by
