@@ -142,8 +142,8 @@ func podEnvOps(path string, own []corev1.EnvVar) []jsonpatch.Operation {
 
 // lastIndexOf is the index of the last entry of env named name, or -1.
 func lastIndexOf(env []corev1.EnvVar, name string) int {
-	for i := len(env) - 1; i >= 0; i-- {
-		if env[i].Name == name {
+	for i, e := range slices.Backward(env) {
+		if e.Name == name {
 			return i
 		}
 	}

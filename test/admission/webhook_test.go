@@ -94,7 +94,6 @@ func TestBothPathsGateAlike(t *testing.T) {
 	}
 }
 
-
 // TestWebhookFailsClosed: while no replica answers, a labelled Job is refused and an unlabelled
 // one is created as sent (the objectSelector keeps it off the path). A second configuration of
 // the same webhook, pointed at a port where nothing listens, stands for the replicas gone.

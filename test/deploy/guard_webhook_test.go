@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -120,10 +121,7 @@ func TestGuardWebhookRBACIsScoped(t *testing.T) {
 		binding = "lockedjob-guard-webhook-cert-rolebinding"
 	)
 	subject := fmt.Sprintf("subject ServiceAccount %s/lockedjob-controller-manager", operatorNS)
-	want := map[string][]string{}
-	for k, v := range base {
-		want[k] = v
-	}
+	want := maps.Clone(base)
 	want["Role "+operatorNS+"/"+role] = []string{
 		"get /secrets name=" + webhook.DefaultSecretName,
 		"list /secrets name=(any)",
