@@ -128,7 +128,7 @@ func run(ctx context.Context, o options) error {
 // runs config/guard's policies; the manager serves nothing).
 func guardGate(cfg *rest.Config, o options) (*webhook.Gate, error) {
 	switch o.guardAdmission {
-	case guardAdmissionPolicy:
+	case guardAdmissionPolicy, "": // "": options built without the flags, as tests do
 		return nil, nil
 	case guardAdmissionWebhook:
 		w := o.webhook
