@@ -81,8 +81,8 @@ actionlint: actionlint-bin ## Check the GitHub workflows in .github/workflows (a
 	"$(ACTIONLINT)"
 
 .PHONY: verify
-verify: manifests generate helm-chart dashboards ## Fail if generated files (CRD, RBAC, deepcopy, dist/chart, Grafana dashboards) are out of date, or if `make generate` on another day would change them.
-	@git diff --exit-code -- config/crd config/rbac config/grafana api dist/chart || { echo "generated files changed: run 'make manifests generate helm-chart dashboards' and commit"; exit 1; }
+verify: manifests generate helm-chart dashboards ## Fail if generated files (CRD, RBAC, webhook configuration, deepcopy, dist/chart, Grafana dashboards) are out of date, or if `make generate` on another day would change them.
+	@git diff --exit-code -- config/crd config/rbac config/webhook config/grafana api dist/chart || { echo "generated files changed: run 'make manifests generate helm-chart dashboards' and commit"; exit 1; }
 	go test -count=1 ./test/generate/
 
 .PHONY: redis
