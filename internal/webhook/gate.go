@@ -112,8 +112,12 @@ func (g *Gate) Start(ctx context.Context) error {
 			return
 		}
 		// Registering starts the server: the manager adds it on first use, and it runs at once.
-		_ = webhookv1.SetupJobWebhookWithManager(g.mgr)
-		_ = webhookv1.SetupPodWebhookWithManager(g.mgr)
+		// Neither setup fails today (each only registers a path).
+		for _, setup := range []func(ctrl.Manager) error{webhookv1.SetupJobWebhookWithManager, webhookv1.SetupPodWebhookWithManager} {
+			if err := setup(g.mgr); err != nil {
+				ctrl.Log.WithName("guard-webhook").Error(err, "Setting up the guard webhook failed")
+			}
+		}
 	}()
 	return g.mgr.Start(ctx)
 }
