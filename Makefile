@@ -30,8 +30,9 @@ help: ## Display this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate ClusterRole and CustomResourceDefinition objects.
+manifests: controller-gen ## Generate ClusterRole, CustomResourceDefinition and MutatingWebhookConfiguration objects.
 	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true,maxDescLen=0 paths="./api/..." paths="./controllers/..." paths="./internal/locks/..." output:crd:artifacts:config=config/crd/bases
+	"$(CONTROLLER_GEN)" webhook paths="./internal/webhook/..." output:webhook:artifacts:config=config/webhook
 
 # The header hack/boilerplate.go.txt carries a fixed year, as kubebuilder's `init` writes it: a year
 # filled in at generation time rewrote every generated file on 1 January (test/generate checks).
@@ -80,8 +81,8 @@ actionlint: actionlint-bin ## Check the GitHub workflows in .github/workflows (a
 	"$(ACTIONLINT)"
 
 .PHONY: verify
-verify: manifests generate helm-chart dashboards ## Fail if generated files (CRD, RBAC, deepcopy, dist/chart, Grafana dashboards) are out of date, or if `make generate` on another day would change them.
-	@git diff --exit-code -- config/crd config/rbac config/grafana api dist/chart || { echo "generated files changed: run 'make manifests generate helm-chart dashboards' and commit"; exit 1; }
+verify: manifests generate helm-chart dashboards ## Fail if generated files (CRD, RBAC, webhook configuration, deepcopy, dist/chart, Grafana dashboards) are out of date, or if `make generate` on another day would change them.
+	@git diff --exit-code -- config/crd config/rbac config/webhook config/grafana api dist/chart || { echo "generated files changed: run 'make manifests generate helm-chart dashboards' and commit"; exit 1; }
 	go test -count=1 ./test/generate/
 
 .PHONY: redis
