@@ -32,7 +32,7 @@ func TestGuardWebhookOverlay(t *testing.T) {
 	}
 	for kind, want := range map[string]int{
 		"MutatingAdmissionPolicy": 0, "MutatingAdmissionPolicyBinding": 0,
-		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3, // Jobs, Pods, misplaced labels
 		"MutatingWebhookConfiguration": 1, "PodDisruptionBudget": 1,
 	} {
 		if kinds[kind] != want {
