@@ -226,11 +226,14 @@ deploy: deploy-overlay ## Deploy the manager (image IMG) into the cluster of KUB
 	$(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),bash hack/cluster.sh load-image "$(DEPLOY_IMAGE_TAR)")
 	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" apply -f -
 
-# config/local adds no object (test/deploy checks it), so config/default's list is deploy's on every
-# cluster, and undeploy reads nothing from the cluster: it works with the real node gone.
+# config/local adds no object (test/deploy checks it), so config/default's list is its deploy's, and
+# undeploy reads nothing from the cluster: it works with the real node gone. The webhook overlay
+# adds objects (its webhook configuration, which would refuse every labelled Job once its manager is
+# gone), so undeploy builds the overlay deploy was given: DEPLOY_OVERLAY=config/overlays/guard-webhook.
+UNDEPLOY_OVERLAY = $(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),config/default,$(DEPLOY_OVERLAY))
 .PHONY: undeploy
-undeploy: manifests kustomize ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it).
-	IMG="$(IMG)" DEPLOY_OVERLAY=config/default KUSTOMIZE="$(KUSTOMIZE)" bash hack/deploy-overlay.sh "$(DEPLOY_DIR)/undeploy"
+undeploy: manifests kustomize ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it); give it the DEPLOY_OVERLAY deploy had.
+	IMG="$(IMG)" DEPLOY_OVERLAY="$(UNDEPLOY_OVERLAY)" KUSTOMIZE="$(KUSTOMIZE)" bash hack/deploy-overlay.sh "$(DEPLOY_DIR)/undeploy"
 	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)/undeploy" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
 
 .PHONY: build-installer

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/webhook"
@@ -145,5 +146,34 @@ func TestGuardWebhookRBACIsScoped(t *testing.T) {
 				t.Errorf("config/default grants %s %q: the policy path must not", k, g)
 			}
 		}
+	}
+}
+
+// TestDeployOverlayOfTheWebhookVariant: `make deploy DEPLOY_OVERLAY=config/overlays/guard-webhook`
+// (and `make undeploy` given the same) builds the objects of config/overlays/guard-webhook, with
+// the image IMG, so undeploy removes the webhook configuration that would otherwise refuse every
+// labelled Job and Pod once its manager is gone.
+func TestDeployOverlayOfTheWebhookVariant(t *testing.T) {
+	tl := newTools(t)
+	want := tl.kustomizeBuild(t, filepath.Join(tl.root, "config", "overlays", "guard-webhook"))
+	got := tl.kustomizeBuild(t, tl.overlay(t, "DEPLOY_OVERLAY=config/overlays/guard-webhook"))
+	names := func(objs []*unstructured.Unstructured) []string {
+		var out []string
+		for _, o := range objs {
+			out = append(out, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
+		}
+		slices.Sort(out)
+		return out
+	}
+	if g, w := names(got), names(want); !slices.Equal(g, w) {
+		t.Fatalf("the deploy overlay builds\n%v\nwant the objects of config/overlays/guard-webhook\n%v", g, w)
+	}
+	dep := find(got, "Deployment", "lockedjob-controller-manager")
+	if dep == nil {
+		t.Fatal("no Deployment lockedjob-controller-manager")
+	}
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	if len(containers) == 0 || containers[0].(map[string]any)["image"] != image {
+		t.Fatalf("the manager's image is not %s: %v", image, containers)
 	}
 }
