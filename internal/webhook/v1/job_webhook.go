@@ -26,9 +26,6 @@ limitations under the License.
 package v1
 
 import (
-	"context"
-	"net/http"
-
 	batchv1 "k8s.io/api/batch/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -41,11 +38,9 @@ import (
 // JobPath is where the API server sends a Job's admission review (the path of the marker below).
 const JobPath = "/mutate-batch-v1-job"
 
-var joblog = logf.Log.WithName("job-gate")
-
 // SetupJobWebhookWithManager registers the webhook for Jobs in the manager's webhook server.
 func SetupJobWebhookWithManager(mgr ctrl.Manager) error {
-	mgr.GetWebhookServer().Register(JobPath, &webhook.Admission{Handler: &JobGate{}})
+	mgr.GetWebhookServer().Register(JobPath, &webhook.Admission{Handler: JobGate()})
 	return nil
 }
 
@@ -53,19 +48,10 @@ func SetupJobWebhookWithManager(mgr ctrl.Manager) error {
 // config/webhook/kustomization.yaml: controller-gen's marker has no field for it.
 // +kubebuilder:webhook:path=/mutate-batch-v1-job,mutating=true,failurePolicy=fail,sideEffects=None,groups=batch,resources=jobs,verbs=create,versions=v1,name=guard-job.lockedjob.dev,admissionReviewVersions=v1,reinvocationPolicy=Never
 
-// JobGate suspends a guarded Job at its creation and gives its containers the lock's env.
-type JobGate struct{}
-
-// Handle returns guardgate.JobPatch of the Job under review.
-func (g *JobGate) Handle(_ context.Context, req admission.Request) admission.Response {
-	job := &batchv1.Job{}
-	if err := decode(req, job); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	ops := guardgate.JobPatch(job)
-	if ops == nil {
-		return admission.Allowed("not a guarded Job")
-	}
-	joblog.V(1).Info("Gating guarded Job", "namespace", req.Namespace, "name", job.Name, "generateName", job.GenerateName)
-	return admission.Patched("guarded Job: suspended until its lock is held", ops...)
+// JobGate suspends a guarded Job at its creation and gives its containers the lock's env: it
+// answers with guardgate.JobPatch of the Job under review.
+func JobGate() admission.Handler {
+	return &gate[*batchv1.Job]{kind: "Job", answer: "guarded Job: suspended until its lock is held",
+		newObject: func() *batchv1.Job { return &batchv1.Job{} }, patch: guardgate.JobPatch,
+		log: logf.Log.WithName("job-gate")}
 }

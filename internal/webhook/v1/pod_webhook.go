@@ -17,11 +17,6 @@ limitations under the License.
 package v1
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
-
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -34,11 +29,9 @@ import (
 // PodPath is where the API server sends a Pod's admission review (the path of the marker below).
 const PodPath = "/mutate--v1-pod"
 
-var podlog = logf.Log.WithName("pod-gate")
-
 // SetupPodWebhookWithManager registers the webhook for Pods in the manager's webhook server.
 func SetupPodWebhookWithManager(mgr ctrl.Manager) error {
-	mgr.GetWebhookServer().Register(PodPath, &webhook.Admission{Handler: &PodGate{}})
+	mgr.GetWebhookServer().Register(PodPath, &webhook.Admission{Handler: PodGate()})
 	return nil
 }
 
@@ -47,31 +40,10 @@ func SetupPodWebhookWithManager(mgr ctrl.Manager) error {
 // guardgate.GuardsPod's to judge.
 // +kubebuilder:webhook:path=/mutate--v1-pod,mutating=true,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=guard-pod.lockedjob.dev,admissionReviewVersions=v1,reinvocationPolicy=Never
 
-// PodGate gates a guarded Pod at its creation and gives its containers the lock's env.
-type PodGate struct{}
-
-// Handle returns guardgate.PodPatch of the Pod under review.
-func (g *PodGate) Handle(_ context.Context, req admission.Request) admission.Response {
-	pod := &corev1.Pod{}
-	if err := decode(req, pod); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	ops := guardgate.PodPatch(pod)
-	if ops == nil {
-		return admission.Allowed("not a guarded Pod")
-	}
-	podlog.V(1).Info("Gating guarded Pod", "namespace", req.Namespace, "name", pod.Name, "generateName", pod.GenerateName)
-	return admission.Patched("guarded Pod: gated until its lock is held", ops...)
-}
-
-// decode reads the object under review. The request names its kind; the JSON is the object as
-// sent, defaulted, so the ops' indexes are the object's own.
-func decode(req admission.Request, into any) error {
-	if len(req.Object.Raw) == 0 {
-		return fmt.Errorf("admission request %s has no object", req.UID)
-	}
-	if err := json.Unmarshal(req.Object.Raw, into); err != nil {
-		return fmt.Errorf("decode %s: %w", req.Kind.Kind, err)
-	}
-	return nil
+// PodGate gates a guarded Pod at its creation and gives its containers the lock's env: it answers
+// with guardgate.PodPatch of the Pod under review.
+func PodGate() admission.Handler {
+	return &gate[*corev1.Pod]{kind: "Pod", answer: "guarded Pod: gated until its lock is held",
+		newObject: func() *corev1.Pod { return &corev1.Pod{} }, patch: guardgate.PodPatch,
+		log: logf.Log.WithName("pod-gate")}
 }

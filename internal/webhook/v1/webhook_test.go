@@ -43,12 +43,12 @@ func TestGatesAnswerWithTheGuardgateOps(t *testing.T) {
 		wantOps any // nil: allowed as sent
 		wantErr bool
 	}{
-		"a guarded Job":     {gate: &JobGate{}, req: request(t, "Job", job), wantOps: guardgate.JobPatch(job)},
-		"an unlabelled Job": {gate: &JobGate{}, req: request(t, "Job", &batchv1.Job{Spec: job.Spec})},
-		"a guarded Pod":     {gate: &PodGate{}, req: request(t, "Pod", pod), wantOps: guardgate.PodPatch(pod)},
-		"a Pod bound to a node": {gate: &PodGate{}, req: request(t, "Pod", &corev1.Pod{ObjectMeta: labelled,
+		"a guarded Job":     {gate: JobGate(), req: request(t, "Job", job), wantOps: guardgate.JobPatch(job)},
+		"an unlabelled Job": {gate: JobGate(), req: request(t, "Job", &batchv1.Job{Spec: job.Spec})},
+		"a guarded Pod":     {gate: PodGate(), req: request(t, "Pod", pod), wantOps: guardgate.PodPatch(pod)},
+		"a Pod bound to a node": {gate: PodGate(), req: request(t, "Pod", &corev1.Pod{ObjectMeta: labelled,
 			Spec: corev1.PodSpec{NodeName: "n", Containers: spec.Containers}})},
-		"no object": {gate: &PodGate{}, req: admission.Request{}, wantErr: true},
+		"no object": {gate: PodGate(), req: admission.Request{}, wantErr: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			resp := tc.gate.Handle(context.Background(), tc.req)
