@@ -30,8 +30,9 @@ help: ## Display this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate ClusterRole and CustomResourceDefinition objects.
+manifests: controller-gen ## Generate ClusterRole, CustomResourceDefinition and MutatingWebhookConfiguration objects.
 	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true,maxDescLen=0 paths="./api/..." paths="./controllers/..." paths="./internal/locks/..." output:crd:artifacts:config=config/crd/bases
+	"$(CONTROLLER_GEN)" webhook paths="./internal/webhook/..." output:webhook:artifacts:config=config/webhook
 
 # The header hack/boilerplate.go.txt carries a fixed year, as kubebuilder's `init` writes it: a year
 # filled in at generation time rewrote every generated file on 1 January (test/generate checks).
@@ -80,8 +81,8 @@ actionlint: actionlint-bin ## Check the GitHub workflows in .github/workflows (a
 	"$(ACTIONLINT)"
 
 .PHONY: verify
-verify: manifests generate helm-chart dashboards ## Fail if generated files (CRD, RBAC, deepcopy, dist/chart, Grafana dashboards) are out of date, or if `make generate` on another day would change them.
-	@git diff --exit-code -- config/crd config/rbac config/grafana api dist/chart || { echo "generated files changed: run 'make manifests generate helm-chart dashboards' and commit"; exit 1; }
+verify: manifests generate helm-chart dashboards ## Fail if generated files (CRD, RBAC, webhook configuration, deepcopy, dist/chart, Grafana dashboards) are out of date, or if `make generate` on another day would change them.
+	@git diff --exit-code -- config/crd config/rbac config/webhook config/grafana api dist/chart || { echo "generated files changed: run 'make manifests generate helm-chart dashboards' and commit"; exit 1; }
 	go test -count=1 ./test/generate/
 
 .PHONY: redis
@@ -225,11 +226,14 @@ deploy: deploy-overlay ## Deploy the manager (image IMG) into the cluster of KUB
 	$(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),bash hack/cluster.sh load-image "$(DEPLOY_IMAGE_TAR)")
 	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)" | "$(KUBECTL)" apply -f -
 
-# config/local adds no object (test/deploy checks it), so config/default's list is deploy's on every
-# cluster, and undeploy reads nothing from the cluster: it works with the real node gone.
+# config/local adds no object (test/deploy checks it), so config/default's list is its deploy's, and
+# undeploy reads nothing from the cluster: it works with the real node gone. The webhook overlay
+# adds objects (its webhook configuration, which would refuse every labelled Job once its manager is
+# gone), so undeploy builds the overlay deploy was given: DEPLOY_OVERLAY=config/overlays/guard-webhook.
+UNDEPLOY_OVERLAY = $(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))),config/default,$(DEPLOY_OVERLAY))
 .PHONY: undeploy
-undeploy: manifests kustomize ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it).
-	IMG="$(IMG)" DEPLOY_OVERLAY=config/default KUSTOMIZE="$(KUSTOMIZE)" bash hack/deploy-overlay.sh "$(DEPLOY_DIR)/undeploy"
+undeploy: manifests kustomize ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it); give it the DEPLOY_OVERLAY deploy had.
+	IMG="$(IMG)" DEPLOY_OVERLAY="$(UNDEPLOY_OVERLAY)" KUSTOMIZE="$(KUSTOMIZE)" bash hack/deploy-overlay.sh "$(DEPLOY_DIR)/undeploy"
 	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)/undeploy" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
 
 .PHONY: build-installer

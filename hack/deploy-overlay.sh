@@ -5,12 +5,15 @@
 #
 # Usage: hack/deploy-overlay.sh OUT_DIR
 #   OUT_DIR/kustomization.yaml uses config/default, and for DEPLOY_OVERLAY=config/local also the
-#   component config/local with OUT_DIR/local-cluster.yaml, the values read from the cluster.
+#   component config/local with OUT_DIR/local-cluster.yaml, the values read from the cluster; for
+#   DEPLOY_OVERLAY=config/overlays/guard-webhook the component config/components/guard-webhook (the
+#   admission gate served by the manager, for clusters before Kubernetes 1.36).
 #
 # Environment:
 #   IMG              manager image (required)
-#   DEPLOY_OVERLAY   config/default (any cluster; default) or config/local (the project's local
-#                    cluster with a real node: hack/cluster.sh)
+#   DEPLOY_OVERLAY   config/default (any cluster; default), config/local (the project's local
+#                    cluster with a real node: hack/cluster.sh) or config/overlays/guard-webhook
+#                    (any cluster, the gate as a webhook)
 #   KUSTOMIZE        kustomize binary (default bin/kustomize)
 # For config/local only (each read from the cluster when unset):
 #   KUBECTL, KUBECONFIG     the cluster to read the values from
@@ -35,8 +38,8 @@ KUBECTL="${KUBECTL:-kubectl}"
 REAL_NODE_LABEL="lockedjob.dev/real-node=true"
 
 case "${OVERLAY%/}" in
-config/default | config/local) ;;
-*) die "DEPLOY_OVERLAY must be config/default or config/local, not ${OVERLAY}" ;;
+config/default | config/local | config/overlays/guard-webhook) ;;
+*) die "DEPLOY_OVERLAY must be config/default, config/local or config/overlays/guard-webhook, not ${OVERLAY}" ;;
 esac
 
 # rel PATH: PATH (in the checkout) relative to OUT_DIR, since kustomize wants relative resources.
@@ -100,11 +103,19 @@ rm -f "${OUT_DIR}/kustomization.yaml" "${OUT_DIR}/local-cluster.yaml"
 	echo "# Written by hack/deploy-overlay.sh (DEPLOY_OVERLAY=${OVERLAY}); not tracked, rewritten on every run."
 	echo "resources:"
 	echo "- $(rel config/default)"
-	if [[ "${OVERLAY%/}" == config/local ]]; then
+	case "${OVERLAY%/}" in
+	config/local)
 		echo "- local-cluster.yaml"
 		echo "components:"
 		echo "- $(rel config/local)"
-	fi
+		;;
+	config/overlays/guard-webhook)
+		# The overlay is config/default with this component; the component is used here directly so
+		# that the image is set in one place for every overlay.
+		echo "components:"
+		echo "- $(rel config/components/guard-webhook)"
+		;;
+	esac
 } >"${OUT_DIR}/kustomization.yaml"
 [[ "${OVERLAY%/}" != config/local ]] || write_local_values
 (cd "${OUT_DIR}" && "${KUSTOMIZE}" edit set image "controller=${IMG}") ||

@@ -56,6 +56,7 @@ import (
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/webhook"
 	// +kubebuilder:scaffold:imports
 )
 
@@ -101,9 +102,14 @@ func run(ctx context.Context, o options) error {
 	book := lockbook.New(lockClient)
 	defer book.Stop()
 
+	gate, err := guardGate(cfg, o)
+	if err != nil {
+		return err
+	}
+
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	if err := serveEndpoints(ctx, stop, o, cfg, lockClient); err != nil {
+	if err := serveEndpoints(ctx, stop, o, cfg, lockClient, gate); err != nil {
 		return err
 	}
 	leaseNamespace := leaseNamespaceOf(o)
@@ -117,6 +123,21 @@ func run(ctx context.Context, o options) error {
 		return cause // an endpoint failed
 	}
 	return err
+}
+
+// guardGate is the guard webhook of --guard-admission webhook, or nil for policy (the API server
+// runs config/guard's policies; the manager serves nothing).
+func guardGate(cfg *rest.Config, o options) (*webhook.Gate, error) {
+	switch o.guardAdmission {
+	case guardAdmissionPolicy, "": // "": options built without the flags, as tests do
+		return nil, nil
+	case guardAdmissionWebhook:
+		w := o.webhook
+		w.Namespace = o.namespace
+		return webhook.New(cfg, scheme, w)
+	default:
+		return nil, fmt.Errorf("--guard-admission %q: want %s or %s", o.guardAdmission, guardAdmissionPolicy, guardAdmissionWebhook)
+	}
 }
 
 // kubeConfig is the kubeconfig's REST config with the manager's client-side rate limit (none by
@@ -217,12 +238,12 @@ func setupReconcilers(ctx context.Context, mgr ctrl.Manager, o options, id locks
 	})
 }
 
-// serveEndpoints starts the health probe and metrics servers for the life of the process rather
-// than of one manager: they must stay up while a process that lost its leadership builds the next
-// manager, and a manager's own servers would bind their ports again before the last ones closed.
-// A server that fails stops the process through stop.
-func serveEndpoints(ctx context.Context, stop context.CancelCauseFunc, o options, cfg *rest.Config, c *redislock.Client) error {
-	probes, err := healthProbeServer(o.probeAddr, c)
+// serveEndpoints starts the health probe and metrics servers, and the guard webhook if there is
+// one, for the life of the process rather than of one manager: they must stay up while a process
+// that lost its leadership builds the next manager, and a manager's own servers would bind their
+// ports again before the last ones closed. A server that fails stops the process through stop.
+func serveEndpoints(ctx context.Context, stop context.CancelCauseFunc, o options, cfg *rest.Config, c *redislock.Client, gate *webhook.Gate) error {
+	probes, err := healthProbeServer(o.probeAddr, c, gate)
 	if err != nil {
 		return err
 	}
@@ -230,7 +251,11 @@ func serveEndpoints(ctx context.Context, stop context.CancelCauseFunc, o options
 	if err != nil {
 		return err
 	}
-	for _, srv := range []manager.Runnable{probes, metrics} {
+	servers := []manager.Runnable{probes, metrics}
+	if gate != nil {
+		servers = append(servers, gate)
+	}
+	for _, srv := range servers {
 		if srv == nil {
 			continue // turned off
 		}
@@ -245,8 +270,8 @@ func serveEndpoints(ctx context.Context, stop context.CancelCauseFunc, o options
 
 // healthProbeServer serves /healthz and /readyz at addr, or nothing for "" and "0". Alive while the
 // process runs; ready only while Redis answers, since a replica that cannot reach Redis cannot
-// acquire or renew locks.
-func healthProbeServer(addr string, c *redislock.Client) (manager.Runnable, error) {
+// acquire or renew locks, and, with the guard webhook, once it serves with its certificate.
+func healthProbeServer(addr string, c *redislock.Client, gate *webhook.Gate) (manager.Runnable, error) {
 	if addr == "" || addr == "0" {
 		return nil, nil
 	}
@@ -261,7 +286,11 @@ func healthProbeServer(addr string, c *redislock.Client) (manager.Runnable, erro
 		mux.Handle(path+"/", h) // one check by name: /readyz/redis
 	}
 	handle("/healthz", map[string]healthz.Checker{"healthz": healthz.Ping})
-	handle("/readyz", map[string]healthz.Checker{"redis": lockbook.RedisReadyCheck(c)})
+	ready := map[string]healthz.Checker{"redis": lockbook.RedisReadyCheck(c)}
+	if gate != nil {
+		ready["guard-webhook"] = gate.ReadyCheck()
+	}
+	handle("/readyz", ready)
 	return &manager.Server{Name: "health probe", Listener: ln,
 		Server: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
 }

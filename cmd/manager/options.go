@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/lockedjob/lockedjob/internal/locks"
+	"github.com/lockedjob/lockedjob/internal/webhook"
 )
 
 // options are the command-line settings.
@@ -46,7 +47,16 @@ type options struct {
 	redisTimeout            time.Duration
 	legacyLockKeys          bool
 	allowEviction           bool
+
+	guardAdmission string
+	webhook        webhook.Options
 }
+
+// The values of --guard-admission.
+const (
+	guardAdmissionPolicy  = "policy"
+	guardAdmissionWebhook = "webhook"
+)
 
 func parseFlags() (options, zap.Options) {
 	var o options
@@ -93,6 +103,14 @@ func parseFlags() (options, zap.Options) {
 	flag.BoolVar(&o.allowEviction, "allow-redis-eviction", false, "Start even when a Redis node's maxmemory-policy may evict keys (an evicted lock can have two holders). Off: refuse to start.")
 	flag.BoolVar(&o.legacyLockKeys, "legacy-lock-keys", true, "Before acquiring a Namespace-scoped lock, wait while it is held under the key layout of versions before the cluster ID was part of it (docs/design.md, Migration). Turn off once no LockedJob acquired before the upgrade is left.")
 	flag.DurationVar(&o.redisTimeout, "redis-timeout", 2*time.Second, "Deadline of each Redis call a reconcile makes (renewals have their own budget, from the lease).")
+	flag.StringVar(&o.guardAdmission, "guard-admission", guardAdmissionPolicy,
+		"Who gates guarded Jobs and Pods at creation: policy (the MutatingAdmissionPolicies of config/guard, Kubernetes 1.36 and later; the manager serves nothing) or webhook (the manager serves the same mutation as a webhook on every replica and rotates its certificate).")
+	flag.StringVar(&o.webhook.Host, "webhook-host", "", "Address the guard webhook listens on (--guard-admission webhook); empty: all.")
+	flag.IntVar(&o.webhook.Port, "webhook-port", webhook.DefaultPort, "Port of the guard webhook (--guard-admission webhook).")
+	flag.StringVar(&o.webhook.CertDir, "webhook-cert-dir", webhook.DefaultCertDir, "Where the guard webhook's Secret is mounted (tls.crt, tls.key).")
+	flag.StringVar(&o.webhook.SecretName, "webhook-secret-name", webhook.DefaultSecretName, "Secret in --namespace that holds the guard webhook's CA and serving certificate, rotated by the manager.")
+	flag.StringVar(&o.webhook.ServiceName, "webhook-service-name", webhook.DefaultServiceName, "Service in --namespace in front of the guard webhook (the certificate's name).")
+	flag.StringVar(&o.webhook.ConfigurationName, "webhook-configuration-name", webhook.DefaultConfigurationName, "MutatingWebhookConfiguration whose caBundle the manager writes.")
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()

@@ -115,62 +115,64 @@ func operatorsJob() *batchv1.Job {
 // guards nothing is refused at CREATE, by a message that names the field at fault and the one
 // where the label belongs.
 func TestMisplacedLabelIsRefused(t *testing.T) {
-	const lock = batchv1alpha1.LabelGuardLock
-	for name, tc := range map[string]struct {
-		obj  client.Object
-		want []string
-	}{
-		"a Job labelled on its pod template only": {
-			obj:  guardedJob(unguard, jobLabel("app", "migrate"), templateLock("db-migrate")),
-			want: []string{podTemplateLockLabel, jobLockLabel + " of the Job is where the lock label belongs"},
-		},
-		"a Job with a lock term and no lock label": {
-			obj:  guardedJob(unguard, annotate(batchv1alpha1.AnnotationGuardTTL, "30s")),
-			want: []string{"metadata.annotations['" + batchv1alpha1.AnnotationGuardTTL + "'] is a term", jobLockLabel + " is not set"},
-		},
-		"a CronJob labelled on its own metadata": {
-			obj:  cronJob(lockOnCronJob),
-			want: []string{cronLockLabel + " is not copied to its Jobs", jobTemplateLockLabel + " is where"},
-		},
-		"a CronJob labelled on its own metadata and its pod template": {
-			obj:  cronJob(lockOnCronJob, jobTemplateLabel("app", "migrate"), lockOnCronPods),
-			want: []string{cronLockLabel + " is not copied to its Jobs", jobTemplateLockLabel + " is where"},
-		},
-		"a CronJob labelled for another lock than its Jobs": {
-			obj:  cronJob(lockOnCronJob, jobTemplateLabel(lock, "db-backup")),
-			want: []string{cronLockLabel + " is not copied to its Jobs", jobTemplateLockLabel + " is where"},
-		},
-		"a CronJob with a lock term on its own metadata": {
-			obj: cronJob(jobTemplateLabel(lock, "db-migrate"), cronAnnotate(batchv1alpha1.AnnotationGuardScope, "Cluster")),
-			want: []string{"metadata.annotations['" + batchv1alpha1.AnnotationGuardScope + "'] of a CronJob is not copied to its Jobs",
-				jobTemplateAnnotation + batchv1alpha1.AnnotationGuardScope + "'] is where"},
-		},
-		"a CronJob with another lock term than its Jobs": {
-			obj: cronJob(jobTemplateLabel(lock, "db-migrate"), cronAnnotate(batchv1alpha1.AnnotationGuardPriority, "10"),
-				jobTemplateAnnotate(batchv1alpha1.AnnotationGuardPriority, "5")),
-			want: []string{"metadata.annotations['" + batchv1alpha1.AnnotationGuardPriority + "'] of a CronJob is not copied to its Jobs"},
-		},
-		"a CronJob labelled on its pod template only": {
-			obj:  cronJob(jobTemplateLabel("app", "migrate"), lockOnCronPods),
-			want: []string{cronPodTemplateLabel + " goes to the pods", jobTemplateLockLabel + " is where"},
-		},
-		"a CronJob with a lock term on its jobTemplate and no lock label": {
-			obj: cronJob(jobTemplateAnnotate(batchv1alpha1.AnnotationGuardOnLockLost, "Delete")),
-			want: []string{jobTemplateAnnotation + batchv1alpha1.AnnotationGuardOnLockLost + "'] is a term",
-				jobTemplateLockLabel + " is not set"},
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			g := NewWithT(t)
-			err := k8s.Create(context.Background(), tc.obj, client.DryRunAll)
-			g.Expect(err).To(HaveOccurred())
-			g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
-			for _, w := range tc.want {
-				g.Expect(err.Error()).To(ContainSubstring(w))
-			}
-			g.Expect(err.Error()).To(ContainSubstring(misplacedPolicy))
-		})
-	}
+	eachPath(t, func(t *testing.T, k8s client.Client) {
+		const lock = batchv1alpha1.LabelGuardLock
+		for name, tc := range map[string]struct {
+			obj  client.Object
+			want []string
+		}{
+			"a Job labelled on its pod template only": {
+				obj:  guardedJob(unguard, jobLabel("app", "migrate"), templateLock("db-migrate")),
+				want: []string{podTemplateLockLabel, jobLockLabel + " of the Job is where the lock label belongs"},
+			},
+			"a Job with a lock term and no lock label": {
+				obj:  guardedJob(unguard, annotate(batchv1alpha1.AnnotationGuardTTL, "30s")),
+				want: []string{"metadata.annotations['" + batchv1alpha1.AnnotationGuardTTL + "'] is a term", jobLockLabel + " is not set"},
+			},
+			"a CronJob labelled on its own metadata": {
+				obj:  cronJob(lockOnCronJob),
+				want: []string{cronLockLabel + " is not copied to its Jobs", jobTemplateLockLabel + " is where"},
+			},
+			"a CronJob labelled on its own metadata and its pod template": {
+				obj:  cronJob(lockOnCronJob, jobTemplateLabel("app", "migrate"), lockOnCronPods),
+				want: []string{cronLockLabel + " is not copied to its Jobs", jobTemplateLockLabel + " is where"},
+			},
+			"a CronJob labelled for another lock than its Jobs": {
+				obj:  cronJob(lockOnCronJob, jobTemplateLabel(lock, "db-backup")),
+				want: []string{cronLockLabel + " is not copied to its Jobs", jobTemplateLockLabel + " is where"},
+			},
+			"a CronJob with a lock term on its own metadata": {
+				obj: cronJob(jobTemplateLabel(lock, "db-migrate"), cronAnnotate(batchv1alpha1.AnnotationGuardScope, "Cluster")),
+				want: []string{"metadata.annotations['" + batchv1alpha1.AnnotationGuardScope + "'] of a CronJob is not copied to its Jobs",
+					jobTemplateAnnotation + batchv1alpha1.AnnotationGuardScope + "'] is where"},
+			},
+			"a CronJob with another lock term than its Jobs": {
+				obj: cronJob(jobTemplateLabel(lock, "db-migrate"), cronAnnotate(batchv1alpha1.AnnotationGuardPriority, "10"),
+					jobTemplateAnnotate(batchv1alpha1.AnnotationGuardPriority, "5")),
+				want: []string{"metadata.annotations['" + batchv1alpha1.AnnotationGuardPriority + "'] of a CronJob is not copied to its Jobs"},
+			},
+			"a CronJob labelled on its pod template only": {
+				obj:  cronJob(jobTemplateLabel("app", "migrate"), lockOnCronPods),
+				want: []string{cronPodTemplateLabel + " goes to the pods", jobTemplateLockLabel + " is where"},
+			},
+			"a CronJob with a lock term on its jobTemplate and no lock label": {
+				obj: cronJob(jobTemplateAnnotate(batchv1alpha1.AnnotationGuardOnLockLost, "Delete")),
+				want: []string{jobTemplateAnnotation + batchv1alpha1.AnnotationGuardOnLockLost + "'] is a term",
+					jobTemplateLockLabel + " is not set"},
+			},
+		} {
+			t.Run(name, func(t *testing.T) {
+				g := NewWithT(t)
+				err := k8s.Create(context.Background(), tc.obj, client.DryRunAll)
+				g.Expect(err).To(HaveOccurred())
+				g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+				for _, w := range tc.want {
+					g.Expect(err.Error()).To(ContainSubstring(w))
+				}
+				g.Expect(err.Error()).To(ContainSubstring(misplacedPolicy))
+			})
+		}
+	})
 }
 
 // TestWellPlacedLabelIsLetIn: the lock label where it guards (a Job's metadata, a CronJob's
@@ -178,36 +180,38 @@ func TestMisplacedLabelIsRefused(t *testing.T) {
 // kustomize's labels write it), the operator's own Jobs and Jobs and CronJobs without our keys are
 // let in.
 func TestWellPlacedLabelIsLetIn(t *testing.T) {
-	const lock = batchv1alpha1.LabelGuardLock
-	for name, obj := range map[string]client.Object{
-		"an unlabelled Job":                  guardedJob(unguard),
-		"a guarded Job":                      guardedJob(),
-		"a guarded Job with its terms":       guardedJob(annotate(batchv1alpha1.AnnotationGuardTTL, "30s")),
-		"a guarded Job, its pods labelled":   guardedJob(templateLock("db-migrate")),
-		"a guarded Job, its pods relabelled": guardedJob(templateLock("another")),
-		"the operator's Job":                 operatorsJob(),
-		// The Job API gives a Job without labels its pod template's (TestJobWithoutLabelsIsGuardedByItsPodTemplate).
-		"a Job without labels, its pods labelled": guardedJob(unguard, templateLock("db-migrate")),
-		"a Job annotated with its lock":           guardedJob(unguard, annotate(batchv1alpha1.AnnotationLock, "db-migrate")),
-		"an unlabelled CronJob":                   cronJob(),
-		"a guarded CronJob":                       cronJob(jobTemplateLabel(lock, "db-migrate")),
-		"a guarded CronJob with its terms": cronJob(jobTemplateLabel(lock, "db-migrate"),
-			jobTemplateAnnotate(batchv1alpha1.AnnotationGuardScope, "Cluster")),
-		"a guarded CronJob, its pods labelled": cronJob(jobTemplateLabel(lock, "db-migrate"), lockOnCronPods),
-		// Its Jobs have no labels of their own, so they take their pod template's.
-		"a CronJob whose Jobs have no labels, its pods labelled": cronJob(lockOnCronPods),
-		"a CronJob labelled alike on itself and its pods, its Jobs not": cronJob(lockOnCronJob,
-			lockOnCronPods),
-		"a CronJob labelled everywhere alike": cronJob(lockOnCronJob, jobTemplateLabel(lock, "db-migrate"),
-			lockOnCronPods),
-		"a CronJob annotated on both alike": cronJob(jobTemplateLabel(lock, "db-migrate"),
-			cronAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"), jobTemplateAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m")),
-	} {
-		t.Run(name, func(t *testing.T) {
-			g := NewWithT(t)
-			g.Expect(k8s.Create(context.Background(), obj, client.DryRunAll)).To(Succeed())
-		})
-	}
+	eachPath(t, func(t *testing.T, k8s client.Client) {
+		const lock = batchv1alpha1.LabelGuardLock
+		for name, obj := range map[string]client.Object{
+			"an unlabelled Job":                  guardedJob(unguard),
+			"a guarded Job":                      guardedJob(),
+			"a guarded Job with its terms":       guardedJob(annotate(batchv1alpha1.AnnotationGuardTTL, "30s")),
+			"a guarded Job, its pods labelled":   guardedJob(templateLock("db-migrate")),
+			"a guarded Job, its pods relabelled": guardedJob(templateLock("another")),
+			"the operator's Job":                 operatorsJob(),
+			// The Job API gives a Job without labels its pod template's (TestJobWithoutLabelsIsGuardedByItsPodTemplate).
+			"a Job without labels, its pods labelled": guardedJob(unguard, templateLock("db-migrate")),
+			"a Job annotated with its lock":           guardedJob(unguard, annotate(batchv1alpha1.AnnotationLock, "db-migrate")),
+			"an unlabelled CronJob":                   cronJob(),
+			"a guarded CronJob":                       cronJob(jobTemplateLabel(lock, "db-migrate")),
+			"a guarded CronJob with its terms": cronJob(jobTemplateLabel(lock, "db-migrate"),
+				jobTemplateAnnotate(batchv1alpha1.AnnotationGuardScope, "Cluster")),
+			"a guarded CronJob, its pods labelled": cronJob(jobTemplateLabel(lock, "db-migrate"), lockOnCronPods),
+			// Its Jobs have no labels of their own, so they take their pod template's.
+			"a CronJob whose Jobs have no labels, its pods labelled": cronJob(lockOnCronPods),
+			"a CronJob labelled alike on itself and its pods, its Jobs not": cronJob(lockOnCronJob,
+				lockOnCronPods),
+			"a CronJob labelled everywhere alike": cronJob(lockOnCronJob, jobTemplateLabel(lock, "db-migrate"),
+				lockOnCronPods),
+			"a CronJob annotated on both alike": cronJob(jobTemplateLabel(lock, "db-migrate"),
+				cronAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"), jobTemplateAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m")),
+		} {
+			t.Run(name, func(t *testing.T) {
+				g := NewWithT(t)
+				g.Expect(k8s.Create(context.Background(), obj, client.DryRunAll)).To(Succeed())
+			})
+		}
+	})
 }
 
 // TestJobWithoutLabelsIsGuardedByItsPodTemplate: the Job API gives a Job that has no labels of its
@@ -215,105 +219,113 @@ func TestWellPlacedLabelIsLetIn(t *testing.T) {
 // gate labelled, and is created suspended with the lock's environment; a CronJob's Job whose
 // jobTemplate has no labels is such a Job. The policy of misplaced labels relies on it.
 func TestJobWithoutLabelsIsGuardedByItsPodTemplate(t *testing.T) {
-	g := NewWithT(t)
-	j := guardedJob(unguard, templateLock("db-migrate"))
-	g.Expect(k8s.Create(context.Background(), j, client.DryRunAll)).To(Succeed())
-	g.Expect(j.Labels).To(HaveKeyWithValue(batchv1alpha1.LabelGuardLock, "db-migrate"))
-	g.Expect(j.Spec.Suspend).To(HaveValue(BeTrue()))
-	g.Expect(j.Spec.Template.Spec.Containers[0].Env).To(Equal(lockEnv))
+	eachPath(t, func(t *testing.T, k8s client.Client) {
+		g := NewWithT(t)
+		j := guardedJob(unguard, templateLock("db-migrate"))
+		g.Expect(k8s.Create(context.Background(), j, client.DryRunAll)).To(Succeed())
+		g.Expect(j.Labels).To(HaveKeyWithValue(batchv1alpha1.LabelGuardLock, "db-migrate"))
+		g.Expect(j.Spec.Suspend).To(HaveValue(BeTrue()))
+		g.Expect(j.Spec.Template.Spec.Containers[0].Env).To(Equal(lockEnv))
+	})
 }
 
 // TestMisplacedLabelAddedByUpdateIsRefused: on UPDATE, what the update brings in is judged as at
 // CREATE.
 func TestMisplacedLabelAddedByUpdateIsRefused(t *testing.T) {
-	const lock = batchv1alpha1.LabelGuardLock
-	ctx := context.Background()
-	t.Run("a lock term on an unlabelled Job", func(t *testing.T) {
-		g := NewWithT(t)
-		j := guardedJob(unguard)
-		g.Expect(k8s.Create(ctx, j)).To(Succeed())
-		annotate(batchv1alpha1.AnnotationGuardPriority, "10")(j)
-		g.Expect(k8s.Update(ctx, j)).To(MatchError(ContainSubstring("metadata.annotations['" + batchv1alpha1.AnnotationGuardPriority + "'] is a term")))
-	})
-	unlabelled := cronJob(jobTemplateLabel("team", "a"))
-	guarded := cronJob(jobTemplateLabel(lock, "db-migrate"))
-	for name, tc := range map[string]struct {
-		from *batchv1.CronJob
-		opt  func(*batchv1.CronJob)
-		want string
-	}{
-		"the lock label on the CronJob":  {unlabelled, lockOnCronJob, cronLockLabel},
-		"the lock label on its pods":     {unlabelled, lockOnCronPods, cronPodTemplateLabel},
-		"a lock term on the CronJob":     {guarded, cronAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"), "metadata.annotations['" + batchv1alpha1.AnnotationGuardTTL + "'] of a CronJob"},
-		"a lock term on its jobTemplate": {unlabelled, jobTemplateAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"), jobTemplateAnnotation + batchv1alpha1.AnnotationGuardTTL + "'] is a term"},
-		"the lock label moved off its Jobs": {guarded, func(c *batchv1.CronJob) {
-			delete(c.Spec.JobTemplate.Labels, lock)
-			lockOnCronJob(c)
-		}, cronLockLabel},
-	} {
-		t.Run(name, func(t *testing.T) {
+	eachPath(t, func(t *testing.T, k8s client.Client) {
+		const lock = batchv1alpha1.LabelGuardLock
+		ctx := context.Background()
+		t.Run("a lock term on an unlabelled Job", func(t *testing.T) {
 			g := NewWithT(t)
-			c := tc.from.DeepCopy()
-			g.Expect(k8s.Create(ctx, c)).To(Succeed())
-			tc.opt(c)
-			g.Expect(k8s.Update(ctx, c)).To(MatchError(ContainSubstring(tc.want)))
+			j := guardedJob(unguard)
+			g.Expect(k8s.Create(ctx, j)).To(Succeed())
+			annotate(batchv1alpha1.AnnotationGuardPriority, "10")(j)
+			g.Expect(k8s.Update(ctx, j)).To(MatchError(ContainSubstring("metadata.annotations['" + batchv1alpha1.AnnotationGuardPriority + "'] is a term")))
 		})
-	}
+		unlabelled := cronJob(jobTemplateLabel("team", "a"))
+		guarded := cronJob(jobTemplateLabel(lock, "db-migrate"))
+		for name, tc := range map[string]struct {
+			from *batchv1.CronJob
+			opt  func(*batchv1.CronJob)
+			want string
+		}{
+			"the lock label on the CronJob":  {unlabelled, lockOnCronJob, cronLockLabel},
+			"the lock label on its pods":     {unlabelled, lockOnCronPods, cronPodTemplateLabel},
+			"a lock term on the CronJob":     {guarded, cronAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"), "metadata.annotations['" + batchv1alpha1.AnnotationGuardTTL + "'] of a CronJob"},
+			"a lock term on its jobTemplate": {unlabelled, jobTemplateAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"), jobTemplateAnnotation + batchv1alpha1.AnnotationGuardTTL + "'] is a term"},
+			"the lock label moved off its Jobs": {guarded, func(c *batchv1.CronJob) {
+				delete(c.Spec.JobTemplate.Labels, lock)
+				lockOnCronJob(c)
+			}, cronLockLabel},
+		} {
+			t.Run(name, func(t *testing.T) {
+				g := NewWithT(t)
+				c := tc.from.DeepCopy()
+				g.Expect(k8s.Create(ctx, c)).To(Succeed())
+				tc.opt(c)
+				g.Expect(k8s.Update(ctx, c)).To(MatchError(ContainSubstring(tc.want)))
+			})
+		}
+	})
 }
 
 // TestMisplacedLabelLetInBeforeThePolicy: a Job or CronJob created while the policy was not in
 // force (here: its binding taken away) can still be updated in what the policy does not judge,
 // lose its finalizers, be deleted, and be fixed; what an update adds in the wrong place is refused.
 func TestMisplacedLabelLetInBeforeThePolicy(t *testing.T) {
-	const lock, finalizer = batchv1alpha1.LabelGuardLock, "example.com/keep"
-	ctx := context.Background()
-	podLabelled := guardedJob(unguard, jobLabel("app", "migrate"), templateLock("db-migrate"))
-	termed := guardedJob(unguard, annotate(batchv1alpha1.AnnotationGuardTTL, "30s"))
-	cronLabelled := cronJob(lockOnCronJob, cronAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"))
-	objs := []client.Object{podLabelled, termed, cronLabelled}
-	for _, o := range objs {
-		o.SetFinalizers([]string{finalizer})
-	}
-	letInWithoutThePolicy(t, objs...)
+	eachPath(t, func(t *testing.T, k8s client.Client) {
+		const lock, finalizer = batchv1alpha1.LabelGuardLock, "example.com/keep"
+		ctx := context.Background()
+		podLabelled := guardedJob(unguard, jobLabel("app", "migrate"), templateLock("db-migrate"))
+		termed := guardedJob(unguard, annotate(batchv1alpha1.AnnotationGuardTTL, "30s"))
+		cronLabelled := cronJob(lockOnCronJob, cronAnnotate(batchv1alpha1.AnnotationGuardTTL, "1m"))
+		objs := []client.Object{podLabelled, termed, cronLabelled}
+		for _, o := range objs {
+			o.SetFinalizers([]string{finalizer})
+		}
+		letInWithoutThePolicy(t, k8s, objs...)
 
-	g := NewWithT(t)
-	g.Expect(update(ctx, podLabelled, func() { jobLabel("team", "a")(podLabelled) })).To(Succeed(), "another label")
-	g.Expect(update(ctx, termed, func() { annotate(batchv1alpha1.AnnotationGuardPriority, "10")(termed) })).To(
-		MatchError(ContainSubstring("metadata.annotations['"+batchv1alpha1.AnnotationGuardPriority+"'] is a term")), "a second term")
-	g.Expect(update(ctx, termed, func() { annotate(batchv1alpha1.AnnotationGuardTTL, "1m")(termed) })).To(Succeed(), "the term it had, changed")
-	g.Expect(update(ctx, cronLabelled, func() { cronLabelled.Spec.Schedule = "0 4 * * *" })).To(Succeed(), "another schedule")
-	g.Expect(update(ctx, cronLabelled, func() { cronAnnotate(batchv1alpha1.AnnotationGuardScope, "Cluster")(cronLabelled) })).To(
-		MatchError(ContainSubstring("metadata.annotations['"+batchv1alpha1.AnnotationGuardScope+"'] of a CronJob")), "a second term")
-	g.Expect(update(ctx, cronLabelled, func() { jobTemplateLabel(lock, "db-migrate")(cronLabelled) })).To(Succeed(), "the label put where it belongs too")
+		g := NewWithT(t)
+		g.Expect(update(ctx, k8s, podLabelled, func() { jobLabel("team", "a")(podLabelled) })).To(Succeed(), "another label")
+		g.Expect(update(ctx, k8s, termed, func() { annotate(batchv1alpha1.AnnotationGuardPriority, "10")(termed) })).To(
+			MatchError(ContainSubstring("metadata.annotations['"+batchv1alpha1.AnnotationGuardPriority+"'] is a term")), "a second term")
+		g.Expect(update(ctx, k8s, termed, func() { annotate(batchv1alpha1.AnnotationGuardTTL, "1m")(termed) })).To(Succeed(), "the term it had, changed")
+		g.Expect(update(ctx, k8s, cronLabelled, func() { cronLabelled.Spec.Schedule = "0 4 * * *" })).To(Succeed(), "another schedule")
+		g.Expect(update(ctx, k8s, cronLabelled, func() { cronAnnotate(batchv1alpha1.AnnotationGuardScope, "Cluster")(cronLabelled) })).To(
+			MatchError(ContainSubstring("metadata.annotations['"+batchv1alpha1.AnnotationGuardScope+"'] of a CronJob")), "a second term")
+		g.Expect(update(ctx, k8s, cronLabelled, func() { jobTemplateLabel(lock, "db-migrate")(cronLabelled) })).To(Succeed(), "the label put where it belongs too")
 
-	for _, o := range objs {
-		g.Expect(update(ctx, o, func() { o.SetFinalizers(nil) })).To(Succeed(), "%s: finalizers removed", o.GetName())
-		// Background: a Job's default, orphan, leaves a finalizer for a garbage collector that does not run here.
-		g.Expect(k8s.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
-		g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKeyFromObject(o), o) }).WithTimeout(timeout).
-			Should(Satisfy(apierrors.IsNotFound), "%s is deleted", o.GetName())
-	}
+		for _, o := range objs {
+			g.Expect(update(ctx, k8s, o, func() { o.SetFinalizers(nil) })).To(Succeed(), "%s: finalizers removed", o.GetName())
+			// Background: a Job's default, orphan, leaves a finalizer for a garbage collector that does not run here.
+			g.Expect(k8s.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+			g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKeyFromObject(o), o) }).WithTimeout(timeout).
+				Should(Satisfy(apierrors.IsNotFound), "%s is deleted", o.GetName())
+		}
+	})
 }
 
 // TestMisplacedPolicyFailsOpen: unlike the gate's policies, the policy of misplaced labels lets a
 // write in when it cannot run: it sees every Job and CronJob of the cluster, and is a guard-rail,
 // not the gate. What it judges, it denies.
 func TestMisplacedPolicyFailsOpen(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	v := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: misplacedPolicy}, v)).To(Succeed())
-	g.Expect(v.Spec.FailurePolicy).To(HaveValue(Equal(admissionregistrationv1.Ignore)))
-	g.Expect(v.Spec.MatchConditions).NotTo(BeEmpty(), "every Job and CronJob reaches it: the match conditions keep the cost down")
-	vb := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: misplacedPolicy + "-binding"}, vb)).To(Succeed())
-	g.Expect(vb.Spec.PolicyName).To(Equal(misplacedPolicy))
-	g.Expect(vb.Spec.ValidationActions).To(Equal([]admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}))
+	eachPath(t, func(t *testing.T, k8s client.Client) {
+		g := NewWithT(t)
+		ctx := context.Background()
+		v := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: misplacedPolicy}, v)).To(Succeed())
+		g.Expect(v.Spec.FailurePolicy).To(HaveValue(Equal(admissionregistrationv1.Ignore)))
+		g.Expect(v.Spec.MatchConditions).NotTo(BeEmpty(), "every Job and CronJob reaches it: the match conditions keep the cost down")
+		vb := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: misplacedPolicy + "-binding"}, vb)).To(Succeed())
+		g.Expect(vb.Spec.PolicyName).To(Equal(misplacedPolicy))
+		g.Expect(vb.Spec.ValidationActions).To(Equal([]admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}))
+	})
 }
 
 // update writes mutate's change to o, read fresh first (into a zeroed o: decoding into a map
 // keeps the entries it had).
-func update(ctx context.Context, o client.Object, mutate func()) error {
+func update(ctx context.Context, k8s client.Client, o client.Object, mutate func()) error {
 	key := client.ObjectKeyFromObject(o)
 	v := reflect.ValueOf(o).Elem()
 	v.Set(reflect.Zero(v.Type()))
@@ -326,7 +338,7 @@ func update(ctx context.Context, o client.Object, mutate func()) error {
 
 // letInWithoutThePolicy creates objs while the policy of misplaced labels is not bound, as objects
 // created before it was installed, then binds it again and waits until it is in force.
-func letInWithoutThePolicy(t *testing.T, objs ...client.Object) {
+func letInWithoutThePolicy(t *testing.T, k8s client.Client, objs ...client.Object) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()

@@ -102,7 +102,7 @@ func TestDeployOverlayRefusesBadInput(t *testing.T) {
 		want string
 	}{
 		"no image":           {env: []string{"IMG="}, want: "IMG is not set"},
-		"unknown overlay":    {env: []string{"IMG=x:1", "DEPLOY_OVERLAY=config/manager"}, want: "must be config/default or config/local"},
+		"unknown overlay":    {env: []string{"IMG=x:1", "DEPLOY_OVERLAY=config/manager"}, want: "must be config/default, config/local or config/overlays/guard-webhook"},
 		"bad port":           {env: append([]string{"IMG=x:1"}, append(localValues, "DEPLOY_PROBE_PORT=80a")...), want: "not a port number: 80a"},
 		"redis without port": {env: append([]string{"IMG=x:1"}, append(localValues, "DEPLOY_REDIS_ADDR=redis")...), want: "host:port"},
 	} {

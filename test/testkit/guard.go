@@ -24,15 +24,21 @@ import (
 )
 
 // GuardPolicies are the objects of the admission gate of guarded Jobs and Pods (config/guard) as the
-// project's pinned kustomize builds them: bin/kustomize under root (`make kustomize`), or
-// $KUSTOMIZE. Every suite that installs the gate installs these, so each runs what ships.
+// project's pinned kustomize builds them (Kustomize). Every suite that installs the gate installs
+// these, so each runs what ships.
 func GuardPolicies(root string) ([]*unstructured.Unstructured, error) {
+	return Kustomize(root, filepath.Join("config", "guard"))
+}
+
+// Kustomize is what the project's pinned kustomize builds of dir (relative to root): bin/kustomize
+// under root (`make kustomize`), or $KUSTOMIZE.
+func Kustomize(root, dir string) ([]*unstructured.Unstructured, error) {
 	kustomize := filepath.Join(root, "bin", "kustomize")
 	if k := os.Getenv("KUSTOMIZE"); k != "" {
 		kustomize = k
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(kustomize, "build", filepath.Join(root, "config", "guard"))
+	cmd := exec.Command(kustomize, "build", filepath.Join(root, dir))
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%s (run `make kustomize` first): %w\n%s", cmd, err, stderr.String())
@@ -44,7 +50,7 @@ func GuardPolicies(root string) ([]*unstructured.Unstructured, error) {
 		if err := d.Decode(&raw); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return nil, fmt.Errorf("decode kustomize build config/guard: %w", err)
+			return nil, fmt.Errorf("decode kustomize build %s: %w", dir, err)
 		}
 		o := &unstructured.Unstructured{}
 		if err := o.UnmarshalJSON(raw); err != nil {
@@ -53,7 +59,7 @@ func GuardPolicies(root string) ([]*unstructured.Unstructured, error) {
 		objs = append(objs, o)
 	}
 	if len(objs) == 0 {
-		return nil, errors.New("kustomize build config/guard built nothing")
+		return nil, fmt.Errorf("kustomize build %s built nothing", dir)
 	}
 	return objs, nil
 }
