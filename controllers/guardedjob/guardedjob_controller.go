@@ -13,7 +13,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -107,18 +106,8 @@ func (r *GuardedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // created may not be cached yet); nil when neither has it or it is no guarded Job.
 func (r *GuardedJobReconciler) getJob(ctx context.Context, key client.ObjectKey) (*batchv1.Job, error) {
 	job := &batchv1.Job{}
-	err := r.Jobs.Get(ctx, key, job)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, job)
-	}
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get job %s: %w", key.Name, err)
-	}
-	if !locks.IsGuardedJob(job) {
-		return nil, nil
+	if ok, err := guard.Get(ctx, r.Jobs, r.APIReader, key, job, locks.IsGuardedJob); !ok || err != nil {
+		return nil, err
 	}
 	return job, nil
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -95,18 +94,11 @@ func (r *GuardedPodReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // until it is released, whoever owns it now).
 func (r *GuardedPodReconciler) getPod(ctx context.Context, key client.ObjectKey) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := r.Pods.Get(ctx, key, pod)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, pod)
+	ours := func(pod *corev1.Pod) bool {
+		return locks.IsGuardedPod(pod) || controllerutil.ContainsFinalizer(pod, guard.Finalizer)
 	}
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get pod %s: %w", key.Name, err)
-	}
-	if !locks.IsGuardedPod(pod) && !controllerutil.ContainsFinalizer(pod, guard.Finalizer) {
-		return nil, nil
+	if ok, err := guard.Get(ctx, r.Pods, r.APIReader, key, pod, ours); !ok || err != nil {
+		return nil, err
 	}
 	return pod, nil
 }

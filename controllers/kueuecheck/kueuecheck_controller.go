@@ -16,7 +16,6 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -116,18 +115,8 @@ func (r *KueueCheckReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // has it or Kueue does not admit it.
 func (r *KueueCheckReconciler) getJob(ctx context.Context, key client.ObjectKey) (*batchv1.Job, error) {
 	job := &batchv1.Job{}
-	err := r.Jobs.Get(ctx, key, job)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, job)
-	}
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get job %s: %w", key.Name, err)
-	}
-	if !locks.IsKueueGuardedJob(job) {
-		return nil, nil
+	if ok, err := guard.Get(ctx, r.Jobs, r.APIReader, key, job, locks.IsKueueGuardedJob); !ok || err != nil {
+		return nil, err
 	}
 	return job, nil
 }
