@@ -85,101 +85,132 @@ func Setup(ctx context.Context, mgr ctrl.Manager, book *lockbook.Book, o Options
 	if err := mgr.Add(book.Leadership()); err != nil {
 		return fmt.Errorf("add lock book leadership: %w", err)
 	}
-	// One cache of guarded Jobs, for their reconciler, the AdmissionCheck's and the view of their
-	// locks.
-	var guardedJobs cache.Cache
-	if o.enabled(GuardedJob) || o.enabled(KueueCheck) {
-		jobs, err := guardedjob.NewCache(mgr)
-		if err != nil {
-			return err
-		}
-		if err := mgr.Add(jobs); err != nil {
-			return fmt.Errorf("add guarded job cache: %w", err)
-		}
-		guardedJobs = jobs
+	guardedJobs, err := guardedJobCache(mgr, o)
+	if err != nil {
+		return err
 	}
-	if o.enabled(LockedJob) {
-		c := o.LockedJob
-		c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = o.Identity, o.ClusterScopeNamespaces, o.RedisTimeout
-		r := &lockedjob.LockedJobReconciler{
-			Client:   mgr.GetClient(),
-			Scheme:   mgr.GetScheme(),
-			Recorder: mgr.GetEventRecorder("lockedjob"),
-			Locks:    book,
-			Config:   c,
+	s := setup{ctx: ctx, mgr: mgr, book: book, o: o, guardedJobs: guardedJobs}
+	for _, r := range []struct {
+		name  string
+		setup func() error
+	}{
+		{LockedJob, s.lockedJob},
+		{LockView, s.lockView},
+		{LockedCronJob, s.lockedCronJob},
+		{GuardedJob, s.guardedJob},
+		{GuardedPod, s.guardedPod},
+		{KueueCheck, s.kueueCheck},
+	} {
+		if !o.enabled(r.name) {
+			continue
 		}
-		if err := r.SetupWithManager(ctx, mgr); err != nil {
-			return fmt.Errorf("set up lockedjob controller: %w", err)
-		}
-	}
-	if o.enabled(LockView) {
-		view := &lockview.LockViewReconciler{Client: mgr.GetClient(), Locks: book, Identity: o.Identity, RedisTimeout: o.RedisTimeout,
-			Timing: o.View, GuardedJobs: guardedJobs}
-		if err := view.SetupWithManager(mgr); err != nil {
-			return fmt.Errorf("set up lock view controller: %w", err)
-		}
-	}
-	if o.enabled(LockedCronJob) {
-		cron := &lockedcronjob.LockedCronJobReconciler{
-			Client:                 mgr.GetClient(),
-			Scheme:                 mgr.GetScheme(),
-			Recorder:               mgr.GetEventRecorder("lockedcronjob"),
-			Locks:                  book,
-			Identity:               o.Identity,
-			ClusterScopeNamespaces: o.ClusterScopeNamespaces,
-			RedisTimeout:           o.RedisTimeout,
-		}
-		if err := cron.SetupWithManager(mgr); err != nil {
-			return fmt.Errorf("set up lockedcronjob controller: %w", err)
-		}
-	}
-	if o.enabled(GuardedJob) {
-		c := o.GuardedJob
-		c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = o.Identity, o.ClusterScopeNamespaces, o.RedisTimeout
-		guarded := &guardedjob.GuardedJobReconciler{
-			Client:   mgr.GetClient(),
-			Recorder: mgr.GetEventRecorder("guardedjob"),
-			Locks:    book,
-			Config:   c,
-			Jobs:     guardedJobs,
-		}
-		if err := guarded.SetupWithManager(ctx, mgr); err != nil {
-			return fmt.Errorf("set up guardedjob controller: %w", err)
-		}
-	}
-	if o.enabled(GuardedPod) {
-		c := o.GuardedPod
-		c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = o.Identity, o.ClusterScopeNamespaces, o.RedisTimeout
-		pods := &guardedpod.GuardedPodReconciler{
-			Client:   mgr.GetClient(),
-			Recorder: mgr.GetEventRecorder("guardedpod"),
-			Locks:    book,
-			Config:   c,
-		}
-		if err := pods.SetupWithManager(ctx, mgr); err != nil {
-			return fmt.Errorf("set up guardedpod controller: %w", err)
-		}
-	}
-	if o.enabled(KueueCheck) {
-		if kind := sreconcile.UnservedKindOf(mgr, kueuecheck.GroupVersion, kueuecheck.KindWorkload, kueuecheck.KindAdmissionCheck); kind != "" {
-			sreconcile.SkipUnserved("the Kueue AdmissionCheck", kind)
-		} else {
-			c := o.KueueCheck
-			c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = o.Identity, o.ClusterScopeNamespaces, o.RedisTimeout
-			check := &kueuecheck.KueueCheckReconciler{
-				Client:   mgr.GetClient(),
-				Recorder: mgr.GetEventRecorder("kueuecheck"),
-				Locks:    book,
-				Config:   c,
-				Jobs:     guardedJobs,
-			}
-			if err := check.SetupWithManager(ctx, mgr); err != nil {
-				return fmt.Errorf("set up kueuecheck controller: %w", err)
-			}
+		if err := r.setup(); err != nil {
+			return fmt.Errorf("set up %s controller: %w", r.name, err)
 		}
 	}
 	// +kubebuilder:scaffold:builder
 	return nil
+}
+
+// guardedJobCache is the one cache of guarded Jobs, for their reconciler, the AdmissionCheck's and
+// the view of their locks; nil when neither of the first two is set up.
+func guardedJobCache(mgr ctrl.Manager, o Options) (cache.Cache, error) {
+	if !o.enabled(GuardedJob) && !o.enabled(KueueCheck) {
+		return nil, nil
+	}
+	jobs, err := guardedjob.NewCache(mgr)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(jobs); err != nil {
+		return nil, fmt.Errorf("add guarded job cache: %w", err)
+	}
+	return jobs, nil
+}
+
+// setup holds what every reconciler's setup reads; one method per reconciler.
+type setup struct {
+	ctx         context.Context
+	mgr         ctrl.Manager
+	book        *lockbook.Book
+	o           Options
+	guardedJobs cache.Cache
+}
+
+func (s setup) lockedJob() error {
+	c := s.o.LockedJob
+	c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = s.o.Identity, s.o.ClusterScopeNamespaces, s.o.RedisTimeout
+	r := &lockedjob.LockedJobReconciler{
+		Client:   s.mgr.GetClient(),
+		Scheme:   s.mgr.GetScheme(),
+		Recorder: s.mgr.GetEventRecorder("lockedjob"),
+		Locks:    s.book,
+		Config:   c,
+	}
+	return r.SetupWithManager(s.ctx, s.mgr)
+}
+
+func (s setup) lockView() error {
+	view := &lockview.LockViewReconciler{Client: s.mgr.GetClient(), Locks: s.book, Identity: s.o.Identity,
+		RedisTimeout: s.o.RedisTimeout, Timing: s.o.View, GuardedJobs: s.guardedJobs}
+	return view.SetupWithManager(s.mgr)
+}
+
+func (s setup) lockedCronJob() error {
+	cron := &lockedcronjob.LockedCronJobReconciler{
+		Client:                 s.mgr.GetClient(),
+		Scheme:                 s.mgr.GetScheme(),
+		Recorder:               s.mgr.GetEventRecorder("lockedcronjob"),
+		Locks:                  s.book,
+		Identity:               s.o.Identity,
+		ClusterScopeNamespaces: s.o.ClusterScopeNamespaces,
+		RedisTimeout:           s.o.RedisTimeout,
+	}
+	return cron.SetupWithManager(s.mgr)
+}
+
+func (s setup) guardedJob() error {
+	c := s.o.GuardedJob
+	c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = s.o.Identity, s.o.ClusterScopeNamespaces, s.o.RedisTimeout
+	guarded := &guardedjob.GuardedJobReconciler{
+		Client:   s.mgr.GetClient(),
+		Recorder: s.mgr.GetEventRecorder("guardedjob"),
+		Locks:    s.book,
+		Config:   c,
+		Jobs:     s.guardedJobs,
+	}
+	return guarded.SetupWithManager(s.ctx, s.mgr)
+}
+
+func (s setup) guardedPod() error {
+	c := s.o.GuardedPod
+	c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = s.o.Identity, s.o.ClusterScopeNamespaces, s.o.RedisTimeout
+	pods := &guardedpod.GuardedPodReconciler{
+		Client:   s.mgr.GetClient(),
+		Recorder: s.mgr.GetEventRecorder("guardedpod"),
+		Locks:    s.book,
+		Config:   c,
+	}
+	return pods.SetupWithManager(s.ctx, s.mgr)
+}
+
+// kueueCheck sets up the AdmissionCheck reconciler only where Kueue's kinds are served: the
+// operator runs as well on clusters without Kueue.
+func (s setup) kueueCheck() error {
+	if kind := sreconcile.UnservedKindOf(s.mgr, kueuecheck.GroupVersion, kueuecheck.KindWorkload, kueuecheck.KindAdmissionCheck); kind != "" {
+		sreconcile.SkipUnserved("the Kueue AdmissionCheck", kind)
+		return nil
+	}
+	c := s.o.KueueCheck
+	c.Identity, c.ClusterScopeNamespaces, c.RedisTimeout = s.o.Identity, s.o.ClusterScopeNamespaces, s.o.RedisTimeout
+	check := &kueuecheck.KueueCheckReconciler{
+		Client:   s.mgr.GetClient(),
+		Recorder: s.mgr.GetEventRecorder("kueuecheck"),
+		Locks:    s.book,
+		Config:   c,
+		Jobs:     s.guardedJobs,
+	}
+	return check.SetupWithManager(s.ctx, s.mgr)
 }
 
 // CacheOptions are the settings of the manager's cache that the reconcilers are written for.
