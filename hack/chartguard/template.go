@@ -106,7 +106,7 @@ func writeWebhookObjects(templates string, objs []*unstructured.Unstructured) er
 // objectNames are the names of objs, which references between them use (a Role's resourceNames,
 // the webhook configuration's Service, a binding's roleRef).
 func objectNames(objs []*unstructured.Unstructured) []string {
-	var names []string
+	names := make([]string, 0, len(objs))
 	for _, o := range objs {
 		names = append(names, o.GetName())
 	}
