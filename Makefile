@@ -343,9 +343,13 @@ HELM_EXTRA_ARGS ?=
 .PHONY: install-helm
 install-helm: helm ## Build the pinned helm into bin/ (HELM_VERSION).
 
+# The plugin writes the policy path (config/default); hack/chartguard then adds the value
+# guard.admission and the webhook path (config/overlays/guard-webhook), which the plugin cannot
+# carry (docs/deploy.md, "The chart's guard.admission").
 .PHONY: helm-chart
-helm-chart: kubebuilder kustomize controller-gen ## Regenerate dist/chart from `make build-installer` (dist/install.yaml) with kubebuilder's Helm plugin.
+helm-chart: kubebuilder kustomize controller-gen ## Regenerate dist/chart from `make build-installer` (dist/install.yaml) with kubebuilder's Helm plugin, then the guard.admission value (hack/chartguard).
 	"$(KUBEBUILDER)" edit --plugins=helm/v2-alpha
+	go run ./hack/chartguard -kustomize "$(KUSTOMIZE)" -chart $(HELM_CHART_DIR)
 
 .PHONY: dashboards
 dashboards: kubebuilder ## Regenerate the Grafana dashboards in config/grafana (kubebuilder's Grafana plugin, hack/dashboards.sh).

@@ -321,29 +321,32 @@ func TestChartRBACEqualsKustomize(t *testing.T) {
 func TestChartManagerPodEqualsKustomize(t *testing.T) {
 	tl := newTools(t)
 	repo, tag, _ := strings.Cut(image, ":")
-	podSpec := func(objs []*unstructured.Unstructured) map[string]any {
-		t.Helper()
-		d := find(objs, "Deployment", "lockedjob-controller-manager")
-		if d == nil {
-			t.Fatalf("no Deployment lockedjob-controller-manager rendered")
-		}
-		spec, _, err := unstructured.NestedMap(d.Object, "spec", "template", "spec")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := spec["containers"].([]any)[0].(map[string]any)
-		args := c["args"].([]any)
-		slices.SortFunc(args, func(a, b any) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
-		if c["imagePullPolicy"] == "IfNotPresent" {
-			delete(c, "imagePullPolicy")
-		}
-		return spec
-	}
-	want := podSpec(tl.kustomizeBuild(t, tl.overlay(t, "DEPLOY_OVERLAY=config/default")))
-	got := podSpec(tl.helmTemplate(t, "manager.image.repository="+repo, "manager.image.tag="+tag))
+	want := managerPodSpec(t, tl.kustomizeBuild(t, tl.overlay(t, "DEPLOY_OVERLAY=config/default")))
+	got := managerPodSpec(t, tl.helmTemplate(t, "manager.image.repository="+repo, "manager.image.tag="+tag))
 	if !reflect.DeepEqual(want, got) {
 		w, _ := json.MarshalIndent(want, "", " ")
 		g, _ := json.MarshalIndent(got, "", " ")
 		t.Errorf("the chart's manager pod spec differs from config/default's:\nkustomize %s\nhelm      %s", w, g)
 	}
+}
+
+// managerPodSpec is the pod spec of the manager Deployment in objs, with its args sorted and an
+// imagePullPolicy IfNotPresent left out (the plugin's two harmless differences).
+func managerPodSpec(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+	t.Helper()
+	d := find(objs, "Deployment", managerDeployment)
+	if d == nil {
+		t.Fatalf("no Deployment %s rendered", managerDeployment)
+	}
+	spec, _, err := unstructured.NestedMap(d.Object, "spec", "template", "spec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := spec["containers"].([]any)[0].(map[string]any)
+	args := c["args"].([]any)
+	slices.SortFunc(args, func(a, b any) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+	if c["imagePullPolicy"] == "IfNotPresent" {
+		delete(c, "imagePullPolicy")
+	}
+	return spec
 }
