@@ -24,13 +24,11 @@ import (
 // Job ends, apply the on-lock-lost policy when it is lost, and never hold for a Job that runs
 // without us.
 
-// finish releases the lock of a Job that completed or failed once none of its pods runs, then
-// records Released and drops the finalizer in one write. A release that finds the lock not ours
+// finish releases the lock of a Job that completed or failed, then records Released and drops the
+// finalizer in one write. Its terminal condition says none of its pods runs (reconcile.JobFinished),
+// so no pod is listed: the release is on the handoff's path. A release that finds the lock not ours
 // means it was lost during the run: the record says Lost, never Released.
 func (r *GuardedJobReconciler) finish(ctx context.Context, p *pass) (ctrl.Result, error) {
-	if n, err := r.runningPods(ctx, p.job); err != nil || n > 0 {
-		return ctrl.Result{RequeueAfter: podRecheck}, err
-	}
 	fence := guard.RecordedFence(p.job)
 	state, eventType, reason := batchv1alpha1.GuardReleased, corev1.EventTypeNormal, batchv1alpha1.ReasonJobComplete
 	ok, msg := reconcile.JobOutcome(p.job)

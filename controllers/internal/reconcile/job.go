@@ -7,8 +7,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// JobFinished reports whether the Job reached a terminal condition (Complete or Failed): when the
-// lock it runs under may be released, once its pods have stopped.
+// JobFinished reports whether the Job reached a terminal condition (Complete or Failed). A finished
+// Job runs nothing: the Job controller adds Complete or Failed only once none of its pods is
+// terminating or uncounted (enactJobFinished in pkg/controller/job; the delay came with
+// JobPodReplacementPolicy and JobManagedBy, on by default since 1.31 and unconditional since 1.35),
+// so the lock it runs under may be released on this word alone, without listing its pods. The one
+// rule for every reconciler that releases a Job's lock.
 func JobFinished(job *batchv1.Job) bool {
 	for _, c := range job.Status.Conditions {
 		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
