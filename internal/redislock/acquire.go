@@ -51,7 +51,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 			return l, nil
 		}
 		if !errors.Is(err, ErrNotAcquired) {
-			return nil, fmt.Errorf("acquire %s: %w", key, err)
+			return nil, fmt.Errorf("acquire %s: %w", key, withContextErr(ctx, err))
 		}
 		wait, again := o.retry.Backoff(attempt)
 		if !again {
@@ -71,6 +71,23 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 			return nil, err
 		}
 	}
+}
+
+// withContextErr joins ctx's error to err when ctx ended and err does not already say so: a call cut
+// off by the caller's deadline fails with the transport's own word (an i/o timeout from the
+// connection's deadline), and the caller must still be able to tell that its context ended it.
+// The attempt's outcome stays unknown: it is not reported as ErrNotAcquired. The connection's
+// deadline is the context's, and its timer can fire a moment before the context's own, so a passed
+// deadline counts as ended even while ctx.Err() is still nil.
+func withContextErr(ctx context.Context, err error) error {
+	ctxErr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && ctxErr == nil && !time.Now().Before(dl) {
+		ctxErr = context.DeadlineExceeded
+	}
+	if ctxErr != nil && !errors.Is(err, ctxErr) {
+		return errors.Join(err, ctxErr)
+	}
+	return err
 }
 
 // awaitTurn waits for the next attempt after notAcquired: until the backoff timer fires, or a

@@ -284,8 +284,14 @@ func TestContextCancellationStopsRetries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := c.Acquire(ctx, key, time.Minute, WithRetry(FixedBackoff(10*time.Millisecond)))
-	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v, want ErrNotAcquired joined with context.DeadlineExceeded", err)
+	// The deadline usually ends the wait between two refused attempts (ErrNotAcquired); on a loaded
+	// machine it can also cut an attempt's write short, whose outcome is then unknown. Either way
+	// the caller must learn that its context ended the call.
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want an error joined with context.DeadlineExceeded", err)
+	}
+	if !errors.Is(err, ErrNotAcquired) {
+		t.Logf("the deadline cut an attempt short: %v", err)
 	}
 
 	ctx2, cancel2 := context.WithCancel(context.Background())
@@ -613,5 +619,25 @@ func TestKeysFor(t *testing.T) {
 		if got := KeysFor(c, "job", true); !slices.Equal(got, want) {
 			t.Errorf("prefix %q: queued keys %q, want %q", prefix, got, want)
 		}
+	}
+}
+
+// TestDeadlineCuttingAnAttemptIsTold: when the caller's deadline ends an attempt in flight (Redis
+// does not answer: a blackhole), the connection's own deadline fails the call with an i/o timeout,
+// and the error must still say that the context ended it, without claiming ErrNotAcquired: the
+// attempt's outcome is unknown.
+func TestDeadlineCuttingAnAttemptIsTold(t *testing.T) {
+	c, p, _ := proxied(t)
+	key := uniqueKey(t)
+	mustAcquire(t, c, key+"-warm", time.Minute) // a pooled connection, so the cut lands on a call, not a dial
+	p.Blackhole()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Acquire(ctx, key, time.Minute)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want an error joined with context.DeadlineExceeded", err)
+	}
+	if errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("got %v: an attempt cut short has an unknown outcome, not ErrNotAcquired", err)
 	}
 }
