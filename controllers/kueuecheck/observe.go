@@ -59,6 +59,7 @@ func (r *KueueCheckReconciler) observe(ctx context.Context, job *batchv1.Job) (*
 		p.obs.workload = true
 		p.obs.workloadFinished = conditionTrue(wl, conditionFinished)
 		p.obs.quotaReserved = conditionTrue(wl, conditionQuotaReserved)
+		p.obs.admitted = conditionTrue(wl, conditionAdmitted)
 		p.obs.check = stateOf(wl, check)
 	}
 	return p, nil
