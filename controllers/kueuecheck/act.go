@@ -72,6 +72,9 @@ func (r *KueueCheckReconciler) acquire(ctx context.Context, p *pass) (ctrl.Resul
 	}
 	lock, err := r.holdings().Acquire(ctx, &p.claim, p.claimant, p.workloadOf())
 	if refused, ok := errors.AsType[*guard.PermitsRefused](err); ok {
+		if err := r.tell(ctx, p, refused.Error()); err != nil {
+			return ctrl.Result{}, false, err
+		}
 		r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonPermitsUnsupported, "Acquire", "%s", refused.Error())
 		return ctrl.Result{RequeueAfter: r.Config.WaitBackoffMax}, false, nil
 	}
@@ -297,15 +300,20 @@ func (r *KueueCheckReconciler) dropFinalizer(ctx context.Context, p *pass) error
 	return client.IgnoreNotFound(err)
 }
 
-// markScopeNotAllowed records a Job whose namespace may not use Cluster scope: no Redis call was
-// made and the check stays Pending.
+// markScopeNotAllowed tells why a Job whose namespace may not use Cluster scope is not admitted:
+// in our check's message, where Kueue's users look, and in an Event; then records it. No Redis call
+// was made and the check stays Pending. The check is written before the record, whose presence
+// ends these passes, so a failed write is tried again.
 func (r *KueueCheckReconciler) markScopeNotAllowed(ctx context.Context, p *pass) error {
+	msg := fmt.Sprintf("Lock %s has scope Cluster, which namespace %s may not use (the operator's --cluster-scope-namespaces)",
+		p.claimant.Lock.Name, p.job.Namespace)
+	if err := r.tell(ctx, p, msg); err != nil {
+		return err
+	}
 	if err := r.recordGuard(ctx, p, batchv1alpha1.GuardScopeNotAllowed, false); err != nil {
 		return err
 	}
-	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonScopeNotAllowed, "Acquire",
-		"Lock %s has scope Cluster, which namespace %s may not use (the operator's --cluster-scope-namespaces); its admission check stays Pending",
-		p.claimant.Lock.Name, p.job.Namespace)
+	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonScopeNotAllowed, "Acquire", "%s; its admission check stays Pending", msg)
 	return nil
 }
 
@@ -379,6 +387,15 @@ func (r *KueueCheckReconciler) recordGuard(ctx context.Context, p *pass, g batch
 		p.obs.hasFinalizer = false
 	}
 	return nil
+}
+
+// tell says in our Pending check's message why it stays Pending, where Kueue's users look
+// (kubectl describe workload); a message already there is not written again.
+func (r *KueueCheckReconciler) tell(ctx context.Context, p *pass, msg string) error {
+	if p.workload == nil || p.check == "" || messageOf(p.workload, p.check) == msg {
+		return nil
+	}
+	return r.setCheck(ctx, p.workload, p.check, statePending, msg, nil)
 }
 
 // setCheck writes the state of our check on the Workload, keeping the others, by an optimistic

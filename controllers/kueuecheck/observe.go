@@ -109,6 +109,17 @@ func (r *KueueCheckReconciler) isOurs(ctx context.Context, name string) (bool, e
 	return controller == ControllerName, nil
 }
 
+// messageOf is the message of the check name on Workload wl, or "".
+func messageOf(wl *unstructured.Unstructured, name string) string {
+	for _, st := range checkStates(wl) {
+		if name != "" && st["name"] == name {
+			m, _ := st["message"].(string)
+			return m
+		}
+	}
+	return ""
+}
+
 // stateOf is the state of the check name on Workload wl, or "".
 func stateOf(wl *unstructured.Unstructured, name string) string {
 	if name == "" {
