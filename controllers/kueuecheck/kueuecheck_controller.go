@@ -7,7 +7,8 @@
 // sets the check Ready with the fence in podSetUpdates, which Kueue writes into the pod template as
 // it unsuspends the Job. A lost lock sets the check Retry (Kueue evicts, suspends the Job and takes
 // the fence out); the lock is released once the Job ended, was evicted or deleted, and its pods
-// stopped.
+// stopped. A labelled Job that Kueue admits without our check (its ClusterQueue lists none) runs
+// without the lock: it is marked Unguarded, as a guarded Job that someone else unsuspended.
 package kueuecheck
 
 import (
