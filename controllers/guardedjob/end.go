@@ -18,6 +18,7 @@ import (
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Ending (stepFinish, stepLoseLock, stepReleaseAfterLoss, stepUnguarded): release the lock when the
@@ -156,22 +157,16 @@ func (r *GuardedJobReconciler) stopWorkload(ctx context.Context, w lockbook.Work
 // may be half through its work) and never becomes a holder: a lock the book holds for it, or a
 // place in line, is given back. A namespace refused its scope costs no Redis call here either.
 func (r *GuardedJobReconciler) markUnguarded(ctx context.Context, p *pass) error {
-	if p.obs.scopeAllowed {
-		released, err := r.holdings().GiveBack(ctx, p.claim, p.workloadOf(), p.obs.holding != nil)
-		if released {
-			p.obs.released, p.obs.holding = true, nil
-			ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
-		}
-		if err != nil {
-			return err
-		}
+	released, err := r.holdings().Unguard(ctx, p.claim, p.workloadOf(), p.obs.holding != nil, p.obs.scopeAllowed,
+		func() error { return r.recordGuard(ctx, p, batchv1alpha1.GuardUnguarded) })
+	if released {
+		p.obs.released, p.obs.holding = true, nil
+		ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
 	}
-	if err := r.recordGuard(ctx, p, batchv1alpha1.GuardUnguarded); err != nil {
+	if err != nil {
 		return err
 	}
-	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonUnguarded, "Acquire",
-		"The Job carries lock %s but runs without it: it was not created suspended by the admission gate, or someone else unsuspended it. No fencing token covers it, and it may overlap the lock's holders",
-		p.claimant.Lock.Name)
-	r.Locks.Forget(p.job.UID)
+	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonUnguarded, "Acquire", "%s", guard.UnguardedNote(locks.KindJob, p.claimant.Lock.Name,
+		"runs without it: it was not created suspended by the admission gate, or someone else unsuspended it"))
 	return nil
 }

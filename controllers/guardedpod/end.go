@@ -14,6 +14,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // Ending (stepFinish, stepLoseLock, stepReleaseAfterLoss, stepDeleteRelease, stepUnguarded): release
@@ -146,22 +147,16 @@ func (r *GuardedPodReconciler) stopWorkload(ctx context.Context, w lockbook.Work
 // markUnguarded records a labelled Pod that runs, or may run, without our lock: never a holder; a
 // lock the book holds for it, or a place in line, is given back.
 func (r *GuardedPodReconciler) markUnguarded(ctx context.Context, p *pass) error {
-	if p.obs.scopeAllowed {
-		released, err := r.holdings().GiveBack(ctx, p.claim, p.workloadOf(), p.obs.holding != nil)
-		if released {
-			p.obs.released, p.obs.holding = true, nil
-			ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
-		}
-		if err != nil {
-			return err
-		}
+	released, err := r.holdings().Unguard(ctx, p.claim, p.workloadOf(), p.obs.holding != nil, p.obs.scopeAllowed,
+		func() error { return r.recordGuard(ctx, p, batchv1alpha1.GuardUnguarded) })
+	if released {
+		p.obs.released, p.obs.holding = true, nil
+		ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
 	}
-	if err := r.recordGuard(ctx, p, batchv1alpha1.GuardUnguarded); err != nil {
+	if err != nil {
 		return err
 	}
-	r.event(p.pod, corev1.EventTypeWarning, batchv1alpha1.ReasonUnguarded, "Acquire",
-		"The Pod carries lock %s but was not held back for it: it was created without the admission gate's scheduling gate, or labelled later. No fencing token covers it, and it may overlap the lock's holders",
-		p.claimant.Lock.Name)
-	r.Locks.Forget(p.pod.UID)
+	r.event(p.pod, corev1.EventTypeWarning, batchv1alpha1.ReasonUnguarded, "Acquire", "%s", guard.UnguardedNote(locks.KindPod, p.claimant.Lock.Name,
+		"was not held back for it: it was created without the admission gate's scheduling gate, or labelled later"))
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // act carries out one step; next reports that the step changed what the pass observed and the
@@ -57,6 +58,8 @@ func (r *KueueCheckReconciler) act(ctx context.Context, p *pass, st step) (res c
 		return r.releaseAfterLoss(ctx, p)
 	case stepRelease:
 		return r.release(ctx, p)
+	case stepUnguarded:
+		return ctrl.Result{}, false, r.markUnguarded(ctx, p)
 	}
 	return ctrl.Result{}, false, fmt.Errorf("unknown step %d", st)
 }
@@ -69,6 +72,9 @@ func (r *KueueCheckReconciler) acquire(ctx context.Context, p *pass) (ctrl.Resul
 	}
 	lock, err := r.holdings().Acquire(ctx, &p.claim, p.claimant, p.workloadOf())
 	if refused, ok := errors.AsType[*guard.PermitsRefused](err); ok {
+		if err := r.tell(ctx, p, refused.Error()); err != nil {
+			return ctrl.Result{}, false, err
+		}
 		r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonPermitsUnsupported, "Acquire", "%s", refused.Error())
 		return ctrl.Result{RequeueAfter: r.Config.WaitBackoffMax}, false, nil
 	}
@@ -294,15 +300,45 @@ func (r *KueueCheckReconciler) dropFinalizer(ctx context.Context, p *pass) error
 	return client.IgnoreNotFound(err)
 }
 
-// markScopeNotAllowed records a Job whose namespace may not use Cluster scope: no Redis call was
-// made and the check stays Pending.
+// markScopeNotAllowed tells why a Job whose namespace may not use Cluster scope is not admitted:
+// in our check's message, where Kueue's users look, and in an Event; then records it. No Redis call
+// was made and the check stays Pending. The check is written before the record, whose presence
+// ends these passes, so a failed write is tried again.
 func (r *KueueCheckReconciler) markScopeNotAllowed(ctx context.Context, p *pass) error {
+	msg := fmt.Sprintf("Lock %s has scope Cluster, which namespace %s may not use (the operator's --cluster-scope-namespaces)",
+		p.claimant.Lock.Name, p.job.Namespace)
+	if err := r.tell(ctx, p, msg); err != nil {
+		return err
+	}
 	if err := r.recordGuard(ctx, p, batchv1alpha1.GuardScopeNotAllowed, false); err != nil {
 		return err
 	}
-	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonScopeNotAllowed, "Acquire",
-		"Lock %s has scope Cluster, which namespace %s may not use (the operator's --cluster-scope-namespaces); its admission check stays Pending",
-		p.claimant.Lock.Name, p.job.Namespace)
+	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonScopeNotAllowed, "Acquire", "%s; its admission check stays Pending", msg)
+	return nil
+}
+
+// markUnguarded records a Job that Kueue admitted without our check (its ClusterQueue lists no
+// AdmissionCheck of ours): it runs, or ran, without the lock, as a guarded Job that someone else
+// unsuspended. It is left running (Kueue admitted it, and it may be half through its work) and is
+// never a holder: what the book holds for it, or its place in line, is given back
+// (guard.Holdings.Unguard), and the user is told why on the Job.
+func (r *KueueCheckReconciler) markUnguarded(ctx context.Context, p *pass) error {
+	released, err := r.holdings().Unguard(ctx, p.claim, p.workloadOf(), p.obs.holding != nil, p.obs.scopeAllowed,
+		func() error { return r.recordGuard(ctx, p, batchv1alpha1.GuardUnguarded, false) })
+	if released {
+		p.obs.released, p.obs.holding = true, nil
+		ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
+	}
+	if err != nil {
+		return err
+	}
+	cq := "(unknown)"
+	if p.workload != nil && clusterQueueOf(p.workload) != "" {
+		cq = clusterQueueOf(p.workload)
+	}
+	ctrl.LoggerFrom(ctx).Info("Kueue admitted a locked Job without our admission check", "lock", p.claimant.Lock.Name, "clusterQueue", cq)
+	r.event(p.job, corev1.EventTypeWarning, batchv1alpha1.ReasonUnguarded, "Acquire", "%s", guard.UnguardedNote(locks.KindJob, p.claimant.Lock.Name,
+		fmt.Sprintf("runs without it: Kueue admitted it through ClusterQueue %s, which lists no AdmissionCheck of controller %s", cq, ControllerName)))
 	return nil
 }
 
@@ -351,6 +387,15 @@ func (r *KueueCheckReconciler) recordGuard(ctx context.Context, p *pass, g batch
 		p.obs.hasFinalizer = false
 	}
 	return nil
+}
+
+// tell says in our Pending check's message why it stays Pending, where Kueue's users look
+// (kubectl describe workload); a message already there is not written again.
+func (r *KueueCheckReconciler) tell(ctx context.Context, p *pass, msg string) error {
+	if p.workload == nil || p.check == "" || messageOf(p.workload, p.check) == msg {
+		return nil
+	}
+	return r.setCheck(ctx, p.workload, p.check, statePending, msg, nil)
 }
 
 // setCheck writes the state of our check on the Workload, keeping the others, by an optimistic

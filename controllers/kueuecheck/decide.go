@@ -25,6 +25,7 @@ type observation struct {
 	workload         bool   // the Job's Workload exists
 	workloadFinished bool   // its Finished condition is True
 	quotaReserved    bool   // its QuotaReserved condition is True
+	admitted         bool   // its Admitted condition is True: Kueue lets (or let) the Job run
 	check            string // the state of our check on it ("" when it has none of ours)
 
 	holding  *lockbook.Lock // the book's lock, healthy or at risk
@@ -51,10 +52,11 @@ const (
 	stepLoseLock                     // the book reports a loss: set the check Retry, record Lost
 	stepReleaseAfterLoss             // Lost: once the Job is stopped, give back what is ours
 	stepRelease                      // held, no longer admitted or ended: release once the Job is stopped
+	stepUnguarded                    // admitted without our check: it runs without the lock; tell, never hold
 )
 
 var stepNames = [...]string{"Idle", "Invalid", "Done", "GiveUp", "DropFinalizer", "ScopeNotAllowed", "Acquire", "Record",
-	"Admit", "Running", "Readopt", "LoseLock", "ReleaseAfterLoss", "Release"}
+	"Admit", "Running", "Readopt", "LoseLock", "ReleaseAfterLoss", "Release", "Unguarded"}
 
 func (s step) String() string { return stepNames[s] }
 
@@ -75,6 +77,11 @@ func decide(o observation) step {
 		// The book keeps an end until a pass reads the Job's record of it, so a pass that read the
 		// Job from before that record cannot take it for a restart and re-adopt.
 		return stepDone
+	case o.unguarded():
+		if o.guard == batchv1alpha1.GuardUnguarded {
+			return stepIdle
+		}
+		return stepUnguarded
 	case o.holding != nil && !o.released && o.lost == nil && o.asks():
 		// Acquired in an earlier step of this pass, or a pass whose record write failed.
 		return stepRecord
@@ -97,6 +104,18 @@ func decide(o observation) step {
 func (o observation) asks() bool {
 	return o.workload && !o.workloadFinished && o.quotaReserved && o.check == statePending &&
 		o.suspended && !o.finished && !o.deleting && o.invalid == nil
+}
+
+// unguarded reports a Job that Kueue admitted without our check: its Workload is admitted and
+// lists no AdmissionCheck of ours (its ClusterQueue names none), so Kueue lets it run, or let it,
+// without the lock. It is the first moment the operator can know: before admission the Workload's
+// checks may still change with its ClusterQueue, and Kueue unsuspends the Job only after it. A Job
+// that ended after a hold of ours (Released, Lost) ran under the lock, whatever its Workload says
+// now. A Job whose Workload lists our check is never unguarded: Kueue suspends again a Job
+// unsuspended before its Workload is admitted.
+func (o observation) unguarded() bool {
+	return o.workload && o.admitted && o.check == "" && !o.held && o.invalid == nil &&
+		(!o.finished || o.guard == "")
 }
 
 // decideHeld: the record says the Job holds the lock. It keeps it while Kueue admits the Job under

@@ -29,6 +29,7 @@ const (
 
 	conditionActive        = "Active"
 	conditionQuotaReserved = "QuotaReserved"
+	conditionAdmitted      = "Admitted"
 	conditionFinished      = "Finished"
 )
 
@@ -79,6 +80,12 @@ func checkStates(wl *unstructured.Unstructured) []map[string]any {
 		}
 	}
 	return out
+}
+
+// clusterQueueOf is the ClusterQueue that admitted, or reserved quota for, a Workload; "" if none.
+func clusterQueueOf(wl *unstructured.Unstructured) string {
+	name, _, _ := unstructured.NestedString(wl.Object, "status", "admission", "clusterQueue")
+	return name
 }
 
 // podSetNames are the names of a Workload's spec.podSets.

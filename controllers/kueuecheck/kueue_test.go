@@ -4,9 +4,15 @@ import (
 	"context"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
 // workload is a Workload in namespace ns controlled by the object x of apiVersion and kind, with
@@ -25,20 +31,41 @@ func workload(apiVersion, kind string, checks ...map[string]any) *unstructured.U
 }
 
 // TestJobOfWorkload: a Workload wakes the batch/v1 Job that controls it, once it has admission
-// checks; any other owner, or a Workload without checks, wakes nothing.
+// checks; a Workload without checks only once it is admitted and the cache of labelled Jobs has its
+// Job as a locked Kueue Job (to be marked Unguarded); any other owner wakes nothing.
 func TestJobOfWorkload(t *testing.T) {
 	check := map[string]any{"name": "lock", "state": statePending}
+	admitted := func(wl *unstructured.Unstructured) *unstructured.Unstructured {
+		_ = unstructured.SetNestedSlice(wl.Object, []any{map[string]any{
+			"type": conditionAdmitted, "status": "True", "reason": "Admitted", "message": "",
+			"lastTransitionTime": "2026-01-01T00:00:00Z",
+		}}, "status", "conditions")
+		return wl
+	}
+	job := func(uid types.UID, labels map[string]string) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x", UID: uid, Labels: labels}}
+	}
+	locked := map[string]string{batchv1alpha1.LabelGuardLock: "db", locks.LabelKueueQueue: "q"}
 	for name, tc := range map[string]struct {
-		wl   *unstructured.Unstructured
-		want int
+		wl     *unstructured.Unstructured
+		cached *batchv1.Job
+		want   int
 	}{
-		"a Job's, with a check":   {workload("batch/v1", "Job", check), 1},
-		"a Job's, without checks": {workload("batch/v1", "Job"), 0},
-		"a JobSet's":              {workload("jobset.x-k8s.io/v1alpha2", "JobSet", check), 0},
-		"a Job of another group":  {workload("example.com/v1", "Job", check), 0},
+		"a Job's, with a check":                                 {workload("batch/v1", "Job", check), nil, 1},
+		"a Job's, without checks":                               {workload("batch/v1", "Job"), job("u", locked), 0},
+		"a JobSet's":                                            {workload("jobset.x-k8s.io/v1alpha2", "JobSet", check), nil, 0},
+		"a Job of another group":                                {workload("example.com/v1", "Job", check), nil, 0},
+		"admitted without checks, a locked Kueue Job":           {admitted(workload("batch/v1", "Job")), job("u", locked), 1},
+		"admitted without checks, the Job not cached":           {admitted(workload("batch/v1", "Job")), nil, 0},
+		"admitted without checks, a Job without the lock label": {admitted(workload("batch/v1", "Job")), job("u", map[string]string{locks.LabelKueueQueue: "q"}), 0},
+		"admitted without checks, another Job of the same name": {admitted(workload("batch/v1", "Job")), job("other", locked), 0},
 	} {
 		t.Run(name, func(t *testing.T) {
-			reqs := jobOfWorkload(context.Background(), tc.wl)
+			b := fake.NewClientBuilder()
+			if tc.cached != nil {
+				b = b.WithObjects(tc.cached)
+			}
+			reqs := jobOfWorkload(b.Build())(context.Background(), tc.wl)
 			if len(reqs) != tc.want {
 				t.Fatalf("jobOfWorkload = %v, want %d requests", reqs, tc.want)
 			}

@@ -7,7 +7,8 @@
 // sets the check Ready with the fence in podSetUpdates, which Kueue writes into the pod template as
 // it unsuspends the Job. A lost lock sets the check Retry (Kueue evicts, suspends the Job and takes
 // the fence out); the lock is released once the Job ended, was evicted or deleted, and its pods
-// stopped.
+// stopped. A labelled Job that Kueue admits without our check (its ClusterQueue lists none) runs
+// without the lock: it is marked Unguarded, as a guarded Job that someone else unsuspended.
 package kueuecheck
 
 import (
@@ -146,7 +147,7 @@ func (r *KueueCheckReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	}
 	r.permits = sreconcile.PermitReader(mgr)
 	workloads := source.Kind(mgr.GetCache(), client.Object(newObject(KindWorkload)),
-		handler.EnqueueRequestsFromMapFunc(jobOfWorkload))
+		handler.EnqueueRequestsFromMapFunc(jobOfWorkload(r.Jobs)))
 	return guard.Complete(mgr, &batchv1.Job{}, guard.Wiring{
 		Name: "kueuecheck", Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindJob, BookKind: bookKind,
 		Objects: r.Jobs, Named: namedJob, Waiters: r.waiters, Stop: r.stopWorkload,
@@ -155,17 +156,29 @@ func (r *KueueCheckReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	}, r)
 }
 
-// jobOfWorkload wakes the Job that controls a Workload with admission checks; a Workload with none
-// is never ours, and its Job costs no read.
-func jobOfWorkload(_ context.Context, o client.Object) []reconcile.Request {
-	ref, ok := controllerJobOf(o)
-	if !ok {
-		return nil
+// jobOfWorkload wakes the Job that controls a Workload: with admission checks, since one may be
+// ours; without any, only once Kueue admitted it and the Job is one of ours in the cache of labelled
+// Jobs (a locked Job that Kueue let run without our check, to be marked Unguarded). Any other
+// Workload is never ours, and its Job costs no read.
+func jobOfWorkload(jobs client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		ref, ok := controllerJobOf(o)
+		if !ok {
+			return nil
+		}
+		wl, isU := o.(*unstructured.Unstructured)
+		if !isU {
+			return nil
+		}
+		key := client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}
+		if len(checkStates(wl)) == 0 {
+			job := &batchv1.Job{}
+			if !conditionTrue(wl, conditionAdmitted) || jobs.Get(ctx, key, job) != nil || job.UID != ref.UID || !locks.IsKueueGuardedJob(job) {
+				return nil
+			}
+		}
+		return []reconcile.Request{{NamespacedName: key}}
 	}
-	if wl, isU := o.(*unstructured.Unstructured); !isU || len(checkStates(wl)) == 0 {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}}}
 }
 
 // namedJob names a Job in a wake-up.

@@ -59,6 +59,7 @@ func (r *KueueCheckReconciler) observe(ctx context.Context, job *batchv1.Job) (*
 		p.obs.workload = true
 		p.obs.workloadFinished = conditionTrue(wl, conditionFinished)
 		p.obs.quotaReserved = conditionTrue(wl, conditionQuotaReserved)
+		p.obs.admitted = conditionTrue(wl, conditionAdmitted)
 		p.obs.check = stateOf(wl, check)
 	}
 	return p, nil
@@ -106,6 +107,17 @@ func (r *KueueCheckReconciler) isOurs(ctx context.Context, name string) (bool, e
 	}
 	controller, _, _ := unstructured.NestedString(ac.Object, "spec", "controllerName")
 	return controller == ControllerName, nil
+}
+
+// messageOf is the message of the check name on Workload wl, or "".
+func messageOf(wl *unstructured.Unstructured, name string) string {
+	for _, st := range checkStates(wl) {
+		if name != "" && st["name"] == name {
+			m, _ := st["message"].(string)
+			return m
+		}
+	}
+	return ""
 }
 
 // stateOf is the state of the check name on Workload wl, or "".

@@ -149,7 +149,7 @@ func TestAdmissionCheckHoldsTheWorkloadUntilReady(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionTrue && state == "Pending",
 			fmt.Sprintf("QuotaReserved = %+v, check state %q", c, state)
 	})
-	consistently(t, "Workload "+wl.GetName()+" stays un-admitted and its Job suspended", holdWindow, func() (bool, string) {
+	consistently(t, "Workload "+wl.GetName()+" stays un-admitted and its Job suspended", func() (bool, string) {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(wl), wl); err != nil {
 			return false, err.Error()
 		}
@@ -340,11 +340,11 @@ func create(t *testing.T, o client.Object) {
 	}
 }
 
-// consistently polls cond for window, failing the test with its report the first time it does
+// consistently polls cond for holdWindow, failing the test with its report the first time it does
 // not hold.
-func consistently(t *testing.T, what string, window time.Duration, cond func() (bool, string)) {
+func consistently(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	end := time.Now().Add(window)
+	end := time.Now().Add(holdWindow)
 	for time.Now().Before(end) {
 		if ok, report := cond(); !ok {
 			t.Fatalf("%s: broken: %s", what, report)

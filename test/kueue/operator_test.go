@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	batchv1 "k8s.io/api/batch/v1"
@@ -25,6 +26,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers"
+	"github.com/lockedjob/lockedjob/controllers/lockview"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
@@ -36,22 +38,30 @@ import (
 // kube-controller-manager runs, so no pod is ever created and a Job ends when the test writes its
 // status, as the Job controller would.
 
-// startOperator runs the guarded-Job and AdmissionCheck reconcilers over a fresh Redis until the
-// test ends, and returns a client of that Redis.
-func startOperator(t *testing.T) *redis.Client {
+// startOperator runs the guarded-Job and AdmissionCheck reconcilers and the per-lock view over a
+// fresh Redis until the test ends, and returns a client of that Redis.
+func startOperator(t *testing.T, mutate ...func(*controllers.Options)) *redis.Client {
 	t.Helper()
 	srv := redisserver.Start(t)
-	startOperatorOn(t, srv.Addr())
+	startOperatorOn(t, []string{srv.Addr()}, mutate...)
 	return srv.Client(t)
 }
 
-// startOperatorOn runs the guarded-Job and AdmissionCheck reconcilers, as controllers.Setup wires
-// them, over the Redis at addr, until stop or the test's end. stop ends it as a crash would, as far
-// as Redis is concerned: renewals stop and no lock is released.
-func startOperatorOn(t *testing.T, addr string) (stop func()) {
+// startOperatorOn runs the guarded-Job and AdmissionCheck reconcilers and the per-lock view (which
+// keeps a Lock's permits in Redis), as controllers.Setup wires them, over the Redis at addrs (more
+// than one is Redlock), with the options mutate changes, until stop or the test's end. stop ends it
+// as a crash would, as far as Redis is concerned: renewals stop and no lock is released.
+func startOperatorOn(t *testing.T, addrs []string, mutate ...func(*controllers.Options)) (stop func()) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	lockClient, err := redislock.New(rdb, redislock.WithKeyPrefix("lockedjob:"), redislock.WithReleaseNotifications("lockedjob:released"))
+	var nodes []redis.UniversalClient
+	for _, addr := range addrs {
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1}))
+	}
+	opts := []redislock.Option{redislock.WithKeyPrefix("lockedjob:"), redislock.WithReleaseNotifications("lockedjob:released")}
+	lockClient, err := redislock.New(nodes[0], opts...)
+	if len(nodes) > 1 {
+		lockClient, err = redislock.NewRedlock(nodes, opts...)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +85,12 @@ func startOperatorOn(t *testing.T, addr string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	o := controllers.Options{
 		Identity:    locks.Identity{ClusterID: "kueue", TokenKey: []byte("kueue-test-token-key-0123456789")},
-		Controllers: []string{controllers.GuardedJob, controllers.KueueCheck},
+		Controllers: []string{controllers.GuardedJob, controllers.KueueCheck, controllers.LockView},
+		// The view writes a Lock's status soon after a change, so a test reads it within its waits.
+		View: lockview.Timing{MinInterval: 200 * time.Millisecond, Resync: time.Second, Announce: 200 * time.Millisecond},
+	}
+	for _, m := range mutate {
+		m(&o)
 	}
 	if err := controllers.Setup(ctx, mgr, book, o); err != nil {
 		cancel()
@@ -209,7 +224,7 @@ func TestOperatorAdmitsAKueueJobUnderItsLock(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionTrue && checkState(wl, "lock-handoff") == "Pending",
 			fmt.Sprintf("QuotaReserved = %+v, check %q", c, checkState(wl, "lock-handoff"))
 	})
-	consistently(t, "the Job waits for the lock, suspended and unfenced", holdWindow, func() (bool, string) {
+	consistently(t, "the Job waits for the lock, suspended and unfenced", func() (bool, string) {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(wl), wl); err != nil {
 			return false, err.Error()
 		}
@@ -303,7 +318,7 @@ func TestOperatorReadoptsAKueueJobAfterARestart(t *testing.T) {
 	ctx := context.Background()
 	srv := redisserver.Start(t)
 	rdb := srv.Client(t)
-	stop := startOperatorOn(t, srv.Addr())
+	stop := startOperatorOn(t, []string{srv.Addr()})
 	operatorCheck(t, "lock-restart")
 	ns := queues(t, "restart", "lock-restart")
 	job := lockedQueuedJob(ns, "restart")
@@ -311,7 +326,7 @@ func TestOperatorReadoptsAKueueJobAfterARestart(t *testing.T) {
 	fence := fenceOf(t, job)
 	stop()
 
-	startOperatorOn(t, srv.Addr())
+	startOperatorOn(t, []string{srv.Addr()})
 	eventually(t, "a Readopted Event on Job "+job.Name, func() (bool, string) {
 		reasons := eventReasons(t, job)
 		return slices.Contains(reasons, batchv1alpha1.ReasonReadopted), fmt.Sprintf("events %v", reasons)

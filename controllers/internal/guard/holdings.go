@@ -159,3 +159,21 @@ func (ro Holdings) GiveBack(ctx context.Context, claim lockbook.Claim, w lockboo
 	}
 	return released, nil
 }
+
+// Unguard is what a guard reconciler does for an object that runs, or ran, without the lock it
+// names: it is never a holder, so a lock the book holds for it and its place in line are given back
+// (GiveBack), except when its namespace may not use the lock's scope, which costs no Redis call
+// (locks.ScopeGate); then record writes the object's guard Unguarded, and the book forgets it.
+// released tells whether a lock of ours was released, also when a later step failed.
+func (ro Holdings) Unguard(ctx context.Context, claim lockbook.Claim, w lockbook.Workload, held, scopeAllowed bool, record func() error) (released bool, err error) {
+	if scopeAllowed {
+		if released, err = ro.GiveBack(ctx, claim, w, held); err != nil {
+			return released, err
+		}
+	}
+	if err := record(); err != nil {
+		return released, err
+	}
+	ro.Locks.Forget(w.UID)
+	return released, nil
+}

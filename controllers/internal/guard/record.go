@@ -121,6 +121,12 @@ func SlotPhrase(lock *lockbook.Lock) string {
 	return fmt.Sprintf(" (slot %d)", lock.Slot())
 }
 
+// UnguardedNote is the Event note of an object marked Unguarded, for every guarded kind: which
+// lock it names, why it runs without it (why follows "but"), and what that costs.
+func UnguardedNote(kind locks.Kind, lock, why string) string {
+	return fmt.Sprintf("The %s carries lock %s but %s. No fencing token covers it, and it may overlap the lock's holders", kind, lock, why)
+}
+
 // Jitter spreads passes that were scheduled together: d/2 up to d.
 func Jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
