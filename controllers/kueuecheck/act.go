@@ -258,6 +258,9 @@ func (r *KueueCheckReconciler) stopped(ctx context.Context, p *pass) (bool, erro
 	if !p.obs.finished && !p.obs.suspended && !p.obs.deleting {
 		return false, nil
 	}
+	if p.obs.finished {
+		return true, nil // its terminal condition says none of its pods runs (reconcile.JobFinished)
+	}
 	pods, err := guard.ActivePods(ctx, r.APIReader, p.job)
 	if err != nil {
 		return false, err
