@@ -71,6 +71,7 @@ type options struct {
 	timeout      time.Duration
 	pauseWhile   string
 	profile      time.Duration
+	requestCosts int
 }
 
 func parseFlags() options {
@@ -91,6 +92,7 @@ func parseFlags() options {
 	flag.StringVar(&o.work, "work", "/tmp/sc-work", "Folder for the cluster, the operator binary and logs (emptied first).")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "Longest wait for one scenario's goal or deletion.")
 	flag.StringVar(&o.pauseWhile, "pause-while", "", "Before the cluster starts and before each scenario, wait while a process whose command line matches this regular expression runs (another heavy job on a shared machine). Write it so it does not match itself, e.g. '\\.ci/ru[n]', or pgrep -f .ci/run finds this benchmark too.")
+	flag.IntVar(&o.requestCosts, "request-costs", 0, "If set, first measure the control plane's CPU per request of each kind a guarded Job adds to a plain Job's, this many of each, with the gate installed and no operator (costs.go); -scenarios '' runs nothing else.")
 	flag.DurationVar(&o.profile, "profile", 0, "If set, profile kube-apiserver's CPU for this long from each scenario's first create, into WORK/apiserver-SCENARIO.pprof (go tool pprof).")
 	flag.Parse()
 	if _, err := regexp.Compile(o.pauseWhile); err != nil {
@@ -178,7 +180,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err := b.install(ctx); err != nil {
 		return err
 	}
-	if anyGuarded(scenarios) {
+	if anyGuarded(scenarios) || o.requestCosts > 0 {
 		// Before the first scenario, so every scenario of the run, plain Jobs and LockedJobs
 		// included, runs on a cluster with the gate in force.
 		if err := b.installGuard(ctx); err != nil {
@@ -186,8 +188,13 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}
 
-	header := describeRun(o, src, b.operatorBin, anyGuarded(scenarios))
+	header := describeRun(o, src, b.operatorBin, anyGuarded(scenarios) || o.requestCosts > 0)
 	fmt.Print(header)
+	if o.requestCosts > 0 {
+		if err := b.requestCosts(ctx, o.requestCosts); err != nil {
+			return fmt.Errorf("request costs: %w", err)
+		}
+	}
 	var results []measure.Result
 	for _, s := range scenarios {
 		if err := waitQuiet(ctx, o.pauseWhile); err != nil {
@@ -204,7 +211,9 @@ func run(ctx context.Context, o options) (err error) {
 		printDetails(res)
 		results = append(results, res)
 	}
-	fmt.Print("\n## Table\n\n" + measure.Table(results))
+	if len(results) > 0 {
+		fmt.Print("\n## Table\n\n" + measure.Table(results))
+	}
 	return nil
 }
 
@@ -245,6 +254,9 @@ func buildScenarios(o options) ([]scenario, error) {
 		all[s.name] = s
 	}
 	var out []scenario
+	if strings.TrimSpace(o.scenarios) == "" {
+		return nil, nil
+	}
 	for name := range strings.SplitSeq(o.scenarios, ",") {
 		s, ok := all[strings.TrimSpace(name)]
 		if !ok {
