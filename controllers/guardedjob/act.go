@@ -37,8 +37,7 @@ func (r *GuardedJobReconciler) act(ctx context.Context, p *pass, st step) (res c
 		res, err = r.releaseAfterLoss(ctx, p)
 		return res, false, err
 	case stepFinish:
-		res, err = r.finish(ctx, p)
-		return res, false, err
+		return ctrl.Result{}, false, r.finish(ctx, p)
 	case stepReadopt, stepDeleteReadopt:
 		return r.readopt(ctx, p)
 	case stepScopeNotAllowed:

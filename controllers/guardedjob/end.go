@@ -29,7 +29,7 @@ import (
 // finalizer in one write. Its terminal condition says none of its pods runs (reconcile.JobFinished),
 // so no pod is listed: the release is on the handoff's path. A release that finds the lock not ours
 // means it was lost during the run: the record says Lost, never Released.
-func (r *GuardedJobReconciler) finish(ctx context.Context, p *pass) (ctrl.Result, error) {
+func (r *GuardedJobReconciler) finish(ctx context.Context, p *pass) error {
 	fence := guard.RecordedFence(p.job)
 	state, eventType, reason := batchv1alpha1.GuardReleased, corev1.EventTypeNormal, batchv1alpha1.ReasonJobComplete
 	ok, msg := reconcile.JobOutcome(p.job)
@@ -44,15 +44,15 @@ func (r *GuardedJobReconciler) finish(ctx context.Context, p *pass) (ctrl.Result
 			state, eventType, reason = batchv1alpha1.GuardLost, corev1.EventTypeWarning, batchv1alpha1.ReasonLockLost
 			msg = fmt.Sprintf("Lock %s (fencing token %d) was not ours when the Job ended; another holder may have run during the Job", p.claimant.Lock.Name, fence)
 		} else if err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 	}
 	if err := r.recordEnd(ctx, p, state); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	r.event(p.job, eventType, reason, "Finish", "%s", msg)
 	r.Locks.Forget(p.job.UID)
-	return ctrl.Result{}, nil
+	return nil
 }
 
 // recordEnd writes an end and drops the finalizer: the lock it guarded is released or lost.

@@ -125,7 +125,17 @@ func (b *bench) requestCosts(ctx context.Context, n int) error {
 		}
 		return j
 	}
-	patch := func(name string, body map[string]any) error {
+	// patch sends one merge patch of a Job's annotations, its pod template's, and (unless keep) its
+	// finalizers.
+	patch := func(name string, annotations, template map[string]string, finalizers []string, keep bool) error {
+		meta := map[string]any{"annotations": annotations}
+		if !keep {
+			meta["finalizers"] = finalizers // nil removes them
+		}
+		body := map[string]any{"metadata": meta}
+		if template != nil {
+			body["spec"] = map[string]any{"template": map[string]any{"metadata": map[string]any{"annotations": template}}}
+		}
 		raw, err := json.Marshal(body)
 		if err != nil {
 			return err
@@ -133,6 +143,8 @@ func (b *bench) requestCosts(ctx context.Context, n int) error {
 		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 		return b.k8s.Patch(ctx, j, client.RawPatch(types.MergePatchType, raw))
 	}
+	const holder = "scale/scale-costs/job:guarded/0123abcd"
+	fence := func(i int) string { return fmt.Sprint(1_800_000_000_000_000 + i) }
 	batches := []costBatch{
 		{"POST job, suspended, no label (the baseline create)", func(ctx context.Context, i int) error {
 			return b.k8s.Create(ctx, job("plain", i, false))
@@ -141,46 +153,34 @@ func (b *bench) requestCosts(ctx context.Context, n int) error {
 			return b.k8s.Create(ctx, job("guarded", i, true))
 		}},
 		{"PATCH job: the unsuspend write's fields, still suspended", func(_ context.Context, i int) error {
-			fence := fmt.Sprint(1_800_000_000_000_000 + i)
-			return patch(fmt.Sprintf("guarded-%05d", i), map[string]any{
-				"metadata": map[string]any{
-					"finalizers": []string{batchv1alpha1.FinalizerReleaseLock},
-					"annotations": map[string]string{
-						batchv1alpha1.AnnotationGuard:        string(batchv1alpha1.GuardHeld),
-						batchv1alpha1.AnnotationFencingToken: fence,
-						batchv1alpha1.AnnotationHolder:       "scale/scale-costs/job:guarded/0123abcd",
-						batchv1alpha1.AnnotationGuardLockKey: "lockedjob:{scale-costs/cost}",
-					},
-				},
-				"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-					batchv1alpha1.AnnotationFencingToken: fence,
-					batchv1alpha1.AnnotationHolder:       "scale/scale-costs/job:guarded/0123abcd",
-					batchv1alpha1.AnnotationLock:         "cost",
-				}}}},
-			})
+			return patch(fmt.Sprintf("guarded-%05d", i), map[string]string{
+				batchv1alpha1.AnnotationGuard:        string(batchv1alpha1.GuardHeld),
+				batchv1alpha1.AnnotationFencingToken: fence(i),
+				batchv1alpha1.AnnotationHolder:       holder,
+				batchv1alpha1.AnnotationGuardLockKey: "lockedjob:{scale-costs/cost}",
+			}, map[string]string{
+				batchv1alpha1.AnnotationFencingToken: fence(i),
+				batchv1alpha1.AnnotationHolder:       holder,
+				batchv1alpha1.AnnotationLock:         "cost",
+			}, []string{batchv1alpha1.FinalizerReleaseLock}, false)
 		}},
 		{"PATCH job without the lock label: as many annotations, no finalizer (only the misplaced-label policy matches)", func(_ context.Context, i int) error {
-			return patch(fmt.Sprintf("plain-%05d", i), map[string]any{
-				// Keys of the same size as the guard's, which the misplaced-label policy refuses on a Job
-				// without the label.
-				"metadata": map[string]any{"annotations": map[string]string{
-					"scale.example/guard":         string(batchv1alpha1.GuardHeld),
-					"scale.example/fencing-token": fmt.Sprint(1_800_000_000_000_000 + i),
-					"scale.example/holder":        "scale/scale-costs/job:guarded/0123abcd",
-					"scale.example/lock-key":      "lockedjob:{scale-costs/cost}",
-				}},
-				"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-					"scale.example/fencing-token": fmt.Sprint(1_800_000_000_000_000 + i),
-					"scale.example/holder":        "scale/scale-costs/job:guarded/0123abcd",
-					"scale.example/lock":          "cost",
-				}}}},
-			})
+			// Keys of the same size as the guard's, which the misplaced-label policy refuses on a Job
+			// without the label.
+			return patch(fmt.Sprintf("plain-%05d", i), map[string]string{
+				"scale.example/guard":         string(batchv1alpha1.GuardHeld),
+				"scale.example/fencing-token": fence(i),
+				"scale.example/holder":        holder,
+				"scale.example/lock-key":      "lockedjob:{scale-costs/cost}",
+			}, map[string]string{
+				"scale.example/fencing-token": fence(i),
+				"scale.example/holder":        holder,
+				"scale.example/lock":          "cost",
+			}, nil, true)
 		}},
 		{"PATCH job: the release write (guard Released, finalizer removed)", func(_ context.Context, i int) error {
-			return patch(fmt.Sprintf("guarded-%05d", i), map[string]any{"metadata": map[string]any{
-				"finalizers":  nil,
-				"annotations": map[string]string{batchv1alpha1.AnnotationGuard: string(batchv1alpha1.GuardReleased)},
-			}})
+			return patch(fmt.Sprintf("guarded-%05d", i),
+				map[string]string{batchv1alpha1.AnnotationGuard: string(batchv1alpha1.GuardReleased)}, nil, nil, false)
 		}},
 		{"POST event (events.k8s.io/v1) about a Job", func(ctx context.Context, i int) error {
 			now := metav1.NewMicroTime(time.Now())
@@ -188,7 +188,7 @@ func (b *bench) requestCosts(ctx context.Context, n int) error {
 				ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("guarded-%05d.%d", i, now.UnixNano()), Namespace: ns},
 				EventTime:           now,
 				ReportingController: "batch.lockedjob.dev/guardedjob",
-				ReportingInstance:   "scale",
+				ReportingInstance:   "scale-benchmark",
 				Action:              "Acquire",
 				Reason:              batchv1alpha1.ReasonAcquired,
 				Regarding:           corev1.ObjectReference{Kind: "Job", APIVersion: "batch/v1", Namespace: ns, Name: fmt.Sprintf("guarded-%05d", i)},
