@@ -117,6 +117,9 @@ tail_log() { # NAME [LINES]
 
 fail_log() { # NAME MESSAGE
 	log "ERROR: $2"
+	if [[ "${CRON_MODE}" == 1 ]] && k get cronjob "${CRON}" -n "${NS}" >/dev/null 2>&1; then
+		if suspend_cron; then log "suspended CronJob ${CRON}: it makes no more runs while you look"; fi
+	fi
 	tail_log "$1" 40
 	cluster status >&2 || log "the local cluster is not (fully) running: see $(dirname "${ADMIN_KUBECONFIG}")/logs/"
 	log "nothing was stopped; inspect, then run: make demo-down"
@@ -245,33 +248,36 @@ real_node_up() {
 
 # samples_kustomization: config/samples as they are on kwok; on the real node, with the store's
 # address, the node's selector and toleration, and the image taken from the node (never pulled).
-# With LOCKEDJOB_DEMO_CRON=1, the guarded CronJob too (copied in: kustomize loads no file outside
-# the kustomization's folder).
 samples_kustomization() {
 	mkdir -p "${SAMPLES_DIR}"
 	# kustomize takes only relative resource paths.
-	local samples cron=""
+	local samples
 	samples="$(realpath --relative-to="${SAMPLES_DIR}" "${LOCKEDJOB_ROOT}/config/samples")"
-	rm -f "${SAMPLES_DIR}/${CRON_SAMPLE}"
-	if [[ "${CRON_MODE}" == 1 ]]; then
-		cp "${LOCKEDJOB_ROOT}/config/samples/${CRON_SAMPLE}" "${SAMPLES_DIR}/"
-		cron="- ${CRON_SAMPLE}"
-	fi
-	if [[ -z "${NODE_IP}" ]]; then
-		printf 'resources:\n- %s\n%s\n' "${samples}" "${cron}" >"${SAMPLES_DIR}/kustomization.yaml"
-		return 0
-	fi
+	{
+		printf '# Written by hack/demo.sh: config/samples.\nresources:\n- %s\n' "${samples}"
+		real_node_patches "LockedJob /spec/jobTemplate/spec/template" "Job /spec/template"
+	} >"${SAMPLES_DIR}/kustomization.yaml"
+}
+
+# cron_kustomization: the guarded CronJob of config/samples, as samples_kustomization writes the
+# others (copied in: kustomize loads no file outside the kustomization's folder).
+cron_kustomization() {
+	mkdir -p "${SAMPLES_DIR}/cron"
+	cp "${LOCKEDJOB_ROOT}/config/samples/${CRON_SAMPLE}" "${SAMPLES_DIR}/cron/"
+	{
+		printf '# Written by hack/demo.sh: the guarded CronJob of config/samples.\nresources:\n- %s\n' "${CRON_SAMPLE}"
+		real_node_patches "CronJob /spec/jobTemplate/spec/template"
+	} >"${SAMPLES_DIR}/cron/kustomization.yaml"
+}
+
+# real_node_patches "KIND POD_TEMPLATE_PATH"...: with a real node, the patches that point each
+# kind's pods at the store and the node; nothing on kwok.
+real_node_patches() {
+	[[ -n "${NODE_IP}" ]] || return 0
 	local pod
-	cat >"${SAMPLES_DIR}/kustomization.yaml" <<EOF
-# Written by hack/demo.sh: config/samples on the local cluster's real node.
-resources:
-- ${samples}
-${cron}
-patches:
-EOF
-	# The same patch for the pod template of each kind, wherever the kind keeps it.
-	for pod in "LockedJob /spec/jobTemplate/spec/template" "Job /spec/template" "CronJob /spec/jobTemplate/spec/template"; do
-		cat >>"${SAMPLES_DIR}/kustomization.yaml" <<EOF
+	echo "patches:"
+	for pod in "$@"; do
+		cat <<EOF
 - target: {kind: ${pod% *}}
   patch: |-
     - {op: replace, path: ${pod#* }/spec/containers/0/env/0/value, value: "${NODE_IP}:${STORE_PORT}"}
@@ -432,10 +438,9 @@ namespace_up() {
 }
 
 apply_samples() {
-	local where="kwok nodes" what="three LockedJobs and a guarded Job"
+	local where="kwok nodes"
 	[[ -n "${NODE_IP}" ]] && where="real containers on the real node"
-	[[ "${CRON_MODE}" == 1 ]] && what="three LockedJobs, a guarded Job and a guarded CronJob (${CRON_SAMPLE})"
-	step "applying config/samples to namespace ${NS}: ${what}, one lock, ${where}"
+	step "applying config/samples to namespace ${NS}: three LockedJobs and a guarded Job, one lock, ${where}"
 	samples_kustomization
 	k apply -n "${NS}" -k "${SAMPLES_DIR}"
 }
@@ -491,28 +496,30 @@ why() {
 suspend_cron() { k patch cronjob "${CRON}" -n "${NS}" --type merge -p '{"spec":{"suspend":true}}' >/dev/null; }
 
 cron_fail() { # MESSAGE
-	suspend_cron || log "could not suspend CronJob ${CRON}"
 	k get cronjob,jobs,pods -n "${NS}" -o wide >&2 || true
 	fail_log manager "$1"
 }
 
-# watch_cron T0_NANOS: the guarded CronJob's runs (LOCKEDJOB_DEMO_CRON=1), until CRON_RUNS of them
-# ended. Prints the guarded Jobs of the lock each time one changes; suspends the CronJob once it
+# watch_cron: applies the guarded CronJob (LOCKEDJOB_DEMO_CRON=1) once the other samples are done,
+# so its runs contend with each other alone, and follows them until CRON_RUNS of them ended. Prints the guarded Jobs of the lock each time one changes; suspends the CronJob once it
 # made CRON_RUNS runs; asks the plugin why a run waits the first time it is seen waiting while
 # another holds the lock, and at the end how the first run ended. Returns when every run completed
 # and released the lock; exits with the manager's log tail on a failed run or timeout.
 watch_cron() {
-	local t0="$1" deadline=$((SECONDS + CRON_TIMEOUT)) jobs last="" runs n suspended=0 held ended
+	local t0 deadline=$((SECONDS + CRON_TIMEOUT)) jobs last="" runs n suspended=0 held ended
 	local name susp guard fence
 	local -A explained=()
-	step "the CronJob ${CRON}: a run every minute, each about 75 s, so each run waits for the one before (timeout ${CRON_TIMEOUT}s)"
+	step "applying the guarded CronJob of config/samples (${CRON_SAMPLE}) to namespace ${NS}: a run every minute, each about 75 s, so each run waits for the one before (timeout ${CRON_TIMEOUT}s)"
+	cron_kustomization
+	t0="$(now_ns)"
+	k apply -n "${NS}" -k "${SAMPLES_DIR}/cron"
 	while :; do
 		jobs="$(guarded_jobs 2>/dev/null)" || jobs=""
 		runs="$(awk -F'|' -v c="${CRON}" '$2 == c' <<<"${jobs}")"
 		n="$(grep -c . <<<"${runs}" || true)"
 		if [[ "${jobs}" != "${last}" ]]; then
 			last="${jobs}"
-			printf '\n--- %s  +%ss after apply\n$ kubectl get jobs -l %s -n %s -o custom-columns=...\n%s\n' \
+			printf '\n--- %s  +%ss after the CronJob was applied\n$ kubectl get jobs -l %s -n %s -o custom-columns=...\n%s\n' \
 				"$(date +%H:%M:%S.%1N)" "$(since "${t0}")" "${LOCK_LABEL}" "${NS}" \
 				"$(k get jobs -n "${NS}" -l "${LOCK_LABEL}" --sort-by=.metadata.creationTimestamp -o custom-columns="${CRON_COLUMNS}" 2>&1 || true)"
 		fi
@@ -542,7 +549,7 @@ watch_cron() {
 		((SECONDS < deadline)) || cron_fail "CronJob ${CRON}: ${CRON_RUNS} runs did not end within ${CRON_TIMEOUT}s"
 		sleep 0.5
 	done
-	step "${n} runs of CronJob ${CRON} ran one after another and released the lock, $(since "${t0}")s after the samples were applied"
+	step "${n} runs of CronJob ${CRON} ran one after another and released the lock, $(since "${t0}")s after the CronJob was applied"
 	k get cronjob "${CRON}" -n "${NS}"
 	why "$(head -n 1 <<<"${runs}" | cut -d'|' -f1)"
 }
@@ -600,7 +607,7 @@ cmd_up() {
 	echo
 	k get jobs -n "${NS}"
 	if [[ "${CRON_MODE}" == 1 ]]; then
-		watch_cron "${t_apply}"
+		watch_cron
 	fi
 	show_containers
 	print_help
