@@ -501,10 +501,11 @@ cron_fail() { # MESSAGE
 }
 
 # watch_cron: applies the guarded CronJob (LOCKEDJOB_DEMO_CRON=1) once the other samples are done,
-# so its runs contend with each other alone, and follows them until CRON_RUNS of them ended. Prints the guarded Jobs of the lock each time one changes; suspends the CronJob once it
-# made CRON_RUNS runs; asks the plugin why a run waits the first time it is seen waiting while
-# another holds the lock, and at the end how the first run ended. Returns when every run completed
-# and released the lock; exits with the manager's log tail on a failed run or timeout.
+# so that its runs contend with each other alone, and follows them until CRON_RUNS of them ended.
+# Prints the guarded Jobs of the lock each time one changes; suspends the CronJob once it made
+# CRON_RUNS runs; asks the plugin why a run waits the first time it is seen waiting while another
+# run holds the lock, and at the end how the first run ended. Returns when every run completed and
+# released the lock; exits with the manager's log tail on a failed run or timeout.
 watch_cron() {
 	local t0 deadline=$((SECONDS + CRON_TIMEOUT)) jobs last="" runs n suspended=0 held ended
 	local name susp guard fence
@@ -528,11 +529,8 @@ watch_cron() {
 			suspended=1
 			log "CronJob ${CRON} made ${n} runs: suspended it (spec.suspend), so it makes no more; its runs go on"
 		fi
-		# Who holds the lock now: a guarded Job whose guard says Held, or a LockedJob Running.
+		# Who holds the lock now (the LockedJobs are done): a guarded Job whose guard says Held.
 		held="$(awk -F'|' '$4 == "Held" { print $1 }' <<<"${jobs}")"
-		if [[ -z "${held}" ]] && grep -qw Running <<<"$(k get lj -n "${NS}" -o jsonpath='{.items[*].status.phase}' 2>/dev/null)"; then
-			held=lockedjob
-		fi
 		while IFS='|' read -r name _ susp guard fence _; do
 			[[ -n "${name}" && "${susp}" == true && -z "${guard}${fence}" && -n "${held}" && -z "${explained[${name}]:-}" ]] || continue
 			explained[${name}]=1
