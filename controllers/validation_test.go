@@ -207,6 +207,9 @@ var _ = Describe("LockedJob validation", func() {
 		Expect(kinds).To(HaveKeyWithValue("LockedJob", BeNumerically(">=", 6)))
 		Expect(kinds).To(HaveKey("Lock"))
 		Expect(kinds).To(HaveKey("LockedCronJob"))
+		// The guarded Job and CronJob of `make demo` (a CronJob's lock label on its jobTemplate).
+		Expect(kinds).To(HaveKey("Job"))
+		Expect(kinds).To(HaveKey("CronJob"))
 	})
 
 	It("accepts a good LockedJob and fills in the defaults", func() {

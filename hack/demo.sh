@@ -5,13 +5,15 @@
 # LockedJobs and the guarded Job (a plain Job with the lock label) of
 # config/samples contending for one lock. Where the cluster has its real node (root, containerd: hack/cluster.sh says), the samples run the
 # workload image (cmd/fencedwriter) as real containers that write to a fenced
-# store with their fencing tokens; elsewhere kwok simulates their pods. See
-# docs/demo.md.
+# store with their fencing tokens; elsewhere kwok simulates their pods. With
+# LOCKEDJOB_DEMO_CRON=1 a guarded CronJob joins them, whose runs, each longer than
+# the minute between them, wait for the lock one after another. See docs/demo.md.
 #
 # Usage: hack/demo.sh up|down|status      (make demo / make demo-down)
 #   up      build what is missing, start cluster + Redis + manager, (re)create
 #           the demo namespace, apply the samples, show progress until all
-#           three LockedJobs finished. Everything stays up for inspection.
+#           three LockedJobs finished (with LOCKEDJOB_DEMO_CRON=1, then until
+#           two runs of the CronJob ended). Everything stays up for inspection.
 #   down    stop the manager and redis-server this script started (checking
 #           each PID still runs that binary), then the local cluster if
 #           `up` started it.
@@ -27,6 +29,11 @@
 #   LOCKEDJOB_DEMO_PROBE_PORT    manager /healthz,/readyz (default 26481)
 #   LOCKEDJOB_DEMO_METRICS_PORT  manager plain-HTTP /metrics (default 26480)
 #   LOCKEDJOB_DEMO_TIMEOUT       seconds to wait for the samples (default 180)
+#   LOCKEDJOB_DEMO_CRON          1: also apply the guarded CronJob sample and show
+#                                two of its runs waiting their turn (about 3 min
+#                                more: runs come on the minute); default 0
+#   LOCKEDJOB_DEMO_CRON_TIMEOUT  seconds to wait for its two runs after the
+#                                LockedJobs finished (default 300)
 #   LOCKEDJOB_CACHE, LOCKEDJOB_CLUSTER_DIR, LOCKEDJOB_CLUSTER_PORT_BASE,
 #   K8S_BIN_DIR                  see hack/cluster.sh
 set -euo pipefail
@@ -43,6 +50,8 @@ STORE_PORT="${LOCKEDJOB_DEMO_STORE_PORT:-26380}"
 PROBE_PORT="${LOCKEDJOB_DEMO_PROBE_PORT:-26481}"
 METRICS_PORT="${LOCKEDJOB_DEMO_METRICS_PORT:-26480}"
 TIMEOUT="${LOCKEDJOB_DEMO_TIMEOUT:-180}"
+CRON_MODE="${LOCKEDJOB_DEMO_CRON:-0}"
+CRON_TIMEOUT="${LOCKEDJOB_DEMO_CRON_TIMEOUT:-300}"
 OPERATOR_NS="lockedjob-system"
 # ServiceAccount the rendered config/default creates (namePrefix lockedjob-).
 OPERATOR_SA="lockedjob-controller-manager"
@@ -51,10 +60,19 @@ SAMPLES=(migrate-orders migrate-invoices migrate-users-urgent)
 # of it (its state is in its annotations: there is no object of the operator's).
 GUARDED=report-invoices
 GUARDED_COLUMNS='JOB:.metadata.name,SUSPENDED:.spec.suspend,GUARD:.metadata.annotations.batch\.lockedjob\.dev/guard,FENCE:.metadata.annotations.batch\.lockedjob\.dev/fencing-token,SUCCEEDED:.status.succeeded'
+# The guarded CronJob of config/samples (LOCKEDJOB_DEMO_CRON=1; not in its kustomization.yaml), how
+# many of its runs the demo waits for, and the view of every guarded Job of the lock while they run:
+# created, then started (unsuspended) once it holds the lock, then completed.
+CRON=compact-orders
+CRON_SAMPLE=batch_v1_guarded_cronjob.yaml
+CRON_RUNS=2
+LOCK_LABEL=batch.lockedjob.dev/lock
+CRON_COLUMNS='JOB:.metadata.name,CREATED:.metadata.creationTimestamp,SUSPENDED:.spec.suspend,GUARD:.metadata.annotations.batch\.lockedjob\.dev/guard,FENCE:.metadata.annotations.batch\.lockedjob\.dev/fencing-token,STARTED:.status.startTime,COMPLETED:.status.completionTime'
 
 CLUSTER_SH="${HACK_DIR}/cluster.sh"
 KUBECTL="${K8S_BIN_DIR}/kubectl"
 MANAGER_BIN="${DEMO_DIR}/manager"
+PLUGIN_BIN="${DEMO_DIR}/kubectl-lockedjob"
 MANAGER_KUBECONFIG="${DEMO_DIR}/manager.kubeconfig"
 REDIS_DIR="${DEMO_DIR}/redis"
 STORE_DIR="${DEMO_DIR}/store"
@@ -70,6 +88,8 @@ for v in REDIS_PORT STORE_PORT PROBE_PORT METRICS_PORT; do
 	[[ "${!v}" =~ ^[0-9]+$ && ${!v} -ge 1024 && ${!v} -le 65535 ]] || die "LOCKEDJOB_DEMO_${v} must be a port number in 1024..65535"
 done
 [[ "${TIMEOUT}" =~ ^[0-9]+$ && TIMEOUT -ge 10 ]] || die "LOCKEDJOB_DEMO_TIMEOUT must be a number of seconds >= 10"
+[[ "${CRON_MODE}" == 0 || "${CRON_MODE}" == 1 ]] || die "LOCKEDJOB_DEMO_CRON must be 0 or 1"
+[[ "${CRON_TIMEOUT}" =~ ^[0-9]+$ && CRON_TIMEOUT -ge 150 ]] || die "LOCKEDJOB_DEMO_CRON_TIMEOUT must be a number of seconds >= 150"
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
@@ -97,6 +117,9 @@ tail_log() { # NAME [LINES]
 
 fail_log() { # NAME MESSAGE
 	log "ERROR: $2"
+	if [[ "${CRON_MODE}" == 1 ]] && k get cronjob "${CRON}" -n "${NS}" >/dev/null 2>&1; then
+		if suspend_cron; then log "suspended CronJob ${CRON}: it makes no more runs while you look"; fi
+	fi
 	tail_log "$1" 40
 	cluster status >&2 || log "the local cluster is not (fully) running: see $(dirname "${ADMIN_KUBECONFIG}")/logs/"
 	log "nothing was stopped; inspect, then run: make demo-down"
@@ -140,6 +163,13 @@ build() {
 	(cd "${LOCKEDJOB_ROOT}" && go build -o "${MANAGER_BIN}" ./cmd/manager) ||
 		die "go build ./cmd/manager failed"
 	log "manager binary ready ($((SECONDS - t0))s)"
+	if [[ "${CRON_MODE}" == 1 ]]; then
+		step "building the kubectl plugin (kubectl lockedjob) into ${PLUGIN_BIN}"
+		t0=${SECONDS}
+		(cd "${LOCKEDJOB_ROOT}" && go build -o "${PLUGIN_BIN}" ./cmd/kubectl-lockedjob) ||
+			die "go build ./cmd/kubectl-lockedjob failed"
+		log "plugin binary ready ($((SECONDS - t0))s)"
+	fi
 }
 
 cluster_up() {
@@ -223,28 +253,39 @@ samples_kustomization() {
 	# kustomize takes only relative resource paths.
 	local samples
 	samples="$(realpath --relative-to="${SAMPLES_DIR}" "${LOCKEDJOB_ROOT}/config/samples")"
-	if [[ -z "${NODE_IP}" ]]; then
-		printf 'resources:\n- %s\n' "${samples}" >"${SAMPLES_DIR}/kustomization.yaml"
-		return 0
-	fi
-	cat >"${SAMPLES_DIR}/kustomization.yaml" <<EOF
-# Written by hack/demo.sh: config/samples on the local cluster's real node.
-resources:
-- ${samples}
-patches:
-- target: {kind: LockedJob}
+	{
+		printf '# Written by hack/demo.sh: config/samples.\nresources:\n- %s\n' "${samples}"
+		real_node_patches "LockedJob /spec/jobTemplate/spec/template" "Job /spec/template"
+	} >"${SAMPLES_DIR}/kustomization.yaml"
+}
+
+# cron_kustomization: the guarded CronJob of config/samples, as samples_kustomization writes the
+# others (copied in: kustomize loads no file outside the kustomization's folder).
+cron_kustomization() {
+	mkdir -p "${SAMPLES_DIR}/cron"
+	cp "${LOCKEDJOB_ROOT}/config/samples/${CRON_SAMPLE}" "${SAMPLES_DIR}/cron/"
+	{
+		printf '# Written by hack/demo.sh: the guarded CronJob of config/samples.\nresources:\n- %s\n' "${CRON_SAMPLE}"
+		real_node_patches "CronJob /spec/jobTemplate/spec/template"
+	} >"${SAMPLES_DIR}/cron/kustomization.yaml"
+}
+
+# real_node_patches "KIND POD_TEMPLATE_PATH"...: with a real node, the patches that point each
+# kind's pods at the store and the node; nothing on kwok.
+real_node_patches() {
+	[[ -n "${NODE_IP}" ]] || return 0
+	local pod
+	echo "patches:"
+	for pod in "$@"; do
+		cat <<EOF
+- target: {kind: ${pod% *}}
   patch: |-
-    - {op: replace, path: /spec/jobTemplate/spec/template/spec/containers/0/env/0/value, value: "${NODE_IP}:${STORE_PORT}"}
-    - {op: replace, path: /spec/jobTemplate/spec/template/spec/containers/0/imagePullPolicy, value: Never}
-    - {op: add, path: /spec/jobTemplate/spec/template/spec/nodeSelector, value: {${REAL_NODE_LABEL}: "true"}}
-    - {op: add, path: /spec/jobTemplate/spec/template/spec/tolerations, value: [{key: ${REAL_NODE_LABEL}, operator: Equal, value: "true", effect: NoSchedule}]}
-- target: {kind: Job, name: ${GUARDED}}
-  patch: |-
-    - {op: replace, path: /spec/template/spec/containers/0/env/0/value, value: "${NODE_IP}:${STORE_PORT}"}
-    - {op: replace, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never}
-    - {op: add, path: /spec/template/spec/nodeSelector, value: {${REAL_NODE_LABEL}: "true"}}
-    - {op: add, path: /spec/template/spec/tolerations, value: [{key: ${REAL_NODE_LABEL}, operator: Equal, value: "true", effect: NoSchedule}]}
+    - {op: replace, path: ${pod#* }/spec/containers/0/env/0/value, value: "${NODE_IP}:${STORE_PORT}"}
+    - {op: replace, path: ${pod#* }/spec/containers/0/imagePullPolicy, value: Never}
+    - {op: add, path: ${pod#* }/spec/nodeSelector, value: {${REAL_NODE_LABEL}: "true"}}
+    - {op: add, path: ${pod#* }/spec/tolerations, value: [{key: ${REAL_NODE_LABEL}, operator: Equal, value: "true", effect: NoSchedule}]}
 EOF
+	done
 }
 
 # show_containers: each sample's own container log (it prints its fencing token), a late write
@@ -264,6 +305,12 @@ show_containers() {
 	fence="$(k get job "${GUARDED}" -n "${NS}" -o jsonpath='{.metadata.annotations.batch\.lockedjob\.dev/fencing-token}')"
 	step "kubectl logs job/${GUARDED} -n ${NS}   (guarded Job, fencing token ${fence}: the container's own log)"
 	k logs "job/${GUARDED}" -n "${NS}" || log "no log for job/${GUARDED}"
+	if [[ "${CRON_MODE}" == 1 ]]; then
+		while IFS='|' read -r job _ _ _ fence _; do
+			step "kubectl logs job/${job} -n ${NS}   (run of CronJob ${CRON}, fencing token ${fence}: the container's own log)"
+			k logs "job/${job}" -n "${NS}" || log "no log for job/${job}"
+		done < <(guarded_jobs | awk -F'|' -v c="${CRON}" '$2 == c')
+	fi
 	step "a late write with ${lowest_name}'s fencing token ${lowest}, as a paused old holder would make it: the store refuses it"
 	LOCKEDJOB_FENCING_TOKEN="${lowest}" LOCKEDJOB_LOCK=nightly-migration \
 		"${FENCEDWRITER_BIN}" --store-addr "127.0.0.1:${STORE_PORT}" --writes 1 >&2 || true
@@ -433,6 +480,78 @@ watch_samples() {
 	done
 }
 
+# guarded_jobs: the Jobs in the namespace that carry the lock label, sorted by name (the CronJob's
+# are named after their scheduled minute), one a line: name|owner|suspend|guard|fence|succeeded.
+guarded_jobs() {
+	k get jobs -n "${NS}" -l "${LOCK_LABEL}" -o jsonpath='{range .items[*]}{.metadata.name}|{.metadata.ownerReferences[*].name}|{.spec.suspend}|{.metadata.annotations.batch\.lockedjob\.dev/guard}|{.metadata.annotations.batch\.lockedjob\.dev/fencing-token}|{.status.succeeded}{"\n"}{end}' | sort
+}
+
+# why JOB: the plugin's explanation of a guarded Job, as a user would ask for it.
+why() {
+	printf '\n$ kubectl lockedjob why job/%s -n %s\n' "$1" "${NS}"
+	"${PLUGIN_BIN}" --kubeconfig "${ADMIN_KUBECONFIG}" -n "${NS}" why "job/$1" || log "kubectl lockedjob why job/$1 failed"
+}
+
+# suspend_cron: the CronJob makes no more runs (those it made run on), also when the demo fails.
+suspend_cron() { k patch cronjob "${CRON}" -n "${NS}" --type merge -p '{"spec":{"suspend":true}}' >/dev/null; }
+
+cron_fail() { # MESSAGE
+	k get cronjob,jobs,pods -n "${NS}" -o wide >&2 || true
+	fail_log manager "$1"
+}
+
+# watch_cron: applies the guarded CronJob (LOCKEDJOB_DEMO_CRON=1) once the other samples are done,
+# so that its runs contend with each other alone, and follows them until CRON_RUNS of them ended.
+# Prints the guarded Jobs of the lock each time one changes; suspends the CronJob once it made
+# CRON_RUNS runs; asks the plugin why a run waits the first time it is seen waiting while another
+# run holds the lock, and at the end how the first run ended. Returns when every run completed and
+# released the lock; exits with the manager's log tail on a failed run or timeout.
+watch_cron() {
+	local t0 deadline=$((SECONDS + CRON_TIMEOUT)) jobs last="" runs n suspended=0 held ended
+	local name susp guard fence
+	local -A explained=()
+	step "applying the guarded CronJob of config/samples (${CRON_SAMPLE}) to namespace ${NS}: a run every minute, each about 75 s, so each run waits for the one before (timeout ${CRON_TIMEOUT}s)"
+	cron_kustomization
+	t0="$(now_ns)"
+	k apply -n "${NS}" -k "${SAMPLES_DIR}/cron"
+	while :; do
+		jobs="$(guarded_jobs 2>/dev/null)" || jobs=""
+		runs="$(awk -F'|' -v c="${CRON}" '$2 == c' <<<"${jobs}")"
+		n="$(grep -c . <<<"${runs}" || true)"
+		if [[ "${jobs}" != "${last}" ]]; then
+			last="${jobs}"
+			printf '\n--- %s  +%ss after the CronJob was applied\n$ kubectl get jobs -l %s -n %s -o custom-columns=...\n%s\n' \
+				"$(date +%H:%M:%S.%1N)" "$(since "${t0}")" "${LOCK_LABEL}" "${NS}" \
+				"$(k get jobs -n "${NS}" -l "${LOCK_LABEL}" --sort-by=.metadata.creationTimestamp -o custom-columns="${CRON_COLUMNS}" 2>&1 || true)"
+		fi
+		if ((n >= CRON_RUNS && suspended == 0)); then
+			suspend_cron || cron_fail "could not suspend CronJob ${CRON}"
+			suspended=1
+			log "CronJob ${CRON} made ${n} runs: suspended it (spec.suspend), so it makes no more; its runs go on"
+		fi
+		# Who holds the lock now (the LockedJobs are done): a guarded Job whose guard says Held.
+		held="$(awk -F'|' '$4 == "Held" { print $1 }' <<<"${jobs}")"
+		while IFS='|' read -r name _ susp guard fence _; do
+			[[ -n "${name}" && "${susp}" == true && -z "${guard}${fence}" && -n "${held}" && -z "${explained[${name}]:-}" ]] || continue
+			explained[${name}]=1
+			why "${name}"
+		done <<<"${runs}"
+		ended="$(grep -cE '^([^|]*\|){3}(Released|Lost|Unguarded|ScopeNotAllowed)\|' <<<"${runs}" || true)"
+		if ((n >= CRON_RUNS && ended == n)); then
+			if [[ "$(grep -cE '^([^|]*\|){3}Released\|[^|]*\|1$' <<<"${runs}" || true)" -eq n ]]; then
+				break
+			fi
+			cron_fail "not every run of CronJob ${CRON} succeeded"
+		fi
+		[[ -n "$(pid_of manager)" ]] || cron_fail "the manager exited"
+		((SECONDS < deadline)) || cron_fail "CronJob ${CRON}: ${CRON_RUNS} runs did not end within ${CRON_TIMEOUT}s"
+		sleep 0.5
+	done
+	step "${n} runs of CronJob ${CRON} ran one after another and released the lock, $(since "${t0}")s after the CronJob was applied"
+	k get cronjob "${CRON}" -n "${NS}"
+	why "$(head -n 1 <<<"${runs}" | cut -d'|' -f1)"
+}
+
 print_help() {
 	local kc="${ADMIN_KUBECONFIG}" kubectl=kubectl
 	command -v kubectl >/dev/null 2>&1 || kubectl="${KUBECTL}"
@@ -447,6 +566,16 @@ The cluster, redis-server and manager keep running. Look around:
   ${kubectl} --kubeconfig ${kc} get jobs,pods,events -n ${NS}
   export KUBECONFIG=\$(make -s cluster-env)    # then plain 'kubectl get lj -n ${NS}'
   tail -f ${DEMO_DIR}/manager.log      # the operator's log
+EOF
+	if [[ "${CRON_MODE}" == 1 ]]; then
+		cat <<EOF
+  ${kubectl} --kubeconfig ${kc} get cronjob,jobs -n ${NS}
+  ${PLUGIN_BIN} --kubeconfig ${kc} -n ${NS} why job/NAME   # kubectl lockedjob
+  CronJob ${CRON} is suspended after its ${CRON_RUNS} runs; to let it run on (a run a minute, each waiting):
+  ${kubectl} --kubeconfig ${kc} patch cronjob ${CRON} -n ${NS} --type merge -p '{"spec":{"suspend":false}}'
+EOF
+	fi
+	cat <<EOF
 
 kubectl ${K8S_VERSION} built with the cluster: ${KUBECTL}
 The manager runs as ServiceAccount ${OPERATOR_NS}/${OPERATOR_SA} (the RBAC from config/),
@@ -475,6 +604,9 @@ cmd_up() {
 	k get lj -n "${NS}"
 	echo
 	k get jobs -n "${NS}"
+	if [[ "${CRON_MODE}" == 1 ]]; then
+		watch_cron
+	fi
 	show_containers
 	print_help
 	step "demo took $((SECONDS - t_start))s in total (hack/demo.sh up)"
