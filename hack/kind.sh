@@ -88,6 +88,9 @@ networking:
   # for its own pod CIDR (10.244.0.0/24, the first of podSubnet).
   disableDefaultCNI: true
   podSubnet: 10.244.0.0/16
+  # The node image's entrypoint refuses forwarded packets to this range until kube-proxy's rules
+  # rewrite them (hack/kind/node/entrypoint).
+  serviceSubnet: 10.96.0.0/16
   apiServerAddress: 127.0.0.1
 nodes:
 - role: control-plane
