@@ -227,27 +227,8 @@ EOF
 
 # ---------------------------------------------------------------- the namespace
 
-# kd_start_holder: start `sleep infinity` in a new private mount namespace. unshare execs sleep
-# in place, so the recorded PID is sleep's own and procs.sh's checks apply to it.
-kd_start_holder() {
-	local logfile="${KD_LOGS}/dockerns.log" _ pid
-	: >"${logfile}"
-	rm -f "${KD_PIDS}/dockerns.pid"
-	realpath "$(command -v sleep)" >"${KD_PIDS}/dockerns.exe"
-	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
-	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${KD_PIDS}/dockerns.pid" \
-		unshare --mount --propagation private -- sleep infinity \
-		</dev/null >>"${logfile}" 2>&1 8>&- 9>&- &
-	for _ in $(seq 1 50); do
-		pid="$(kd_pid dockerns)"
-		[[ -n "${pid}" && "$(readlink "/proc/${pid}/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]] && break
-		sleep 0.1
-	done
-	pid="$(kd_pid dockerns)"
-	[[ -n "${pid}" && "$(readlink "/proc/${pid}/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]] || return 1
-	readlink "/proc/${pid}/ns/mnt" >"${KD_DIR}/mntns"
-	log "started dockerns (pid ${pid}, $(cat "${KD_DIR}/mntns"))"
-}
+# kd_start_holder: the namespace's holder (hack/lib/procs.sh).
+kd_start_holder() { mountns_start_holder "${KD_PIDS}" "${KD_LOGS}/dockerns.log" dockerns "${KD_DIR}/mntns"; }
 
 # kd_in CMD...: run CMD in the namespace.
 kd_in() {
@@ -314,23 +295,10 @@ kd_remove_cgroups() {
 	return 0
 }
 
-# kd_kill_namespace_members: everything still in the namespace (containerd's shims, dockerd's
-# docker-proxy processes, a ctr) once the daemons are gone; it keeps the namespace's mounts
-# alive and it is ours, so end it.
-kd_kill_namespace_members() {
-	[[ -f "${KD_DIR}/mntns" ]] || return 0
-	local ns p pid
-	ns="$(cat "${KD_DIR}/mntns")"
-	for p in /proc/[0-9]*; do
-		[[ "$(readlink "${p}/ns/mnt" 2>/dev/null)" == "${ns}" ]] || continue
-		# A dead namespace's number can be reused; ours is the one with our overlays mounted.
-		grep -qF "${KD_DIR}/ns/" "${p}/mountinfo" 2>/dev/null || continue
-		pid="${p#/proc/}"
-		[[ "${pid}" != "$(kd_pid dockerns)" ]] || continue
-		log "stopping pid ${pid} left in the Docker namespace ($(tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | cut -c1-80))"
-		kill -KILL "${pid}" 2>/dev/null || true
-	done
-}
+# kd_kill_namespace_members: everything still in the namespace once the holder is gone
+# (containerd's shims, dockerd's docker-proxy processes, a ctr) keeps its mounts alive; it is
+# ours, so end it. Ours is the namespace with our overlays mounted.
+kd_kill_namespace_members() { mountns_kill_members "${KD_DIR}/mntns" "${KD_DIR}/ns/" "the Docker namespace"; }
 
 # ---------------------------------------------------------------- up / down
 
@@ -399,9 +367,8 @@ kd_down() {
 	proc_stop "${KD_PIDS}" dockerd || true
 	kd_kill_cgroup_members
 	proc_stop "${KD_PIDS}" containerd || true
-	kd_kill_namespace_members
 	proc_stop "${KD_PIDS}" dockerns || true
-	rm -f "${KD_DIR}/mntns"
+	kd_kill_namespace_members
 	kd_remove_cgroups
 	kd_bridge_down
 	# Only now, with no process left in the namespace, are the overlays and dockerd's layers

@@ -355,33 +355,8 @@ rn_node_identity() {
 
 # ---------------------------------------------------------------- the node mount namespace
 
-# rn_start_holder: start `sleep infinity` in a new private mount namespace. unshare execs sleep
-# in place, so the recorded PID is sleep's own and procs.sh's checks apply to it.
-rn_start_holder() {
-	local logfile="${LOGS}/nodens.log" _
-	: >"${logfile}"
-	rm -f "${PIDS}/nodens.pid"
-	realpath "$(command -v sleep)" >"${PIDS}/nodens.exe"
-	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
-	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${PIDS}/nodens.pid" \
-		unshare --mount --propagation private -- sleep infinity \
-		</dev/null >>"${logfile}" 2>&1 8>&- 9>&- &
-	for _ in $(seq 1 50); do
-		[[ -n "$(rn_pid nodens)" ]] && break
-		sleep 0.1
-	done
-	local pid
-	pid="$(rn_pid nodens)"
-	[[ -n "${pid}" ]] || return 1
-	# Wait until unshare has run: only then is the holder's namespace not the host's.
-	for _ in $(seq 1 50); do
-		[[ "$(readlink "/proc/${pid}/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]] && break
-		sleep 0.1
-	done
-	[[ "$(readlink "/proc/${pid}/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]] || return 1
-	readlink "/proc/${pid}/ns/mnt" >"${RN_DIR}/mntns"
-	log "started nodens (pid ${pid}, $(cat "${RN_DIR}/mntns"))"
-}
+# rn_start_holder: the node's mount namespace holder (hack/lib/procs.sh).
+rn_start_holder() { mountns_start_holder "${PIDS}" "${LOGS}/nodens.log" nodens "${RN_DIR}/mntns"; }
 
 # rn_mount_namespace: the overlays and faked sysctl files (see the header).
 rn_mount_namespace() {
@@ -460,21 +435,9 @@ rn_kill_shims() {
 }
 
 # rn_kill_namespace_members: anything still in the node's mount namespace once the holder is gone
-# (a shim or ctr left over from a crash) keeps its mounts alive; it is ours, so end it.
-rn_kill_namespace_members() {
-	[[ -f "${RN_DIR}/mntns" ]] || return 0
-	local ns p pid
-	ns="$(cat "${RN_DIR}/mntns")"
-	for p in /proc/[0-9]*; do
-		[[ "$(readlink "${p}/ns/mnt" 2>/dev/null)" == "${ns}" ]] || continue
-		# A dead namespace's number can be reused; ours is the one with our overlays mounted.
-		grep -qF "${RN_DIR}/overlay/" "${p}/mountinfo" 2>/dev/null || continue
-		pid="${p#/proc/}"
-		log "stopping pid ${pid} left in the node namespace ($(tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | cut -c1-80))"
-		kill -KILL "${pid}" 2>/dev/null || true
-	done
-	rm -f "${RN_DIR}/mntns"
-}
+# (a shim or ctr left over from a crash) keeps its mounts alive; it is ours, so end it. Ours is
+# the namespace with our overlays mounted.
+rn_kill_namespace_members() { mountns_kill_members "${RN_DIR}/mntns" "${RN_DIR}/overlay/" "the node namespace"; }
 
 # ---------------------------------------------------------------- up / down
 
