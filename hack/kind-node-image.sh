@@ -72,7 +72,7 @@ for arg in "$@"; do
 		;;
 	--print-rootfs) echo "${NODE_DIR}/node.tar"; exit 0 ;;
 	--force) FORCE=1 ;;
-	-h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,25p' "$0"; exit 0 ;;
 	*) die "unknown argument: ${arg}" ;;
 	esac
 done

@@ -10,7 +10,8 @@
 #          official one; KIND_NODE_IMAGE=default takes the one kind v0.33.0 defaults to.
 #
 # Usage: hack/kind.sh up|down|status|env|load-image FILE.tar...
-#   up          create the cluster (idempotent); prints the kubeconfig's path at the end
+#   up          create the cluster (idempotent) and wait until it takes pods (the default
+#               ServiceAccount exists, CoreDNS is Ready); prints the kubeconfig's path at the end
 #   down        delete it and stop and remove everything up started (also after a crash)
 #   status      the daemon's processes, the cluster's nodes and kube-system pods
 #   env         print the kubeconfig's path
@@ -128,6 +129,28 @@ write_user_config() {
 	} >"${KIND_DIR}/kind-config.yaml"
 }
 
+# usable: the cluster takes workloads: the default namespace's ServiceAccount exists (pods are
+# refused until the controller-manager made it) and every CoreDNS pod is Ready.
+usable() {
+	kubectl_ get serviceaccount default -n default >/dev/null 2>&1 || return 1
+	local ready
+	ready="$(kubectl_ get pods -n kube-system -l k8s-app=kube-dns \
+		-o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}' 2>/dev/null)" || return 1
+	[[ -n "${ready}" && " ${ready}" != *" False"* && " ${ready}" != *"  "* ]]
+}
+
+# wait_usable SECONDS: poll usable until it holds; fail after SECONDS.
+wait_usable() {
+	local deadline=$((SECONDS + $1))
+	until usable; do
+		((SECONDS < deadline)) || {
+			kubectl_ get pods -A -o wide >&2 || true
+			die "kind cluster ${CLUSTER_NAME}: no default ServiceAccount or CoreDNS not Ready after $1s"
+		}
+		sleep 0.5
+	done
+}
+
 on_up_failure() {
 	local rc=$?
 	[[ ${rc} -eq 0 ]] && return 0
@@ -183,7 +206,11 @@ up_locked() {
 	log "creating kind cluster ${CLUSTER_NAME} (node image ${image})..."
 	kind_ create cluster --name "${CLUSTER_NAME}" --config "${KIND_DIR}/kind-config.yaml" \
 		--kubeconfig "${KUBECONFIG_FILE}" --wait 3m 2>&1 | tee "${KIND_DIR}/logs/kind-create.log" >&2
-	log "kind cluster ${CLUSTER_NAME} created in $(since "${tc}")s ($(since "${t0}")s in all); kubeconfig ${KUBECONFIG_FILE}"
+	log "kind cluster ${CLUSTER_NAME} created in $(since "${tc}")s; waiting for CoreDNS..."
+	local tw
+	tw="$(now_ns)"
+	wait_usable 180
+	log "kind cluster ${CLUSTER_NAME} usable $(since "${tw}")s later ($(since "${t0}")s in all); kubeconfig ${KUBECONFIG_FILE}"
 	trap - EXIT
 	echo "${KUBECONFIG_FILE}"
 }
@@ -236,6 +263,6 @@ load-image)
 	shift
 	load_image "$@"
 	;;
--h | --help | help) sed -n '2,27p' "$0" ;;
+-h | --help | help) sed -n '2,24p' "$0" ;;
 *) die "usage: hack/kind.sh up|down|status|env|load-image FILE.tar..." ;;
 esac
