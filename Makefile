@@ -243,6 +243,7 @@ build-installer: manifests generate kustomize ## Write dist/install.yaml: everyt
 	"$(KUSTOMIZE)" build "$(LOCALBIN)/deploy/installer" > dist/install.yaml
 
 include hack/make/cluster.mk
+include hack/make/kind.mk
 
 ##@ Dependencies
 

@@ -41,6 +41,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/k8s-common.sh"
 # shellcheck source=hack/lib/procs.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
+# shellcheck source=hack/lib/net.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/net.sh"
 
 CLUSTER_DIR="${LOCKEDJOB_CLUSTER_DIR:-${LOCKEDJOB_CACHE}/cluster}"
 PORT_BASE="${LOCKEDJOB_CLUSTER_PORT_BASE:-26440}"

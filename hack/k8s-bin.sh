@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Build the local Kubernetes control-plane binaries at pinned versions:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok
-# and, with --real-node, kubelet (for hack/cluster.sh's real node)
+# and, with --real-node, kubelet (for hack/cluster.sh's real node); with --kind, kubelet,
+# kubeadm, kube-proxy, CoreDNS and kind (for hack/kind.sh and its node image)
 # into ${LOCKEDJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockedjob}/k8s-<version>/
 # (outside the checkout). Sources come from the Go module proxy through the
-# wrapper modules hack/k8s, hack/etcd and hack/kwok; their committed go.sum
+# wrapper modules hack/k8s, hack/etcd, hack/kwok, hack/coredns and hack/kind; their committed go.sum
 # verifies every module (go runs with -mod=readonly).
 #
 # A binary is rebuilt only if it is missing or its stamp (versions, wrapper
 # go.mod/go.sum hash, Go version) changed, so a second run takes seconds.
 #
-# Usage: hack/k8s-bin.sh [--print-dir] [--force] [--real-node]
+# Usage: hack/k8s-bin.sh [--print-dir] [--force] [--real-node] [--kind] [--only NAME]...
 #   --print-dir  only print the binary folder (no build)
 #   --force      rebuild everything
 #   --real-node  also build kubelet (~1 min; not needed by envtest or kwok)
+#   --kind       also build kubelet, kubeadm, kube-proxy, coredns and kind (~10 min cold)
+#   --only NAME  build only NAME (repeatable), e.g. --only kind
 set -euo pipefail
 
 # shellcheck source=hack/lib/k8s-common.sh
@@ -21,15 +24,26 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/k8s-common.sh"
 
 FORCE=0
 BINARIES=("${K8S_BINARIES[@]}")
-for arg in "$@"; do
+ONLY=()
+while [[ $# -gt 0 ]]; do
+	arg="$1"
+	shift
 	case "${arg}" in
 	--print-dir) echo "${K8S_BIN_DIR}"; exit 0 ;;
 	--force) FORCE=1 ;;
 	--real-node) BINARIES+=("${REAL_NODE_BINARIES[@]}") ;;
-	-h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+	--kind) BINARIES+=("${KIND_BINARIES[@]}") ;;
+	--only)
+		[[ $# -gt 0 ]] || die "--only needs a binary name"
+		ONLY+=("$1")
+		shift
+		;;
+	-h | --help) sed -n '2,19p' "$0"; exit 0 ;;
 	*) die "unknown argument: ${arg}" ;;
 	esac
 done
+
+[[ ${#ONLY[@]} -eq 0 ]] || BINARIES=("${ONLY[@]}")
 
 command -v go >/dev/null 2>&1 || die "go is not on PATH"
 go_wrapper_env
@@ -44,6 +58,8 @@ check_pin() { # wrapper module version
 check_pin k8s k8s.io/kubernetes "${K8S_VERSION}"
 check_pin etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}"
 check_pin kwok sigs.k8s.io/kwok "${KWOK_VERSION}"
+check_pin coredns github.com/coredns/coredns "${COREDNS_VERSION}"
+check_pin kind sigs.k8s.io/kind "${KIND_VERSION}"
 
 GO_VERSION="$(go env GOVERSION)"
 wrapper_hash() { cat "${HACK_DIR}/$1/go.mod" "${HACK_DIR}/$1/go.sum" | sha256sum | cut -c1-16; }
@@ -52,6 +68,7 @@ wrapper_hash() { cat "${HACK_DIR}/$1/go.mod" "${HACK_DIR}/$1/go.sum" | sha256sum
 declare -A WRAPPER=(
 	[etcd]=etcd [kube-apiserver]=k8s [kube-controller-manager]=k8s
 	[kube-scheduler]=k8s [kubectl]=k8s [kwok]=kwok [kubelet]=k8s
+	[kubeadm]=k8s [kube-proxy]=k8s [coredns]=coredns [kind]=kind
 )
 declare -A PKG=(
 	[etcd]=go.etcd.io/etcd/server/v3
@@ -61,16 +78,23 @@ declare -A PKG=(
 	[kubectl]=k8s.io/kubernetes/cmd/kubectl
 	[kwok]=sigs.k8s.io/kwok/cmd/kwok
 	[kubelet]=k8s.io/kubernetes/cmd/kubelet
+	[kubeadm]=k8s.io/kubernetes/cmd/kubeadm
+	[kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
+	[coredns]=github.com/coredns/coredns
+	[kind]=sigs.k8s.io/kind
 )
 declare -A VERSION=(
 	[etcd]="${ETCD_VERSION}" [kube-apiserver]="${K8S_VERSION}"
 	[kube-controller-manager]="${K8S_VERSION}" [kube-scheduler]="${K8S_VERSION}"
 	[kubectl]="${K8S_VERSION}" [kwok]="${KWOK_VERSION}" [kubelet]="${K8S_VERSION}"
+	[kubeadm]="${K8S_VERSION}" [kube-proxy]="${K8S_VERSION}" [coredns]="${COREDNS_VERSION}"
+	[kind]="${KIND_VERSION}"
 )
 declare -A HINT=(
 	[etcd]="~1 min" [kube-apiserver]="first time takes 4-9 min"
 	[kube-controller-manager]="~3 min after kube-apiserver" [kube-scheduler]="~30 s after kube-apiserver"
 	[kubectl]="~1 min" [kwok]="~1 min" [kubelet]="~1 min after kube-apiserver"
+	[kubeadm]="~4 min" [kube-proxy]="~30 s after kube-apiserver" [coredns]="~5 min" [kind]="~30 s"
 )
 
 stamp_of() { # name
@@ -98,6 +122,10 @@ ldflags_for() { # name
 	esac
 	echo "${flags}"
 }
+
+for n in "${BINARIES[@]}"; do
+	[[ -n "${PKG[$n]:-}" ]] || die "unknown binary ${n} (known: ${!PKG[*]})"
+done
 
 mkdir -p "${K8S_BIN_DIR}"
 START_ALL=${SECONDS}

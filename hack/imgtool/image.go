@@ -18,6 +18,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"os"
@@ -40,19 +41,27 @@ type imageConfig struct {
 	workdir    string
 	env        []string
 	labels     map[string]string
+	// baseLayer is a tar file put under the layers the specs make, as it is (-base-layer).
+	baseLayer string
 	// created is the image's creation time and every file's mtime: SOURCE_DATE_EPOCH or 0,
 	// never the clock, so the digest depends on the inputs alone.
 	created time.Time
 }
 
 // buildImage assembles an image of at most two layers: the base layer (folders, /etc, CA
-// certificates) first, so images with the same base share it on a node, then the files.
+// certificates) first, so images with the same base share it on a node, then the files; under
+// both the -base-layer tar, if one is given.
 func buildImage(entries []entry, cfg imageConfig) (v1.Image, error) {
 	t, err := buildTree(entries)
 	if err != nil {
 		return nil, err
 	}
 	img := empty.Image
+	if cfg.baseLayer != "" {
+		if img, err = appendTarLayer(img, cfg.baseLayer, cfg.created); err != nil {
+			return nil, err
+		}
+	}
 	for _, l := range []struct {
 		base      bool
 		createdBy string
@@ -85,6 +94,23 @@ func appendLayer(img v1.Image, entries []entry, created time.Time, createdBy str
 	})
 	if err != nil {
 		return nil, fmt.Errorf("append %s layer: %w", createdBy, err)
+	}
+	return img, nil
+}
+
+// appendTarLayer appends the tar file path (plain or gzipped) as a layer, its entries as they are.
+// Images built on the same file share that layer on a node.
+func appendTarLayer(img v1.Image, path string, created time.Time) (v1.Image, error) {
+	layer, err := tarball.LayerFromFile(path, tarball.WithCompressionLevel(gzip.BestSpeed))
+	if err != nil {
+		return nil, fmt.Errorf("base layer %s: %w", path, err)
+	}
+	img, err = mutate.Append(img, mutate.Addendum{
+		Layer:   layer,
+		History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "imgtool base-layer " + filepath.Base(path)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("append base layer %s: %w", path, err)
 	}
 	return img, nil
 }

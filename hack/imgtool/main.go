@@ -18,8 +18,8 @@ limitations under the License.
 // no daemon, no registry, no base image. The project builds its manager, pause and workload
 // images with it on machines without a container engine (docs/images.md).
 //
-//	imgtool -tag REF -out FILE [-entrypoint JSON] [-cmd JSON] [-user UID:GID] [-workdir DIR]
-//	        [-env K=V]... [-label K=V]... SPEC...
+//	imgtool -tag REF -out FILE [-base-layer TAR] [-entrypoint JSON] [-cmd JSON] [-user UID:GID]
+//	        [-workdir DIR] [-env K=V]... [-label K=V]... SPEC...
 //
 // The same inputs give the same image digest: file times are SOURCE_DATE_EPOCH (or 0), entries
 // are sorted, owners are 0:0 unless a SPEC says otherwise.
@@ -73,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	entries, err := parseSpecs(o.specs, stderr)
+	entries, err := parseSpecs(o.specs, o.config.baseLayer != "", stderr)
 	if err != nil {
 		return err
 	}
@@ -101,6 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&cmdJSON, "cmd", "", `default arguments as a JSON list`)
 	fs.StringVar(&o.config.user, "user", "", "UID:GID the container runs as (default: root)")
 	fs.StringVar(&o.config.workdir, "workdir", "", "working folder")
+	fs.StringVar(&o.config.baseLayer, "base-layer", "", "a tar file (e.g. a Debian root filesystem) put under every other layer; dynamically linked binaries are then allowed")
 	fs.Var(&env, "env", "K=V environment variable (repeatable); PATH defaults to distroless's")
 	fs.Var(&labels, "label", "K=V image label (repeatable)")
 	// Usage is help on stderr, as flag's own PrintDefaults writes it: a failed write has no one to tell.

@@ -149,6 +149,56 @@ func TestLayersAreBaseThenFiles(t *testing.T) {
 	}
 }
 
+// TestBaseLayerGoesUnderTheSpecs: -base-layer puts a tar file (a root filesystem with libc) under
+// the specs' layers as it is, and lets a dynamically linked binary in, which it can then run.
+func TestBaseLayerGoesUnderTheSpecs(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "rootfs.tar")
+	f, err := os.Create(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(f)
+	for _, h := range []*tar.Header{
+		{Name: "lib/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "lib/libc.so.6", Typeflag: tar.TypeReg, Mode: 0o644, Size: 4},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Size > 0 {
+			if _, err := tw.Write([]byte("libc")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "x.tar")
+	// Debian's ls needs ld-linux and libc: refused alone (TestRefusals), taken on a base layer.
+	runOK(t, []string{"-tag", "lockedjob.local/x:v1", "-out", out, "-base-layer", base, "file:/bin/ls:/usr/local/bin/ls"})
+
+	img, _ := readArchive(t, out, "lockedjob.local/x:v1")
+	layers := mustLayers(t, img)
+	if len(layers) != 2 {
+		t.Fatalf("got %d layers, want 2 (the base layer, the files)", len(layers))
+	}
+	want := map[string]fileInfo{
+		"lib":           {tar.TypeDir, 0o755, 0, 0, 0},
+		"lib/libc.so.6": {tar.TypeReg, 0o644, 0, 0, 4},
+	}
+	if diff := cmp.Diff(want, layerFiles(t, layers[0])); diff != "" {
+		t.Errorf("base layer (-want,+got):\n%s", diff)
+	}
+	if _, ok := layerFiles(t, layers[1])["usr/local/bin/ls"]; !ok {
+		t.Errorf("the files layer lacks /usr/local/bin/ls")
+	}
+}
+
 func TestImageConfigFlags(t *testing.T) {
 	dir := t.TempDir()
 	data := writeFile(t, dir, "data.txt", "hello", 0o600)

@@ -72,11 +72,13 @@ const specUsage = `SPEC (each may repeat; paths must not contain ':'):
                                  warning when absent)
 file specs go into the image's second layer; everything else into its first (base) layer.`
 
-// parseSpecs turns SPEC arguments into entries. warn receives notes that do not stop the build.
-func parseSpecs(specs []string, warn io.Writer) ([]entry, error) {
+// parseSpecs turns SPEC arguments into entries. withLibc says a base layer (-base-layer) brings a
+// loader and libc, so dynamically linked binaries may come too. warn receives notes that do not
+// stop the build.
+func parseSpecs(specs []string, withLibc bool, warn io.Writer) ([]entry, error) {
 	var entries []entry
 	for _, s := range specs {
-		es, err := parseSpec(s, warn)
+		es, err := parseSpec(s, withLibc, warn)
 		if err != nil {
 			return nil, fmt.Errorf("spec %q: %w", s, err)
 		}
@@ -85,11 +87,11 @@ func parseSpecs(specs []string, warn io.Writer) ([]entry, error) {
 	return entries, nil
 }
 
-func parseSpec(s string, warn io.Writer) ([]entry, error) {
+func parseSpec(s string, withLibc bool, warn io.Writer) ([]entry, error) {
 	kind, rest, _ := strings.Cut(s, ":")
 	switch kind {
 	case "file":
-		return parseFileSpec(rest)
+		return parseFileSpec(rest, withLibc)
 	case "dir":
 		return parseDirSpec(rest)
 	case "nonroot-etc":
@@ -107,7 +109,7 @@ func parseSpec(s string, warn io.Writer) ([]entry, error) {
 	}
 }
 
-func parseFileSpec(rest string) ([]entry, error) {
+func parseFileSpec(rest string, withLibc bool) ([]entry, error) {
 	parts := strings.Split(rest, ":")
 	if len(parts) < 2 || parts[0] == "" {
 		return nil, errors.New("want file:SRC:DST[:MODE[:UID:GID]]")
@@ -117,8 +119,10 @@ func parseFileSpec(rest string) ([]entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read source: %w", err)
 	}
-	if err := refuseDynamicELF(src); err != nil {
-		return nil, err
+	if !withLibc {
+		if err := refuseDynamicELF(src); err != nil {
+			return nil, err
+		}
 	}
 	mode, err := defaultFileMode(src)
 	if err != nil {
@@ -214,7 +218,7 @@ func refuseDynamicELF(src string) error {
 	defer func() { _ = f.Close() }()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked (build it with CGO_ENABLED=0): the image has no loader or libc", src)
+			return fmt.Errorf("%s is dynamically linked (build it with CGO_ENABLED=0, or give a -base-layer with libc): the image has no loader or libc", src)
 		}
 	}
 	return nil

@@ -3,7 +3,7 @@
 # shellcheck disable=SC2034 # variables are used by the sourcing scripts
 #
 # The pinned versions below must match the wrapper modules' go.mod files
-# (hack/k8s, hack/etcd, hack/kwok, hack/kueue); k8s-bin.sh and kueue-bin.sh check that they do.
+# (hack/k8s, hack/etcd, hack/kwok, hack/kueue, hack/kind, hack/coredns); k8s-bin.sh and kueue-bin.sh check that they do.
 
 LOCKEDJOB_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HACK_DIR="${LOCKEDJOB_ROOT}/hack"
@@ -12,6 +12,8 @@ K8S_VERSION="v1.37.2"
 ETCD_VERSION="v3.6.16"
 KWOK_VERSION="v0.8.0"
 KUEUE_VERSION="v0.17.0"
+KIND_VERSION="v0.33.0"
+COREDNS_VERSION="v1.14.6"
 
 LOCKEDJOB_CACHE="${LOCKEDJOB_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/lockedjob}"
 # One folder holds every binary (etcd, kube-apiserver, kubectl, ... and kwok),
@@ -22,6 +24,9 @@ K8S_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Built only for a real node (hack/k8s-bin.sh --real-node, or hack/cluster.sh up when it adds
 # one), so envtest and kwok-only users never pay for them.
 REAL_NODE_BINARIES=(kubelet)
+# Built only for the kind cluster of hack/kind.sh (hack/k8s-bin.sh --kind): what the project's
+# node image carries (kubelet, kubeadm, kube-proxy's and CoreDNS's images) and kind itself.
+KIND_BINARIES=(kubelet kubeadm kube-proxy coredns kind)
 
 # Kueue's manager (hack/kueue-bin.sh) has a folder of its own: it is no part of the control
 # plane, and its version moves apart from Kubernetes'.

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Process bookkeeping shared by hack/cluster.sh and hack/demo.sh. Source, don't run; the sourcing
-# script provides log and die (hack/lib/k8s-common.sh does).
+# Process bookkeeping shared by hack/cluster.sh, hack/demo.sh and hack/kind.sh. Source, don't
+# run; the sourcing script provides log and die (hack/lib/k8s-common.sh does).
 #
 # A process NAME is recorded in a folder DIR as NAME.pid, written by a wrapper shell right before
 # it execs the binary (so it is the binary's PID), and NAME.exe, the binary's real path. A PID
@@ -152,4 +152,48 @@ proc_status() {
 		fi
 	done
 	return "${rc}"
+}
+
+# mountns_start_holder DIR LOGFILE NAME RECORD: start `sleep infinity` in a new private mount
+# namespace, recorded as NAME in DIR, for daemons whose mounts must stay off the host (the real
+# node's containerd and kubelet, the kind cluster's dockerd): what they mount stays in it and goes
+# with it. unshare execs sleep in place, so the recorded PID is sleep's own and the checks above
+# apply to it. Writes the namespace's id to RECORD once unshare has run; returns 1 if it did not.
+mountns_start_holder() {
+	local dir="$1" logfile="$2" name="$3" record="$4" pid _
+	: >"${logfile}"
+	rm -f "${dir}/${name}.pid"
+	realpath "$(command -v sleep)" >"${dir}/${name}.exe"
+	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
+	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${dir}/${name}.pid" \
+		unshare --mount --propagation private -- sleep infinity \
+		</dev/null >>"${logfile}" 2>&1 8>&- 9>&- &
+	# Only once unshare has run is the holder's namespace not ours.
+	for _ in $(seq 1 100); do
+		pid="$(proc_pid "${dir}" "${name}")"
+		[[ -n "${pid}" && "$(readlink "/proc/${pid}/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]] && break
+		sleep 0.1
+	done
+	pid="$(proc_pid "${dir}" "${name}")"
+	[[ -n "${pid}" && "$(readlink "/proc/${pid}/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]] || return 1
+	readlink "/proc/${pid}/ns/mnt" >"${record}"
+	log "started ${name} (pid ${pid}, $(cat "${record}"))"
+}
+
+# mountns_kill_members RECORD MARKER WHAT: SIGKILL every process still in the namespace RECORD
+# names (a shim or ctr left over, which keeps its mounts alive; ours, so end it), then forget
+# RECORD. A dead namespace's number can be reused: ours is the one whose mounts show MARKER (a
+# folder only ours mounts). WHAT names the namespace in the log.
+mountns_kill_members() {
+	local record="$1" marker="$2" what="$3" ns p pid
+	[[ -f "${record}" ]] || return 0
+	ns="$(cat "${record}")"
+	for p in /proc/[0-9]*; do
+		[[ "$(readlink "${p}/ns/mnt" 2>/dev/null)" == "${ns}" ]] || continue
+		grep -qF "${marker}" "${p}/mountinfo" 2>/dev/null || continue
+		pid="${p#/proc/}"
+		log "stopping pid ${pid} left in ${what} ($(tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | cut -c1-80))"
+		kill -KILL "${pid}" 2>/dev/null || true
+	done
+	rm -f "${record}"
 }

@@ -3,8 +3,8 @@
 # The real node of hack/cluster.sh: kubelet + containerd + runc + bridge CNI running real
 # containers beside the kwok nodes. Source, don't run; hack/cluster.sh provides CLUSTER_DIR,
 # PORT_BASE, PKI, LOGS, PIDS, K8S_BIN_DIR, APISERVER_PORT and kubectl_, and sources
-# hack/lib/k8s-common.sh (log, die, port_free, now_ns, since) and hack/lib/procs.sh (the process
-# helpers). docs/local-cluster.md ("Real node") explains the design; the set-up it follows
+# hack/lib/k8s-common.sh (log, die, port_free, now_ns, since), hack/lib/procs.sh (the process
+# helpers) and hack/lib/net.sh (cidr_overlaps, subnet_taken). docs/local-cluster.md ("Real node") explains the design; the set-up it follows
 # was proven on these machines first (see the config comments for why each value is what it is).
 #
 # Everything is per cluster, derived from its port block, so several clusters (a developer's,
@@ -136,47 +136,6 @@ rn_blocker() {
 
 # ---------------------------------------------------------------- network
 
-ip4_to_int() { # a.b.c.d
-	local IFS=.
-	# shellcheck disable=SC2086 # split on dots on purpose
-	set -- $1
-	echo $((($1 << 24) + ($2 << 16) + ($3 << 8) + $4))
-}
-
-# cidr_overlaps A/LEN B/LEN: true if the two IPv4 prefixes share an address.
-cidr_overlaps() {
-	local a="${1%/*}" al="${1#*/}" b="${2%/*}" bl="${2#*/}"
-	[[ "$1" == */* ]] || al=32
-	[[ "$2" == */* ]] || bl=32
-	local len=$((al < bl ? al : bl))
-	local mask=$(((0xffffffff << (32 - len)) & 0xffffffff))
-	(($(($(ip4_to_int "${a}") & mask)) == $(($(ip4_to_int "${b}") & mask))))
-}
-
-# rn_host_prefixes: "PREFIX DEV" for every IPv4 address and route of the host, bar default routes.
-rn_host_prefixes() {
-	ip -4 -o addr show | awk '{ print $4, $2 }'
-	ip -4 -o route show table all | awk '{
-		p = ""; d = "-"
-		for (i = 1; i <= NF; i++) {
-			if (p == "" && $i ~ /^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+(\/[0-9]+)?$/) p = $i
-			if ($i == "dev" && i < NF) d = $(i + 1)
-		}
-		if (p != "" && p !~ /\/0$/) print p, d
-	}'
-}
-
-# rn_subnet_taken SUBNET [DEV]: true if a host address or route (other than on DEV) overlaps
-# SUBNET: pods there would be unreachable or shadow a real network.
-rn_subnet_taken() {
-	local subnet="$1" except="${2:-}" p d
-	while read -r p d; do
-		[[ -n "${p}" && "${d}" != "${except}" ]] || continue
-		cidr_overlaps "${subnet}" "${p}" && return 0
-	done < <(rn_host_prefixes)
-	return 1
-}
-
 # rn_pick_subnet: the first free 10.200.K.0/24 from the port block's own K on, so two clusters
 # whose port bases map to the same K both get a node. Never kwok's range.
 rn_pick_subnet() {
@@ -184,7 +143,7 @@ rn_pick_subnet() {
 	for ((i = 0; i < 256; i++)); do
 		k=$(((start + i) % 256))
 		cidr_overlaps "10.200.${k}.0/24" "${RN_KWOK_CIDR}" && continue
-		rn_subnet_taken "10.200.${k}.0/24" && continue
+		subnet_taken "10.200.${k}.0/24" && continue
 		((k == start)) || log "real node: 10.200.${start}.0/24 is in use on this host; using 10.200.${k}.0/24"
 		rn_names "${RN_BASE}" "${k}"
 		return 0
@@ -211,7 +170,7 @@ rn_bridge_up() {
 	ip addr add "${RN_IP}/24" dev "${RN_BRIDGE}" || die "adding ${RN_IP}/24 to ${RN_BRIDGE} failed"
 	ip link set "${RN_BRIDGE}" up || die "setting ${RN_BRIDGE} up failed"
 	# Another cluster may have picked the same subnet at the same moment.
-	if rn_subnet_taken "${RN_SUBNET}" "${RN_BRIDGE}"; then
+	if subnet_taken "${RN_SUBNET}" "${RN_BRIDGE}"; then
 		die "real node: another interface took ${RN_SUBNET} while ${RN_BRIDGE} was created; run up again"
 	fi
 }
@@ -396,33 +355,8 @@ rn_node_identity() {
 
 # ---------------------------------------------------------------- the node mount namespace
 
-# rn_start_holder: start `sleep infinity` in a new private mount namespace. unshare execs sleep
-# in place, so the recorded PID is sleep's own and procs.sh's checks apply to it.
-rn_start_holder() {
-	local logfile="${LOGS}/nodens.log" _
-	: >"${logfile}"
-	rm -f "${PIDS}/nodens.pid"
-	realpath "$(command -v sleep)" >"${PIDS}/nodens.exe"
-	# shellcheck disable=SC2016 # $$, $0 and $@ expand in the child shell
-	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${PIDS}/nodens.pid" \
-		unshare --mount --propagation private -- sleep infinity \
-		</dev/null >>"${logfile}" 2>&1 8>&- 9>&- &
-	for _ in $(seq 1 50); do
-		[[ -n "$(rn_pid nodens)" ]] && break
-		sleep 0.1
-	done
-	local pid
-	pid="$(rn_pid nodens)"
-	[[ -n "${pid}" ]] || return 1
-	# Wait until unshare has run: only then is the holder's namespace not the host's.
-	for _ in $(seq 1 50); do
-		[[ "$(readlink "/proc/${pid}/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]] && break
-		sleep 0.1
-	done
-	[[ "$(readlink "/proc/${pid}/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]] || return 1
-	readlink "/proc/${pid}/ns/mnt" >"${RN_DIR}/mntns"
-	log "started nodens (pid ${pid}, $(cat "${RN_DIR}/mntns"))"
-}
+# rn_start_holder: the node's mount namespace holder (hack/lib/procs.sh).
+rn_start_holder() { mountns_start_holder "${PIDS}" "${LOGS}/nodens.log" nodens "${RN_DIR}/mntns"; }
 
 # rn_mount_namespace: the overlays and faked sysctl files (see the header).
 rn_mount_namespace() {
@@ -501,21 +435,9 @@ rn_kill_shims() {
 }
 
 # rn_kill_namespace_members: anything still in the node's mount namespace once the holder is gone
-# (a shim or ctr left over from a crash) keeps its mounts alive; it is ours, so end it.
-rn_kill_namespace_members() {
-	[[ -f "${RN_DIR}/mntns" ]] || return 0
-	local ns p pid
-	ns="$(cat "${RN_DIR}/mntns")"
-	for p in /proc/[0-9]*; do
-		[[ "$(readlink "${p}/ns/mnt" 2>/dev/null)" == "${ns}" ]] || continue
-		# A dead namespace's number can be reused; ours is the one with our overlays mounted.
-		grep -qF "${RN_DIR}/overlay/" "${p}/mountinfo" 2>/dev/null || continue
-		pid="${p#/proc/}"
-		log "stopping pid ${pid} left in the node namespace ($(tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | cut -c1-80))"
-		kill -KILL "${pid}" 2>/dev/null || true
-	done
-	rm -f "${RN_DIR}/mntns"
-}
+# (a shim or ctr left over from a crash) keeps its mounts alive; it is ours, so end it. Ours is
+# the namespace with our overlays mounted.
+rn_kill_namespace_members() { mountns_kill_members "${RN_DIR}/mntns" "${RN_DIR}/overlay/" "the node namespace"; }
 
 # ---------------------------------------------------------------- up / down
 

@@ -501,8 +501,14 @@ var watchedSysctls = []string{
 
 func readSysctls(t *testing.T) map[string]string {
 	t.Helper()
+	return readSysctlsOf(t, watchedSysctls)
+}
+
+// readSysctlsOf reads the settings at paths (files under /proc/sys).
+func readSysctlsOf(t *testing.T, paths []string) map[string]string {
+	t.Helper()
 	m := map[string]string{}
-	for _, p := range watchedSysctls {
+	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatalf("read %s: %v", p, err)
@@ -514,7 +520,13 @@ func readSysctls(t *testing.T) map[string]string {
 
 func checkSysctls(t *testing.T, before map[string]string, when string) {
 	t.Helper()
-	for p, v := range readSysctls(t) {
+	checkSysctlsOf(t, watchedSysctls, before, when)
+}
+
+// checkSysctlsOf fails for every setting at paths that is not what before recorded.
+func checkSysctlsOf(t *testing.T, paths []string, before map[string]string, when string) {
+	t.Helper()
+	for p, v := range readSysctlsOf(t, paths) {
 		if v != before[p] {
 			t.Errorf("%s, %s is %s on the host, was %s", when, p, v, before[p])
 		}

@@ -25,6 +25,7 @@ const fakeYear = "2031"
 var copied = []string{
 	"Makefile",
 	"hack/make/cluster.mk",
+	"hack/make/kind.mk",
 	"hack/lib/k8s-common.sh",
 	"hack/boilerplate.go.txt",
 	"go.mod",

@@ -1,6 +1,8 @@
 // Command hello is the workload TestRealNode runs in a real container: it prints one line with
 // its host name (the pod's name), then waits for SIGTERM. With -once it prints and exits, for
-// `kubectl exec`; with -dial it also sends that line to a TCP address (a listener on the host).
+// `kubectl exec`; with -dial it also sends that line to a TCP address (a listener on the host);
+// with -resolve NAME it also prints NAME's addresses as the pod's resolver (the cluster's DNS)
+// gives them, and fails if it cannot (TestKindCluster).
 package main
 
 import (
@@ -9,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -16,6 +19,7 @@ import (
 func main() {
 	once := flag.Bool("once", false, "print the line and exit")
 	dial := flag.String("dial", "", "also send the line to this TCP address")
+	resolve := flag.String("resolve", "", "also print this name's addresses")
 	flag.Parse()
 	host, err := os.Hostname()
 	if err != nil {
@@ -28,6 +32,14 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	}
+	if *resolve != "" {
+		addrs, err := net.LookupHost(*resolve)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("resolved %s: %s\n", *resolve, strings.Join(addrs, " "))
 	}
 	if *once {
 		return
