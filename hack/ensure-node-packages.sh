@@ -11,6 +11,8 @@ set -euo pipefail
 
 # shellcheck source=hack/lib/k8s-common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/k8s-common.sh"
+# shellcheck source=hack/lib/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 
 PACKAGES=(containerd runc containernetworking-plugins)
 
@@ -28,36 +30,4 @@ missing_packages() {
 	done
 }
 
-CHECK=0
-case "${1:-}" in
-"") ;;
---check) CHECK=1 ;;
-*) die "unknown argument: $1 (usage: hack/ensure-node-packages.sh [--check])" ;;
-esac
-
-mapfile -t missing < <(missing_packages)
-[[ ${#missing[@]} -eq 0 ]] && exit 0
-if [[ ${CHECK} -eq 1 ]]; then
-	log "missing Debian packages for a real node: ${missing[*]}"
-	exit 1
-fi
-
-if [[ "$(id -u)" -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-	cat >&2 <<MSG
-A real node needs the Debian packages: ${missing[*]}
-This script cannot install them (not root, or no apt-get). Run:
-  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}
-then run the make target again (or set LOCKEDJOB_REAL_NODE=0 to go without a real node).
-MSG
-	exit 1
-fi
-
-log "installing Debian packages for a real node: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2 || die "apt-get update failed; cannot install ${missing[*]}"
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 ||
-	die "apt-get install ${missing[*]} failed; install them by hand or set LOCKEDJOB_REAL_NODE=0"
-
-mapfile -t missing < <(missing_packages)
-[[ ${#missing[@]} -eq 0 ]] || die "still missing after apt-get install: ${missing[*]}"
-log "installed: $(dpkg-query -W -f '${Package} ${Version}  ' "${PACKAGES[@]}")"
+ensure_debian_packages "a real node" "or set LOCKEDJOB_REAL_NODE=0 to go without a real node" "${1:-}"
