@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
 	"github.com/lockedjob/lockedjob/test/utils"
@@ -210,15 +209,7 @@ func (k *kind) shimPIDs(t *testing.T) []int {
 
 func (k *kind) clientset() kubernetes.Interface {
 	k.t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(k.dir, "kubeconfig"))
-	if err != nil {
-		k.t.Fatalf("load kubeconfig: %v", err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		k.t.Fatal(err)
-	}
-	return cs
+	return clientsetOf(k.t, filepath.Join(k.dir, "kubeconfig"))
 }
 
 // waitNodeReady polls until the cluster has one node and it is Ready.

@@ -261,13 +261,19 @@ func buildHelloImage(t *testing.T, root string) string {
 
 func (c *cluster) clientset() kubernetes.Interface {
 	c.t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.Dir, "kubeconfig"))
+	return clientsetOf(c.t, filepath.Join(c.Dir, "kubeconfig"))
+}
+
+// clientsetOf is a client of the cluster of the kubeconfig file at path.
+func clientsetOf(t *testing.T, path string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
-		c.t.Fatalf("load kubeconfig: %v", err)
+		t.Fatalf("load kubeconfig: %v", err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return cs
 }
