@@ -146,6 +146,13 @@ func guardedJob(ns, lock string) *batchv1.Job {
 	return job
 }
 
+// waitsUnfenced says whether job waits: suspended, with no fence recorded on it.
+func waitsUnfenced(job *batchv1.Job) (bool, string) {
+	_, fenced := job.Annotations[batchv1alpha1.AnnotationFencingToken]
+	return job.Spec.Suspend != nil && *job.Spec.Suspend && !fenced,
+		fmt.Sprintf("spec.suspend %v, annotations %v", job.Spec.Suspend, job.Annotations)
+}
+
 // fenceOf waits until job carries the guard state Held with its pod template fence (the
 // guarded-Job reconciler's write, or Kueue's from our check) and returns the fence.
 func fenceOf(t *testing.T, job *batchv1.Job) int64 {
@@ -234,9 +241,7 @@ func TestOperatorAdmitsAKueueJobUnderItsLock(t *testing.T) {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
 			return false, err.Error()
 		}
-		_, fenced := job.Annotations[batchv1alpha1.AnnotationFencingToken]
-		return job.Spec.Suspend != nil && *job.Spec.Suspend && !fenced,
-			fmt.Sprintf("spec.suspend %v, annotations %v", job.Spec.Suspend, job.Annotations)
+		return waitsUnfenced(job)
 	})
 
 	completeJob(t, holder)

@@ -65,9 +65,7 @@ func TestOperatorSharesAClusterScopeLockWithAGuardedJobOfAnotherNamespace(t *tes
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
 			return false, err.Error()
 		}
-		_, fenced := job.Annotations[batchv1alpha1.AnnotationFencingToken]
-		return job.Spec.Suspend != nil && *job.Spec.Suspend && !fenced,
-			fmt.Sprintf("spec.suspend %v, annotations %v", job.Spec.Suspend, job.Annotations)
+		return waitsUnfenced(job)
 	})
 
 	completeJob(t, holder)
