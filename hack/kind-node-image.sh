@@ -8,7 +8,8 @@
 #     conntrack), cached in ${LOCKEDJOB_CACHE}/kind-rootfs/ by its package list;
 #   - kind's entrypoint and unit files from its module (sigs.k8s.io/kind, images/base/files, read
 #     from the Go module cache), with the project's files of hack/kind/node: an entrypoint that
-#     guards the host's sysctls, containerd's configuration, a static bridge CNI configuration;
+#     guards the host's sysctls, containerd's configuration (the pods' network configuration is
+#     written per node by hack/kind.sh once the node has its pod CIDR);
 #   - kubelet, kubeadm and kubectl (hack/k8s-bin.sh --kind);
 #   - the images kubeadm runs, written by hack/imgtool on a small Debian base layer (the binaries
 #     are dynamically linked) and preloaded into the node's containerd: lockedjob.local/
@@ -193,7 +194,6 @@ install -m 0644 "${KIND_FILES}/etc/systemd/system/kubelet.service.d/"* "${WORK}/
 sed -e 's|^ExecStart=/usr/local/bin/containerd|ExecStart=/usr/bin/containerd|' -e '/modprobe/d' \
 	"${KIND_FILES}/etc/systemd/system/containerd.service" >"${WORK}/etc/systemd/system/containerd.service"
 install -m 0644 "${HACK_DIR}/kind/node/containerd.toml" "${WORK}/etc/containerd/config.toml"
-install -m 0644 "${HACK_DIR}/kind/node/10-lockedjob.conflist" "${WORK}/etc/cni/net.d/10-lockedjob.conflist"
 install -m 0644 "${HACK_DIR}/kind/node/default-storage.yaml" "${WORK}/kind/manifests/default-storage.yaml"
 echo "${K8S_VERSION}" >"${WORK}/kind/version"
 for b in kubelet kubeadm kubectl; do

@@ -9,18 +9,22 @@
 #   set    the user's Docker (docker on PATH, DOCKER_HOST) and that node image, e.g. kind's
 #          official one; KIND_NODE_IMAGE=default takes the one kind v0.33.0 defaults to.
 #
-# Usage: hack/kind.sh up|down|status|env|load-image FILE.tar...
+# Usage: hack/kind.sh up|down|status|env|pod-host|load-image FILE.tar...
 #   up          create the cluster (idempotent) and wait until it takes pods (the default
 #               ServiceAccount exists, CoreDNS is Ready); prints the kubeconfig's path at the end
 #   down        delete it and stop and remove everything up started (also after a crash)
 #   status      the daemon's processes, the cluster's nodes and kube-system pods
 #   env         print the kubeconfig's path
+#   pod-host    print the address at which the cluster's pods reach this machine (the gateway of
+#               the Docker network kind's nodes are on): bind a redis-server there for them
 #   load-image  load image tarballs (make images) into the nodes (kind load image-archive)
 #
 # Environment:
 #   LOCKEDJOB_KIND_DIR  the cluster's folder: kubeconfig, logs, the daemon's state
 #                       (default ${LOCKEDJOB_CACHE}/kind-cluster)
 #   KIND_CLUSTER_NAME   the kind cluster's name (default lockedjob)
+#   KIND_WORKERS        worker nodes beside the control plane (default 1; with 0 the control
+#                       plane takes pods itself)
 #   KIND_NODE_IMAGE     see above
 set -euo pipefail
 
@@ -35,6 +39,10 @@ KIND_DIR="${LOCKEDJOB_KIND_DIR:-${LOCKEDJOB_CACHE}/kind-cluster}"
 mkdir -p "${KIND_DIR}"
 KIND_DIR="$(cd "${KIND_DIR}" && pwd)"
 CLUSTER_NAME="${KIND_CLUSTER_NAME:-lockedjob}"
+WORKERS="${KIND_WORKERS:-1}"
+# The offline mode's pods; the controller-manager gives each node a /24 of it.
+POD_SUBNET="10.244.0.0/16"
+[[ "${WORKERS}" =~ ^[0-9]+$ ]] || die "KIND_WORKERS=${WORKERS}: want a number of worker nodes"
 KUBECONFIG_FILE="${KIND_DIR}/kubeconfig"
 KIND_BIN="${K8S_BIN_DIR}/kind"
 KUBECTL_BIN="${K8S_BIN_DIR}/kubectl"
@@ -85,17 +93,16 @@ write_config() {
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 networking:
-  # kindnetd is not served offline: the node image carries a static bridge CNI configuration
-  # for its own pod CIDR (10.244.0.0/24, the first of podSubnet).
+  # kindnetd is not served offline: wire_pods gives each node a bridge CNI configuration for
+  # the pod CIDR the controller-manager gave it (a /24 of podSubnet) and routes to the others'.
   disableDefaultCNI: true
-  podSubnet: 10.244.0.0/16
+  podSubnet: ${POD_SUBNET}
   # The node image's entrypoint refuses forwarded packets to this range until kube-proxy's rules
   # rewrite them (hack/kind/node/entrypoint).
   serviceSubnet: 10.96.0.0/16
   apiServerAddress: 127.0.0.1
 nodes:
-- role: control-plane
-  image: ${image}
+$(node_list "${image}")
 kubeadmConfigPatches:
 - |
   kind: ClusterConfiguration
@@ -121,12 +128,82 @@ write_user_config() {
 		echo "# Written by hack/kind.sh: a one-node kind cluster on the user's Docker."
 		echo "kind: Cluster"
 		echo "apiVersion: kind.x-k8s.io/v1alpha4"
-		if [[ "${image}" != default ]]; then
-			echo "nodes:"
-			echo "- role: control-plane"
-			echo "  image: ${image}"
+		echo "nodes:"
+		if [[ "${image}" == default ]]; then
+			node_list
+		else
+			node_list "${image}"
 		fi
 	} >"${KIND_DIR}/kind-config.yaml"
+}
+
+# node_list [IMAGE]: the nodes of the kind configuration: a control plane and WORKERS workers,
+# of IMAGE (or kind's default image).
+node_list() {
+	local role i
+	for role in control-plane $(for ((i = 0; i < WORKERS; i++)); do echo worker; done); do
+		echo "- role: ${role}"
+		[[ -z "${1:-}" ]] || echo "  image: $1"
+	done
+}
+
+# wire_pods: the pod network of the offline mode, what kindnetd does in kind's own image: each
+# node gets hack/kind/pod-network.conflist for its pod CIDR (a bridge with host-local addresses;
+# containerd loads it and the node turns Ready), a route to every other node's pod CIDR through
+# that node's address on the Docker network, which all nodes share, and a masquerade of what its
+# pods send outside POD_SUBNET (the host has no route back to pods). Pods reach pods, on any node,
+# by their own addresses, as Kubernetes' network model wants.
+wire_pods() {
+	local -a nodes cidrs ips
+	local node i j deadline=$((SECONDS + 120))
+	mapfile -t nodes < <(kind_ get nodes --name "${CLUSTER_NAME}" | sort)
+	[[ ${#nodes[@]} -gt 0 ]] || die "kind cluster ${CLUSTER_NAME} has no nodes"
+	for i in "${!nodes[@]}"; do
+		node="${nodes[i]}"
+		# The controller-manager gives a node its pod CIDR soon after the node registers.
+		until cidrs[i]="$(kubectl_ get node "${node}" -o jsonpath='{.spec.podCIDR}' 2>/dev/null)" && [[ -n "${cidrs[i]}" ]]; do
+			((SECONDS < deadline)) || die "node ${node} got no pod CIDR within 120s"
+			sleep 0.5
+		done
+		ips[i]="$(kd_docker inspect -f "{{(index .NetworkSettings.Networks \"${KD_NETWORK}\").IPAddress}}" "${node}")" ||
+			die "no address of node ${node} on the Docker network ${KD_NETWORK}"
+	done
+	for i in "${!nodes[@]}"; do
+		sed "s|@POD_CIDR@|${cidrs[i]}|" "${HACK_DIR}/kind/pod-network.conflist" |
+			kd_docker exec -i "${nodes[i]}" sh -c 'cat >/etc/cni/net.d/10-lockedjob.conflist' ||
+			die "writing the pod network configuration of node ${nodes[i]} failed"
+		local masq=(POSTROUTING -s "${cidrs[i]}" ! -d "${POD_SUBNET}" -j MASQUERADE)
+		kd_docker exec "${nodes[i]}" iptables -t nat -C "${masq[@]}" 2>/dev/null ||
+			kd_docker exec "${nodes[i]}" iptables -t nat -A "${masq[@]}" ||
+			die "masquerading the pods of node ${nodes[i]} failed"
+		for j in "${!nodes[@]}"; do
+			[[ ${i} -ne ${j} ]] || continue
+			kd_docker exec "${nodes[i]}" ip route replace "${cidrs[j]}" via "${ips[j]}" ||
+				die "routing ${cidrs[j]} through ${nodes[j]} on node ${nodes[i]} failed"
+		done
+		log "node ${nodes[i]}: pods on ${cidrs[i]}, address ${ips[i]}"
+	done
+}
+
+# wait_nodes_ready SECONDS: every node Ready (kind create's --wait does this for kind's image).
+wait_nodes_ready() {
+	kubectl_ wait --for=condition=Ready node --all --timeout "$1s" >&2 ||
+		die "kind cluster ${CLUSTER_NAME}: nodes not Ready after $1s"
+}
+
+# pod_host: the address the pods reach this machine at: the gateway of the Docker network the
+# nodes are on (their default route). The network's IPAM list may hold an IPv6 entry too.
+pod_host() {
+	if [[ "$(mode)" == own ]]; then
+		[[ -n "${KD_NET_INDEX}" ]] || die "kind cluster ${CLUSTER_NAME} is not up (hack/kind.sh up)"
+		echo "${KD_GATEWAY}"
+		return 0
+	fi
+	local gw
+	for gw in $(docker network inspect "${KD_NETWORK}" -f '{{range .IPAM.Config}}{{.Gateway}} {{end}}'); do
+		[[ "${gw}" == *.*.*.* ]] && { echo "${gw}"; return 0; }
+	done
+	die "the Docker network ${KD_NETWORK} has no IPv4 gateway (docker network inspect ${KD_NETWORK})"
 }
 
 # usable: the cluster takes workloads: the default namespace's ServiceAccount exists (pods are
@@ -203,9 +280,16 @@ up_locked() {
 
 	local tc
 	tc="$(now_ns)"
-	log "creating kind cluster ${CLUSTER_NAME} (node image ${image})..."
+	log "creating kind cluster ${CLUSTER_NAME} (node image ${image}, ${WORKERS} worker(s))..."
+	# In the offline mode the nodes turn Ready only once wire_pods gave them a pod network.
+	local wait=3m
+	[[ "$(mode)" == user ]] || wait=0s
 	kind_ create cluster --name "${CLUSTER_NAME}" --config "${KIND_DIR}/kind-config.yaml" \
-		--kubeconfig "${KUBECONFIG_FILE}" --wait 3m 2>&1 | tee "${KIND_DIR}/logs/kind-create.log" >&2
+		--kubeconfig "${KUBECONFIG_FILE}" --wait "${wait}" 2>&1 | tee "${KIND_DIR}/logs/kind-create.log" >&2
+	if [[ "$(mode)" == own ]]; then
+		wire_pods
+		wait_nodes_ready 120
+	fi
 	log "kind cluster ${CLUSTER_NAME} created in $(since "${tc}")s; waiting for CoreDNS..."
 	local tw
 	tw="$(now_ns)"
@@ -259,10 +343,11 @@ up) with_dir_lock 9 "${KIND_DIR}" 900 "hack/kind.sh" up_locked ;;
 down) with_dir_lock 9 "${KIND_DIR}" 900 "hack/kind.sh" down_locked ;;
 status) status ;;
 env) echo "${KUBECONFIG_FILE}" ;;
+pod-host) pod_host ;;
 load-image)
 	shift
 	load_image "$@"
 	;;
--h | --help | help) sed -n '2,24p' "$0" ;;
-*) die "usage: hack/kind.sh up|down|status|env|load-image FILE.tar..." ;;
+-h | --help | help) sed -n '2,30p' "$0" ;;
+*) die "usage: hack/kind.sh up|down|status|env|pod-host|load-image FILE.tar..." ;;
 esac

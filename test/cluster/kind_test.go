@@ -3,9 +3,11 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,10 +40,15 @@ var kindSysctls = append(slices.Clone(watchedSysctls),
 	"/proc/sys/fs/nr_open", "/proc/sys/fs/file-max", "/proc/sys/kernel/pid_max",
 )
 
+// kindWorkers is the worker count TestKindCluster asks hack/kind.sh for: one, beside the control
+// plane, so pods of two nodes must reach each other.
+const kindWorkers = 1
+
 // TestKindCluster runs hack/kind.sh up in its own folder (the project's dockerd and node image,
-// offline), checks that the node is Ready and CoreDNS and kube-proxy run, loads an image with
-// `kind load image-archive` and runs a pod of it that resolves kubernetes.default through the
-// cluster's DNS, then runs down and checks that nothing is left: no process of the run, no mount
+// offline), checks that the control plane and the worker are Ready and CoreDNS and kube-proxy
+// run, loads an image with `kind load image-archive` and runs a pod of it that resolves
+// kubernetes.default through the cluster's DNS and a pod on the worker that reaches a pod on the
+// control plane, then runs down and checks that nothing is left: no process of the run, no mount
 // under its folder, no bridge, veth or cgroup of it, no Docker state, no host path or sysctl
 // changed. It needs root and the node image (make kind-node-image, ~15 min the first time), so it
 // runs only with LOCKEDJOB_TEST_KIND=1 (make test-kind-cluster).
@@ -82,9 +89,11 @@ func TestKindCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cs := k.clientset()
-	node := waitNodeReady(ctx, t, cs)
-	t.Logf("node %s Ready (%s, kubelet %s, %s)", node.Name, internalIP(node), node.Status.NodeInfo.KubeletVersion,
-		node.Status.NodeInfo.ContainerRuntimeVersion)
+	nodes := waitNodesReady(ctx, t, cs, 1+kindWorkers)
+	for _, node := range nodes {
+		t.Logf("node %s Ready (%s, pods %s, kubelet %s, %s)", node.Name, internalIP(&node), node.Spec.PodCIDR,
+			node.Status.NodeInfo.KubeletVersion, node.Status.NodeInfo.ContainerRuntimeVersion)
+	}
 	waitSystemPods(ctx, t, cs, "k8s-app=kube-dns")
 	waitSystemPods(ctx, t, cs, "k8s-app=kube-proxy")
 	t.Logf("CoreDNS and kube-proxy running %s after up began", time.Since(start).Round(time.Millisecond))
@@ -95,6 +104,7 @@ func TestKindCluster(t *testing.T) {
 		t.Logf("kind load image-archive: %s", lastLines(out, 1))
 	}
 	checkResolves(ctx, t, cs, "kubernetes.default")
+	checkAcrossNodes(ctx, t, cs, nodes[0], nodes[1])
 
 	checkSysctlsOf(t, kindSysctls, sysctls, "while the kind cluster runs")
 	checkHostPaths(t, existed, "while the kind cluster runs")
@@ -164,7 +174,8 @@ func (k *kind) script(timeout time.Duration, args ...string) (string, error) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "LOCKEDJOB_KIND_DIR="+k.dir, "KIND_CLUSTER_NAME="+k.name, "K8S_BIN_DIR="+k.binDir)
+	cmd.Env = append(cmd.Env, "LOCKEDJOB_KIND_DIR="+k.dir, "KIND_CLUSTER_NAME="+k.name, "K8S_BIN_DIR="+k.binDir,
+		"KIND_WORKERS="+strconv.Itoa(kindWorkers))
 	return utils.Run(cmd)
 }
 
@@ -212,14 +223,16 @@ func (k *kind) clientset() kubernetes.Interface {
 	return clientsetOf(k.t, filepath.Join(k.dir, "kubeconfig"))
 }
 
-// waitNodeReady polls until the cluster has one node and it is Ready.
-func waitNodeReady(ctx context.Context, t *testing.T, cs kubernetes.Interface) *corev1.Node {
+// waitNodesReady polls until the cluster has n nodes and all are Ready; it returns them by name
+// (kind's control plane first).
+func waitNodesReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, n int) []corev1.Node {
 	t.Helper()
 	var last string
 	for {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err == nil && len(nodes.Items) == 1 && conditionTrue(nodes.Items[0].Status.Conditions, corev1.NodeReady) {
-			return &nodes.Items[0]
+		if err == nil && len(nodes.Items) == n && allNodesReady(nodes.Items) {
+			slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+			return nodes.Items
 		}
 		if err != nil {
 			last = err.Error()
@@ -230,9 +243,18 @@ func waitNodeReady(ctx context.Context, t *testing.T, cs kubernetes.Interface) *
 			}
 		}
 		if !sleepCtx(ctx, 200*time.Millisecond) {
-			t.Fatalf("no Ready node before the deadline; last: %s", last)
+			t.Fatalf("not %d Ready nodes before the deadline; last: %s", n, last)
 		}
 	}
+}
+
+func allNodesReady(nodes []corev1.Node) bool {
+	for _, n := range nodes {
+		if !conditionTrue(n.Status.Conditions, corev1.NodeReady) {
+			return false
+		}
+	}
+	return true
 }
 
 func conditionTrue(conds []corev1.NodeCondition, want corev1.NodeConditionType) bool {
@@ -304,18 +326,7 @@ func checkResolves(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 	if err != nil {
 		t.Fatalf("get service default/kubernetes: %v", err)
 	}
-	grace := int64(1)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "resolve"},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{
-				Name: "hello", Image: helloImage, ImagePullPolicy: corev1.PullNever,
-				Args: []string{"-once", "-resolve", name},
-			}},
-		},
-	}
+	pod := helloPod("resolve", "", "-once", "-resolve", name)
 	created := time.Now()
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod: %v", err)
@@ -335,6 +346,67 @@ func checkResolves(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 		t.Fatalf("pod %s logs %q, want a line %q", pod.Name, logs, want)
 	}
 	t.Logf("pod %s: %q, Succeeded %s after create", pod.Name, want, time.Since(created).Round(time.Millisecond))
+}
+
+// checkAcrossNodes runs a pod of the hello image on node from that listens, and one on node to that
+// dials it at its pod IP: the line must arrive from the dialer's own pod IP, so a pod reaches a pod
+// of another node, without NAT, through the routes hack/kind.sh's wire_pods set (kindnetd's work in
+// kind's own image). Each pod's IP must be of its node's pod CIDR.
+func checkAcrossNodes(ctx context.Context, t *testing.T, cs kubernetes.Interface, from, to corev1.Node) {
+	t.Helper()
+	listener := helloPod("listen", from.Name, "-once", "-listen", ":7000")
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, listener, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", listener.Name, err)
+	}
+	l := waitPod(ctx, t, cs, listener.Name, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	dialer := helloPod("dial", to.Name, "-once", "-dial", net.JoinHostPort(l.Status.PodIP, "7000"))
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, dialer, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", dialer.Name, err)
+	}
+	done := func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	}
+	d := waitPod(ctx, t, cs, dialer.Name, done)
+	l = waitPod(ctx, t, cs, listener.Name, done)
+	logs, err := cs.CoreV1().Pods("default").GetLogs(listener.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("logs of pod %s: %v", listener.Name, err)
+	}
+	// The listener must see the dialer's own address: pods reach pods without NAT.
+	want := regexp.MustCompile(`received from ` + regexp.QuoteMeta(d.Status.PodIP) + `:\d+: hello from a real container on ` + dialer.Name + "\n")
+	if l.Status.Phase != corev1.PodSucceeded || d.Status.Phase != corev1.PodSucceeded || !want.Match(logs) {
+		t.Fatalf("pod %s on %s (%s) %s, pod %s on %s (%s) %s; listener's logs %q, want a line matching %s",
+			dialer.Name, to.Name, d.Status.PodIP, d.Status.Phase, listener.Name, from.Name, l.Status.PodIP, l.Status.Phase, logs, want)
+	}
+	for _, c := range []struct {
+		pod  *corev1.Pod
+		node corev1.Node
+	}{{l, from}, {d, to}} {
+		_, cidr, err := net.ParseCIDR(c.node.Spec.PodCIDR)
+		if err != nil || !cidr.Contains(net.ParseIP(c.pod.Status.PodIP)) {
+			t.Errorf("pod %s has IP %s, not of node %s's pod CIDR %s", c.pod.Name, c.pod.Status.PodIP, c.node.Name, c.node.Spec.PodCIDR)
+		}
+	}
+	t.Logf("pod %s on %s (%s) reached pod %s on %s (%s): %s", dialer.Name, to.Name, d.Status.PodIP,
+		listener.Name, from.Name, l.Status.PodIP, strings.TrimSpace(string(logs)))
+}
+
+// helloPod is a pod of the hello image with args, on the named node ("": where the scheduler puts
+// it), the control plane's taint tolerated.
+func helloPod(name, node string, args ...string) *corev1.Pod {
+	grace := int64(1)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			Tolerations:                   []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{
+				Name: "hello", Image: helloImage, ImagePullPolicy: corev1.PullNever, Args: args,
+			}},
+		},
+	}
 }
 
 // checkNoKindLeftovers: no mount under the folder in any process's view, no process whose

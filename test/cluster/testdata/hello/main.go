@@ -2,10 +2,12 @@
 // its host name (the pod's name), then waits for SIGTERM. With -once it prints and exits, for
 // `kubectl exec`; with -dial it also sends that line to a TCP address (a listener on the host);
 // with -resolve NAME it also prints NAME's addresses as the pod's resolver (the cluster's DNS)
-// gives them, and fails if it cannot (TestKindCluster).
+// gives them, and fails if it cannot; with -listen ADDR it first waits for one connection on ADDR
+// and prints the line it brings (TestKindCluster: a pod on one node dials a pod on another).
 package main
 
 import (
+	"bufio"
 	"flag"
 	"fmt"
 	"net"
@@ -20,7 +22,14 @@ func main() {
 	once := flag.Bool("once", false, "print the line and exit")
 	dial := flag.String("dial", "", "also send the line to this TCP address")
 	resolve := flag.String("resolve", "", "also print this name's addresses")
+	listen := flag.String("listen", "", "first take one connection on this TCP address and print what it sends")
 	flag.Parse()
+	if *listen != "" {
+		if err := receive(*listen); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	host, err := os.Hostname()
 	if err != nil {
 		host = "?"
@@ -47,6 +56,25 @@ func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	<-stop
+}
+
+func receive(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	defer func() { _ = l.Close() }()
+	conn, err := l.Accept()
+	if err != nil {
+		return fmt.Errorf("accept on %s: %w", addr, err)
+	}
+	defer func() { _ = conn.Close() }()
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("read from %s: %w", conn.RemoteAddr(), err)
+	}
+	fmt.Printf("received from %s: %s", conn.RemoteAddr(), line)
+	return nil
 }
 
 func send(addr, line string) error {
