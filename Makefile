@@ -9,6 +9,9 @@ IMG ?= lockedjob.local/manager:dev
 # The pod sandbox image of the local real node and the workload image of the tests.
 PAUSE_IMG ?= lockedjob.local/pause:v1
 FENCEDWRITER_IMG ?= lockedjob.local/fencedwriter:dev
+# The image of the e2e suite's plain Jobs (sh -c 'sleep N'), real containers on a kind cluster;
+# the name must match test/testkit's JobImage.
+BUSYBOX_IMG ?= lockedjob.local/busybox:dev
 # Where `make images` writes the image tarballs (and the static binaries inside them).
 IMAGES_DIR ?= $(LOCALBIN)/images
 
@@ -90,7 +93,7 @@ redis: ## Make sure redis-server is installed (installs the Debian package when 
 	@bash hack/ensure-redis.sh
 
 .PHONY: test
-test: test-unit test-race test-e2e test-fault ## Run every test: lock library on real Redis, envtest, local cluster, the race detector, end to end, faults.
+test: test-unit test-race test-e2e test-fault test-kind ## Run every test: lock library on real Redis, envtest, local cluster, the race detector, end to end, faults, end to end on kind.
 
 .PHONY: test-unit
 test-unit: manifests generate lint redis k8s-bin kueue-bin kustomize helm ## Run unit and envtest tests (real Redis, real kube-apiserver), the local-cluster smoke test, the deploy tests (test/deploy) and Kueue on envtest (test/kueue).
@@ -107,12 +110,15 @@ test-race: redis ## Run the lock library's, the lock book's and the controllers'
 # E2E_KUBECONFIG: run the e2e suite against that cluster instead of a local control plane it starts itself.
 # E2E_IMG / E2E_WORKLOAD_IMG: the manager and workload images of the in-cluster lane (loaded into the
 # local cluster's real node from IMAGES_DIR; on another cluster, load them there first).
+# E2E_POD_REDIS_HOST: on another cluster, the address its pods reach this machine at (make test-kind
+# sets it from hack/kind.sh pod-host).
 E2E_KUBECONFIG ?=
+E2E_POD_REDIS_HOST ?=
 E2E_IMG ?= $(IMG)
 E2E_WORKLOAD_IMG ?= $(FENCEDWRITER_IMG)
 .PHONY: test-e2e
 test-e2e: redis k8s-bin kustomize helm images ## Run the end-to-end suite (local control plane with kwok nodes and a real node, or E2E_KUBECONFIG).
-	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" E2E_IMG="$(E2E_IMG)" E2E_WORKLOAD_IMG="$(E2E_WORKLOAD_IMG)" E2E_IMAGES_DIR="$(IMAGES_DIR)" HELM="$(HELM)" \
+	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" E2E_POD_REDIS_HOST="$(E2E_POD_REDIS_HOST)" E2E_IMG="$(E2E_IMG)" E2E_WORKLOAD_IMG="$(E2E_WORKLOAD_IMG)" E2E_IMAGES_DIR="$(IMAGES_DIR)" HELM="$(HELM)" \
 		go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
 
 .PHONY: test-fault
@@ -177,6 +183,12 @@ image-pause: imgtool ## Write the pod sandbox image PAUSE_IMG as IMAGES_DIR/paus
 .PHONY: image-fencedwriter
 image-fencedwriter: imgtool ## Write the workload image FENCEDWRITER_IMG as IMAGES_DIR/fencedwriter.tar.
 	$(call go-image,./cmd/fencedwriter,$(FENCEDWRITER_IMG),$(IMAGES_DIR)/fencedwriter.tar)
+
+.PHONY: image-busybox
+image-busybox: imgtool ## Write the e2e suite's Job image BUSYBOX_IMG (Debian's static busybox: sh, sleep) as IMAGES_DIR/busybox.tar.
+	@bash hack/ensure-busybox.sh
+	"$(IMGTOOL)" -tag "$(BUSYBOX_IMG)" -out "$(IMAGES_DIR)/busybox.tar" -entrypoint '["/bin/sh"]' -env PATH=/bin \
+		dir:/tmp:1777 "file:/bin/busybox:/bin/busybox:0755" "file:/bin/busybox:/bin/sh:0755" "file:/bin/busybox:/bin/sleep:0755"
 
 .PHONY: images
 images: image image-pause image-fencedwriter ## Write every image tarball: manager, pause, fencedwriter.

@@ -19,6 +19,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/test/scale/measure"
+	"github.com/lockedjob/lockedjob/test/testkit"
 )
 
 // scenario is one workload: objects created at once, each with one pod.
@@ -57,7 +58,7 @@ func podTemplate(run time.Duration) corev1.PodTemplateSpec {
 			// kwok deletes a terminating pod within its grace period.
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
-				Name: "work", Image: "busybox:1.36",
+				Name: "work", Image: testkit.JobImage,
 				Command: []string{"sh", "-c", fmt.Sprintf("sleep %.0f", run.Seconds())},
 			}},
 		},

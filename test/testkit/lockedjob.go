@@ -82,9 +82,14 @@ func NewGuardedJob(namespace, name string, o LockedJobOptions) *batchv1.Job {
 	}
 }
 
+// JobImage is the image of the Jobs of NewLockedJob and NewGuardedJob. kwok never pulls it; on a
+// cluster whose pods are real containers (make test-kind) it must be loaded there: it is the
+// Makefile's BUSYBOX_IMG (make image-busybox), whose sh and sleep run the Job's command.
+const JobImage = "lockedjob.local/busybox:dev"
+
 // jobSpec is the Job of NewLockedJob and NewGuardedJob: one pod, never retried. On kwok's nodes
 // the stage annotations set the pod's timing exactly (delay == jitter-delay turns the jitter off);
-// on a real node the busybox command takes as long.
+// on a real node the command (of JobImage) takes as long.
 func jobSpec(o LockedJobOptions) batchv1.JobSpec {
 	deleting := max(o.Deleting, minDeleting)
 	stages := map[string]time.Duration{
@@ -117,7 +122,7 @@ func jobSpec(o LockedJobOptions) batchv1.JobSpec {
 				RestartPolicy:                 corev1.RestartPolicyNever,
 				TerminationGracePeriodSeconds: &grace,
 				Containers: []corev1.Container{{
-					Name: "work", Image: "busybox:1.36",
+					Name: "work", Image: JobImage,
 					Command: []string{"sh", "-c", script},
 				}},
 			},
