@@ -62,7 +62,10 @@ check_pin coredns github.com/coredns/coredns "${COREDNS_VERSION}"
 check_pin kind sigs.k8s.io/kind "${KIND_VERSION}"
 
 GO_VERSION="$(go env GOVERSION)"
-wrapper_hash() { cat "${HACK_DIR}/$1/go.mod" "${HACK_DIR}/$1/go.sum" | sha256sum | cut -c1-16; }
+# A wrapper's go.mod, go.sum and Go files (hack/coredns has a main of its own).
+wrapper_hash() {
+	cat "${HACK_DIR}/$1/go.mod" "${HACK_DIR}/$1/go.sum" "${HACK_DIR}/$1/"*.go 2>/dev/null | sha256sum | cut -c1-16
+}
 
 # name -> wrapper, package, version, expected duration
 declare -A WRAPPER=(
@@ -80,7 +83,8 @@ declare -A PKG=(
 	[kubelet]=k8s.io/kubernetes/cmd/kubelet
 	[kubeadm]=k8s.io/kubernetes/cmd/kubeadm
 	[kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
-	[coredns]=github.com/coredns/coredns
+	# The wrapper's own main: CoreDNS with the plugins a kind cluster's Corefile uses.
+	[coredns]=github.com/lockedjob/lockedjob/hack/coredns
 	[kind]=sigs.k8s.io/kind
 )
 declare -A VERSION=(
@@ -94,7 +98,7 @@ declare -A HINT=(
 	[etcd]="~1 min" [kube-apiserver]="first time takes 4-9 min"
 	[kube-controller-manager]="~3 min after kube-apiserver" [kube-scheduler]="~30 s after kube-apiserver"
 	[kubectl]="~1 min" [kwok]="~1 min" [kubelet]="~1 min after kube-apiserver"
-	[kubeadm]="~4 min" [kube-proxy]="~30 s after kube-apiserver" [coredns]="~5 min" [kind]="~30 s"
+	[kubeadm]="~4 min" [kube-proxy]="~30 s after kube-apiserver" [coredns]="~1 min" [kind]="~30 s"
 )
 
 stamp_of() { # name
