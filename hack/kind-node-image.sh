@@ -28,6 +28,8 @@ set -euo pipefail
 
 # shellcheck source=hack/lib/k8s-common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/k8s-common.sh"
+# shellcheck source=hack/lib/containerd.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/containerd.sh"
 
 NODE_DIR="${LOCKEDJOB_CACHE}/kind-node-${K8S_VERSION}"
 ROOTFS_DIR="${LOCKEDJOB_CACHE}/kind-rootfs"
@@ -219,24 +221,8 @@ log "assembled the node's files in $(since "${t}")s"
 # containerd, Debian's, the node's own version, in a private mount namespace of its own: the
 # layers' mounts stay in it.
 t="$(now_ns)"
-cat >"${PRELOAD}/containerd.toml" <<EOF
-version = 2
-root = "${WORK}/var/lib/containerd"
-state = "${PRELOAD}/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
-[grpc]
-  address = "${PRELOAD}/containerd.sock"
-[ttrpc]
-  address = "${PRELOAD}/containerd.sock.ttrpc"
-[debug]
-  address = "${PRELOAD}/containerd-debug.sock"
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "${PRELOAD}/opt"
-EOF
+write_private_containerd_config "${PRELOAD}/containerd.toml" "${WORK}/var/lib/containerd" \
+	"${PRELOAD}/state" "${PRELOAD}/containerd.sock"
 # shellcheck disable=SC2016 # expanded by the inner shell
 unshare --mount --propagation private -- bash -euo pipefail -c '
 	preload="$1" pause="$2"

@@ -25,6 +25,9 @@
 # (KD_DIR/bin/runc) that drops the capabilities the host's bounding set lacks from the OCI spec
 # on create and from the process spec on exec, then runs runc.
 
+# shellcheck source=hack/lib/containerd.sh
+source "${HACK_DIR}/lib/containerd.sh"
+
 KD_PIDS="${KD_DIR}/pids"
 KD_LOGS="${KD_DIR}/logs"
 # The socket docker and kind talk to; outside the namespace's overlays, so the host reaches it.
@@ -199,27 +202,9 @@ EOF
 
 kd_write_configs() {
 	mkdir -p "${KD_DIR}/etc" "${KD_DIR}/containerd" "${KD_DIR}/docker"
-	cat >"${KD_DIR}/etc/containerd.toml" <<EOF
-# Written by hack/lib/dockerd.sh: the containerd dockerd runs its containers with. No CRI: only
-# dockerd talks to it.
-version = 2
-root = "${KD_DIR}/containerd"
-state = "${KD_RUN}/containerd"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
-[grpc]
-  address = "${KD_CONTAINERD_SOCK}"
-[ttrpc]
-  address = "${KD_CONTAINERD_SOCK}.ttrpc"
-[debug]
-  address = "${KD_RUN}/containerd-debug.sock"
-  level = "warn"
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "${KD_DIR}/containerd/opt"
-EOF
+	# The containerd dockerd runs its containers with; only dockerd talks to it.
+	write_private_containerd_config "${KD_DIR}/etc/containerd.toml" "${KD_DIR}/containerd" \
+		"${KD_RUN}/containerd" "${KD_CONTAINERD_SOCK}" warn
 	# A daemon.json of our own, so /etc/docker/daemon.json of the host is never read, and the
 	# daemon's identity key goes here, not to /etc/docker/key.json (dockerd 20.10's default).
 	printf '{"deprecated-key-path": "%s"}\n' "${KD_DIR}/etc/key.json" >"${KD_DIR}/etc/daemon.json"
