@@ -22,12 +22,26 @@ for img in manager fencedwriter busybox; do
 		die "${IMAGES_DIR}/${img}.tar is missing: run make images image-busybox (make test-kind does)"
 done
 
+# gone: after down, hack/kind.sh status finds no cluster and no daemon of the folder (TestKindCluster
+# checks the same down in depth: processes, mounts, bridge, veths, cgroups).
+gone() {
+	local out
+	if out="$("${KIND}" status 2>&1)"; then
+		log "after down the kind cluster is still up:"$'\n'"${out}"
+		return 1
+	fi
+	if [[ "${out}" == *"docker daemon:"* && "${out}" != *"not started"* ]]; then
+		log "after down the project's Docker daemon is still recorded:"$'\n'"${out}"
+		return 1
+	fi
+}
+
 finish() {
 	local rc=$?
 	if [[ "${KIND_KEEP:-}" == 1 ]]; then
 		log "KIND_KEEP=1: the kind cluster stays up (KUBECONFIG=$("${KIND}" env); hack/kind.sh down removes it)"
 	else
-		"${KIND}" down || rc=1
+		"${KIND}" down && gone || rc=1
 	fi
 	log "make test-kind: exit ${rc} after $(since "${T0}")s"
 	exit "${rc}"
