@@ -80,6 +80,8 @@ type config struct {
 	args []string
 	// sentinel, when set, runs the process as a Redis Sentinel monitoring this master.
 	sentinel *sentinelConfig
+	// clockShift preloads the clock shift library (WithClockShift).
+	clockShift bool
 }
 
 type sentinelConfig struct {
@@ -115,8 +117,10 @@ type Server struct {
 	bin     string
 	dir     string
 	logPath string
-	addr    string // written once by StartProcess, then read-only
-	port    int    // written once by StartProcess, then read-only
+	addr    string   // written once by StartProcess, then read-only
+	port    int      // written once by StartProcess, then read-only
+	env     []string // added to the process's environment; written once by StartProcess
+	shift   []byte   // the mapped clock offset of WithClockShift: set by StartProcess, cleared by Close
 
 	// opMu serialises lifecycle operations so that, e.g., a Restart cannot
 	// interleave with a Stop and start a second process on the same port.
@@ -167,6 +171,12 @@ func StartProcess(opts ...Option) (*Server, error) {
 	for _, o := range opts {
 		o(&s.cfg)
 	}
+	if s.cfg.clockShift {
+		if s.env, err = s.setUpClockShift(); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("redisserver: %w", err)
+		}
+	}
 
 	var errs []error
 	for range startAttempts {
@@ -187,6 +197,7 @@ func StartProcess(opts ...Option) (*Server, error) {
 			break
 		}
 	}
+	_ = s.unmapClockShift()
 	_ = os.RemoveAll(dir)
 	return nil, fmt.Errorf("redisserver: starting redis-server: %w", errors.Join(errs...))
 }
@@ -353,7 +364,7 @@ func (s *Server) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	stopErr := s.stopLocked(true)
-	return errors.Join(stopErr, os.RemoveAll(s.dir))
+	return errors.Join(stopErr, s.unmapClockShift(), os.RemoveAll(s.dir))
 }
 
 func (s *Server) currentProc() *process {
@@ -518,6 +529,9 @@ func (s *Server) launch(port int) (*process, error) {
 	args = append(args, s.cfg.args...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	// Config errors are printed before --logfile takes effect; appending them
 	// to the same file keeps one place to look.
 	cmd.Stdout = logf

@@ -326,3 +326,50 @@ func TestMissingBinary(t *testing.T) {
 		t.Fatalf("StartProcess without redis-server: err = %v, want an install hint", err)
 	}
 }
+
+// TestClockShift steps the server's wall clock forward and back as an NTP step would: TIME moves
+// by the step, a key whose expiry the forward step passes is gone, a backward step lengthens the
+// life left to a key, and a Restart keeps the offset.
+func TestClockShift(t *testing.T) {
+	t.Parallel()
+	s := Start(t, WithClockShift())
+	rdb := s.Client(t)
+	c := ctx(t)
+	serverNow := func() time.Time {
+		t.Helper()
+		now, err := rdb.Time(c).Result()
+		if err != nil {
+			t.Fatalf("TIME: %v", err)
+		}
+		return now
+	}
+	near := func(what string, got, want time.Time) {
+		t.Helper()
+		if d := got.Sub(want); d < -2*time.Second || d > 2*time.Second {
+			t.Fatalf("%s: server clock %s, want about %s (off by %s)", what, got, want, d)
+		}
+	}
+	near("unshifted", serverNow(), time.Now())
+
+	if err := rdb.Set(c, "lease", "held", 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.ShiftClock(t, time.Hour)
+	near("an hour ahead", serverNow(), time.Now().Add(time.Hour))
+	if n, err := rdb.Exists(c, "lease").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS lease after a forward step past its expiry = %d, %v; want 0", n, err)
+	}
+
+	if err := rdb.Set(c, "lease", "held", 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.ShiftClock(t, time.Hour-time.Minute) // a backward step of a minute
+	if left, err := rdb.PTTL(c, "lease").Result(); err != nil || left < time.Minute {
+		t.Fatalf("PTTL lease after a backward step of 1m = %s, %v; want more than 1m", left, err)
+	}
+
+	s.Restart(t)
+	near("restarted, still 59m ahead", serverNow(), time.Now().Add(time.Hour-time.Minute))
+	s.ShiftClock(t, -30*time.Minute)
+	near("30m behind", serverNow(), time.Now().Add(-30*time.Minute))
+}
