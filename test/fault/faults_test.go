@@ -39,6 +39,8 @@ func scenarios() []scenario {
 		{name: "guarded-blackhole-a", run: proxyFault(guardedJobs, "a", func() { env.proxies["a"].Blackhole() })},
 		{name: "guarded-job-deleted", run: jobDeleted(guardedJobs)},
 		{name: "guarded-operator-a-sigstop", overlapAllowed: true, run: operatorPause(guardedJobs)},
+		{name: "redis-clock-step", overlapAllowed: true, run: clockStep(lockedJobs), verify: steppedClockOrdered},
+		{name: "guarded-redis-clock-step", overlapAllowed: true, run: clockStep(guardedJobs), verify: steppedClockOrdered},
 		{name: "apiserver-a-slow", leaseA: fastLease, slowableA: true, run: apiserverSlow(false), verify: leadershipSurvived},
 		{name: "apiserver-a-slow-job-ends", leaseA: fastLease, slowableA: true, run: apiserverSlow(true), verify: leadershipSurvived},
 		{name: "operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, run: operatorKill(lockedJobs)},
@@ -47,6 +49,10 @@ func scenarios() []scenario {
 		{name: "operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion(lockedJobs)},
 		{name: "guarded-operator-a-sigkill", overlapAllowed: true, leaseA: fastLease, run: operatorKill(guardedJobs)},
 		{name: "guarded-operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion(guardedJobs)},
+		{name: "redis-reshard", run: redisReshard(lockedJobs), verify: keptThroughReshard},
+		{name: "guarded-redis-reshard", run: redisReshard(guardedJobs), verify: keptThroughReshard},
+		{name: "operator-a-upgrade", run: upgrade(lockedJobs), verify: survivedUpgrades(lockedJobs)},
+		{name: "guarded-operator-a-upgrade", run: upgrade(guardedJobs), verify: survivedUpgrades(guardedJobs)},
 		{name: "sentinel-failover", overlapAllowed: true, run: sentinelFailover},
 	}
 }
@@ -356,39 +362,46 @@ func leadershipSurvived(r *run, h history) []string {
 	if strings.Contains(logs, "Dropped a lock while not leading") {
 		fails = append(fails, "operator a dropped a lock while it did not lead, although Redis answered")
 	}
-	a1 := holder("a", r.ns, "a1")
-	var podEnd time.Time
-	for _, p := range h.Pods {
-		if p.holder() == a1 {
-			podEnd = maxTime(podEnd, p.End)
-		}
-	}
-	ranUntil := maxTime(h.HealedAt, podEnd) // the lease must cover the fault and the whole run
-	var a1Leases []lease
-	for _, l := range h.Leases {
-		if l.Holder == a1 {
-			a1Leases = append(a1Leases, l)
-		}
-	}
-	switch {
-	case len(a1Leases) != 1:
-		fails = append(fails, fmt.Sprintf("a1 held %d leases in Redis, want one unbroken lease across the fault", len(a1Leases)))
-	case !a1Leases[0].Start.Before(r.faultAt) || (!a1Leases[0].End.IsZero() && a1Leases[0].End.Before(ranUntil)):
-		fails = append(fails, fmt.Sprintf("a1's lease (%s .. %s) does not cover the fault (from %s) and a1's pod (until %s)",
-			rel(a1Leases[0].Start, r.start), rel(a1Leases[0].End, r.start), rel(r.faultAt, r.start), rel(ranUntil, r.start)))
-	default:
-		logf("%s: a1's lease: longest gap between renewals %s, least time left %s", r.sc.name,
-			a1Leases[0].LongestGap.Round(time.Millisecond), a1Leases[0].LeastLeft.Round(time.Millisecond))
-	}
-	if len(a1Leases) == 1 && !a1Leases[0].End.IsZero() {
-		logf("%s: the lock passed on %s after a1's pod ended", r.sc.name, a1Leases[0].End.Sub(podEnd).Round(time.Millisecond))
-	}
+	fails = append(fails, unbrokenLease(r, h, holder("a", r.ns, "a1"))...)
 	for _, l := range h.Claimants {
 		if l.Phase != string(batchv1alpha1.PhaseSucceeded) {
 			fails = append(fails, fmt.Sprintf("%s ended %s (%s), want Succeeded", l.holder(), l.Phase, l.Message))
 		}
 	}
 	return fails
+}
+
+// unbrokenLease judges that who kept one lease in Redis from before the fault until its pods had
+// ended and the fault had healed: the lock was never lost, nor taken again. It logs the longest
+// gap between renewals and how soon the lock passed on after the pods ended.
+func unbrokenLease(r *run, h history, who string) []string {
+	var podEnd time.Time
+	for _, p := range h.Pods {
+		if p.holder() == who {
+			podEnd = maxTime(podEnd, p.End)
+		}
+	}
+	ranUntil := maxTime(h.HealedAt, podEnd) // the lease must cover the fault and the whole run
+	var leases []lease
+	for _, l := range h.Leases {
+		if l.Holder == who {
+			leases = append(leases, l)
+		}
+	}
+	if len(leases) != 1 {
+		return []string{fmt.Sprintf("%s held %d leases in Redis, want one unbroken lease across the fault", who, len(leases))}
+	}
+	l := leases[0]
+	if !l.Start.Before(r.faultAt) || (!l.End.IsZero() && l.End.Before(ranUntil)) {
+		return []string{fmt.Sprintf("%s's lease (%s .. %s) does not cover the fault (from %s) and its pods (until %s)",
+			who, rel(l.Start, r.start), rel(l.End, r.start), rel(r.faultAt, r.start), rel(ranUntil, r.start))}
+	}
+	logf("%s: %s's lease: longest gap between renewals %s, least time left %s", r.sc.name, who,
+		l.LongestGap.Round(time.Millisecond), l.LeastLeft.Round(time.Millisecond))
+	if !l.End.IsZero() {
+		logf("%s: the lock passed on %s after %s's pods ended", r.sc.name, l.End.Sub(podEnd).Round(time.Millisecond), who)
+	}
+	return nil
 }
 
 // logTime is the time of the first line of logs that contains every one of what (zero if none):

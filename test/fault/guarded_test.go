@@ -27,6 +27,8 @@ type cast struct {
 	holderJob func(r *run) (string, error)
 	// holder is what a user deletes to stop the holder: the LockedJob, or the guarded Job itself.
 	holder func(r *run) client.Object
+	// claimant is the holder's name in the history (holder(cluster a, namespace, claimant)).
+	claimant string
 }
 
 // lockedJobs: a1 (LockedJob) in a holds; b1 (LockedJob) in b waits.
@@ -42,6 +44,7 @@ var lockedJobs = cast{
 	holder: func(r *run) client.Object {
 		return &batchv1alpha1.LockedJob{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "a1"}}
 	},
+	claimant: "a1",
 }
 
 // guardedJobs: ga1 (a guarded Job) in a holds; b1 (a LockedJob, which retries every 250 ms and so
@@ -53,6 +56,7 @@ var guardedJobs = cast{
 	holder: func(r *run) client.Object {
 		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "ga1"}}
 	},
+	claimant: guardedClaimant("ga1"),
 }
 
 // createGuarded creates a guarded Job in cluster c on the scenario's lock, of scope Cluster so both
@@ -78,7 +82,7 @@ func (r *run) createGuarded(c *cluster, name string, o testkit.LockedJobOptions)
 func (r *run) waitQueued(c *cluster, name string) error {
 	want := holder(c.name, r.ns, guardedClaimant(name))
 	return poll(60*time.Second, func() (bool, string) {
-		queued, err := queuedHolders(r.ctx, env.redis.Addr(), r.lock)
+		queued, err := queuedHolders(r.ctx, r.lockRedis(), r.lock)
 		return err == nil && slices.Contains(queued, want), fmt.Sprintf("%s not in the queue of %s: %v %v", want, r.lock, queued, err)
 	})
 }

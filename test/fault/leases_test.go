@@ -154,12 +154,9 @@ func (w *leaseWatcher) all() []lease {
 }
 
 // queuedHolders reads who waits in the queue of the lock of scope Cluster named lock, straight from
-// the shared redis-server: every waiter, as holderOf names it (the queue's members are the holder
+// the Redis it lives in (run.lockRedis): every waiter, as holderOf names it (the queue's members are the holder
 // names, internal/redislock/queue.lua).
-func queuedHolders(ctx context.Context, addr, lock string) ([]string, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond,
-		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
-	defer func() { _ = rdb.Close() }()
+func queuedHolders(ctx context.Context, rdb redis.Cmdable, lock string) ([]string, error) {
 	members, err := rdb.ZRange(ctx, slotKey(lock, 0)+":queue", 0, -1).Result()
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/test/testkit"
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -78,6 +79,17 @@ type run struct {
 	// allowOverlap is set by a scenario that learns during the run that a
 	// process went away (e.g. an operator that lost its leadership).
 	allowOverlap bool
+	// redis, when set, is the Redis the scenario moved the operators to (redis-reshard); the
+	// suite's own otherwise.
+	redis redis.UniversalClient
+}
+
+// lockRedis is a client of the Redis the scenario's lock lives in.
+func (r *run) lockRedis() redis.Cmdable {
+	if r.redis != nil {
+		return r.redis
+	}
+	return env.redisClient
 }
 
 // runScenario runs one scenario in its own subtest and returns its verdict;

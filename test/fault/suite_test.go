@@ -30,6 +30,7 @@ import (
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/lockedjob/lockedjob/test/testkit"
 	"github.com/lockedjob/lockedjob/test/utils"
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -54,6 +55,7 @@ var env struct {
 	root, work, binDir, managerBin string
 	clusters                       map[string]*cluster // "a", "b"
 	redis                          *redisserver.Server
+	redisClient                    *redis.Client // the suite's reads of redis, bypassing the proxies
 	proxies                        map[string]*faultproxy.Proxy
 	operators                      map[string]*operator
 	start                          time.Time
@@ -126,9 +128,14 @@ func setUp(t *testing.T) {
 		mu.Unlock()
 	}
 	wg.Go(func() {
-		cmd := exec.Command("go", "build", "-o", env.managerBin, "./cmd/manager")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", env.managerBin, "./cmd/manager")
 		cmd.Dir = env.root
 		if _, err := utils.Run(cmd); err != nil {
+			fail(err)
+			return
+		}
+		// The upgrade scenarios' previous release, from the build cache this build just filled.
+		if _, err := previousManager(); err != nil {
 			fail(err)
 		}
 	})
@@ -189,7 +196,11 @@ func setUp(t *testing.T) {
 		}
 	}
 
-	env.redis = redisserver.Start(t)
+	// Its wall clock can step (redis-clock-step); until a scenario steps it, it is the host's.
+	env.redis = redisserver.Start(t, redisserver.WithClockShift())
+	env.redisClient = redis.NewClient(&redis.Options{Addr: env.redis.Addr(), DialTimeout: 500 * time.Millisecond,
+		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { _ = env.redisClient.Close() })
 	env.proxies = map[string]*faultproxy.Proxy{}
 	env.operators = map[string]*operator{}
 	for _, name := range []string{"a", "b"} {
