@@ -135,6 +135,10 @@ type history struct {
 	Crashes []string
 	// HealedAt is when the fault was removed (the scenario start for baseline).
 	HealedAt time.Time
+	// SplitBrain: the holder's Redis kept accepting its renewals while another holder acquired on
+	// a promoted replica, so the holder cannot know it was taken: a claim of success despite that
+	// is the stated limit of an unmitigated Sentinel split brain, reported, not judged.
+	SplitBrain bool
 	// TerminalBound is how long after HealedAt every claimant must be terminal.
 	TerminalBound time.Duration
 }
@@ -209,7 +213,7 @@ func check(name string, h history, overlapAllowed bool) verdict {
 	if len(v.Crashes) > 0 {
 		fail("operator crash: %s", strings.Join(v.Crashes, "; "))
 	}
-	if len(v.SucceededTaken) > 0 {
+	if len(v.SucceededTaken) > 0 && !h.SplitBrain {
 		fail("Succeeded (a guarded Job: Released) although the lock was acquired during the run: %s", strings.Join(v.SucceededTaken, ", "))
 	}
 	if len(v.WrongToken) > 0 {

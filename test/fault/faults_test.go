@@ -53,6 +53,8 @@ func scenarios() []scenario {
 		{name: "guarded-redis-reshard", run: redisReshard(guardedJobs), verify: keptThroughReshard},
 		{name: "operator-a-upgrade", run: upgrade(lockedJobs), verify: survivedUpgrades(lockedJobs)},
 		{name: "guarded-operator-a-upgrade", run: upgrade(guardedJobs), verify: survivedUpgrades(guardedJobs)},
+		{name: "sentinel-split-brain", overlapAllowed: true, splitBrain: true, run: sentinelSplitBrain(false), verify: splitBrainShown(false)},
+		{name: "sentinel-split-brain-min-replicas", overlapAllowed: true, run: sentinelSplitBrain(true), verify: splitBrainShown(true)},
 		{name: "sentinel-failover", overlapAllowed: true, run: sentinelFailover},
 	}
 }

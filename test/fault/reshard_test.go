@@ -41,18 +41,11 @@ func redisReshard(k cast) func(r *run) (time.Time, error) {
 		}
 		defer func() { _ = cluster.Close() }()
 		r.redis = cluster
-		for _, o := range env.operators {
-			saved := o.redisArgs
-			defer func() {
-				o.redisArgs = saved
-				if err := o.restart(o.mode); err != nil {
-					logf("%s: operator %s back on the suite's Redis: %v", r.sc.name, o.c.name, err)
-				}
-			}()
-			o.redisArgs = []string{"--redis-mode", "cluster", "--redis-addrs", strings.Join(cluster.Options().Addrs, ",")}
-			if err := o.restart(o.mode); err != nil {
-				return time.Time{}, err
-			}
+		clusterArgs := []string{"--redis-mode", "cluster", "--redis-addrs", strings.Join(cluster.Options().Addrs, ",")}
+		restore, err := moveOperators(r, map[string][]string{"a": clusterArgs, "b": clusterArgs})
+		defer restore()
+		if err != nil {
+			return time.Time{}, err
 		}
 		if err := k.setUp(r, 12*time.Second, testkit.LockedJobOptions{}); err != nil {
 			return time.Time{}, err
@@ -77,17 +70,46 @@ func redisReshard(k cast) func(r *run) (time.Time, error) {
 			}
 			logf("%s: moved slot %d (%d keys, the lock's among them) from %s to %s", r.sc.name, slot, n, move[0].addr, move[1].addr)
 		}
-		// The operators may go back to the suite's Redis only once nobody holds a lock on this
-		// one: wait here for what the runner waits for after the fault, and report nothing (the
-		// checker does).
 		healed := time.Now()
-		if err := poll(time.Until(healed.Add(terminalBound)), r.allTerminal); err != nil {
-			logf("%s: %v", r.sc.name, err)
-		}
-		if err := poll(settleTimeout, func() (bool, string) { return r.settled(), "pods still running in " + r.ns }); err != nil {
-			logf("%s: %v", r.sc.name, err)
-		}
+		r.waitEnded(healed)
 		return healed, nil
+	}
+}
+
+// moveOperators restarts each operator named in args on those Redis flags, and returns what moves
+// them all back to the suite's Redis (through their proxies). A scenario that moves them must call
+// it only once nobody holds a lock on the other Redis (waitEnded), or their locks are lost.
+func moveOperators(r *run, args map[string][]string) (restore func(), err error) {
+	saved := map[string][]string{}
+	restore = func() {
+		for name, a := range saved {
+			o := env.operators[name]
+			o.redisArgs = a
+			if err := o.restart(o.mode); err != nil {
+				logf("%s: operator %s back on the suite's Redis: %v", r.sc.name, name, err)
+			}
+		}
+	}
+	for name, a := range args {
+		o := env.operators[name]
+		saved[name] = o.redisArgs
+		o.redisArgs = a
+		if err := o.restart(o.mode); err != nil {
+			return restore, err
+		}
+	}
+	return restore, nil
+}
+
+// waitEnded waits, after the fault healed, for what the runner waits for (every claimant terminal,
+// their pods gone) and reports nothing: the checker does. A scenario whose lock lives on a Redis it
+// started waits so before it takes that Redis away.
+func (r *run) waitEnded(healed time.Time) {
+	if err := poll(time.Until(healed.Add(terminalBound)), r.allTerminal); err != nil {
+		logf("%s: %v", r.sc.name, err)
+	}
+	if err := poll(settleTimeout, func() (bool, string) { return r.settled(), "pods still running in " + r.ns }); err != nil {
+		logf("%s: %v", r.sc.name, err)
 	}
 }
 

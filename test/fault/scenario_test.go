@@ -42,6 +42,9 @@ type scenario struct {
 	// overlapAllowed: the fault pauses or kills a process, or Redis loses
 	// data, so two holders may run at once (the fence must protect).
 	overlapAllowed bool
+	// splitBrain: the scenario partitions a Sentinel master away with one operator still on it
+	// (history.SplitBrain).
+	splitBrain bool
 	// leaseA is operator a's leader-election setting for this scenario.
 	leaseA leaseMode
 	// slowableA puts operator a's path to its API server through the cluster's API proxy.
@@ -319,7 +322,8 @@ func (r *run) settled() bool {
 // history collects the scenario's record from both clusters.
 func (r *run) history(healedAt time.Time) history {
 	now := time.Now()
-	h := history{Permits: max(r.sc.permits, 1), HealedAt: healedAt, TerminalBound: terminalBound, Leases: r.leases.all()}
+	h := history{Permits: max(r.sc.permits, 1), HealedAt: healedAt, TerminalBound: terminalBound, Leases: r.leases.all(),
+		SplitBrain: r.sc.splitBrain}
 	events := r.events()
 	for _, c := range env.clusters {
 		jobs, pods := c.history(r.ns, now)
