@@ -258,20 +258,13 @@ const sentinelMaster = "fault"
 // operators stay on this Redis, which goes away with the scenario.
 func sentinelFailover(r *run) (time.Time, error) {
 	master := redisserver.Start(r.t)
-	host, port, _ := strings.Cut(master.Addr(), ":")
-	replica := redisserver.Start(r.t, redisserver.WithArgs("--replicaof", host, port))
-	sentinel := redisserver.Start(r.t, redisserver.WithSentinel(sentinelMaster, master.Addr()))
-	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr(), ContextTimeoutEnabled: true})
-	defer func() { _ = sc.Close() }()
-	if err := poll(30*time.Second, func() (bool, string) {
-		replicas, err := sc.Replicas(r.ctx, sentinelMaster).Result()
-		return err == nil && len(replicas) == 1 && !strings.Contains(replicas[0]["flags"], "disconnected"),
-			fmt.Sprintf("sentinel does not see the replica online: %v %v", replicas, err)
-	}); err != nil {
+	g, err := startSentinelGroup(r, master.Addr(), master.Addr())
+	if err != nil {
 		return time.Time{}, err
 	}
+	defer func() { _ = g.sc.Close() }()
 	for _, o := range env.operators {
-		o.redisArgs = []string{"--redis-addrs", sentinel.Addr(), "--redis-sentinel-master", sentinelMaster}
+		o.redisArgs = []string{"--redis-addrs", g.sentinel.Addr(), "--redis-sentinel-master", sentinelMaster}
 		if err := o.restart(o.mode); err != nil {
 			return time.Time{}, err
 		}
@@ -280,12 +273,46 @@ func sentinelFailover(r *run) (time.Time, error) {
 		return time.Time{}, err
 	}
 	master.Kill(r.t)
-	err := poll(30*time.Second, func() (bool, string) {
-		addr, err := sc.GetMasterAddrByName(r.ctx, sentinelMaster).Result()
-		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == replica.Addr(),
-			fmt.Sprintf("sentinel has not promoted %s: %v %v", replica.Addr(), addr, err)
-	})
+	err = g.waitPromoted(r)
 	return time.Now(), err
+}
+
+// sentinelGroup is a master's replica and one Sentinel (real processes), and a client of the
+// Sentinel, which the caller closes.
+type sentinelGroup struct {
+	replica, sentinel *redisserver.Server
+	sc                *redis.SentinelClient
+}
+
+// startSentinelGroup starts a replica of the master at replicaOf and a Sentinel that monitors it at
+// monitorAt (one master, reached through the same address or through different proxies), and waits
+// until the Sentinel sees the replica online.
+func startSentinelGroup(r *run, replicaOf, monitorAt string) (*sentinelGroup, error) {
+	host, port, _ := strings.Cut(replicaOf, ":")
+	g := &sentinelGroup{
+		replica:  redisserver.Start(r.t, redisserver.WithArgs("--replicaof", host, port)),
+		sentinel: redisserver.Start(r.t, redisserver.WithSentinel(sentinelMaster, monitorAt)),
+	}
+	g.sc = redis.NewSentinelClient(&redis.Options{Addr: g.sentinel.Addr(), ContextTimeoutEnabled: true})
+	err := poll(30*time.Second, func() (bool, string) {
+		replicas, err := g.sc.Replicas(r.ctx, sentinelMaster).Result()
+		return err == nil && len(replicas) == 1 && !strings.Contains(replicas[0]["flags"], "disconnected"),
+			fmt.Sprintf("sentinel does not see the replica online: %v %v", replicas, err)
+	})
+	if err != nil {
+		_ = g.sc.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// waitPromoted waits until the Sentinel names the replica the master.
+func (g *sentinelGroup) waitPromoted(r *run) error {
+	return poll(30*time.Second, func() (bool, string) {
+		addr, err := g.sc.GetMasterAddrByName(r.ctx, sentinelMaster).Result()
+		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == g.replica.Addr(),
+			fmt.Sprintf("sentinel has not promoted %s: %v %v", g.replica.Addr(), addr, err)
+	})
 }
 
 // slowAPI is the latency added each way on operator a's path to its API server in

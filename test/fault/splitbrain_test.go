@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
@@ -52,21 +50,14 @@ func sentinelSplitBrain(minReplicas bool) func(r *run) (time.Time, error) {
 			return time.Time{}, err
 		}
 		defer func() { _ = toSentinel.Close() }()
-		host, port, _ := strings.Cut(toReplica.Addr(), ":")
-		replica := redisserver.Start(r.t, redisserver.WithArgs("--replicaof", host, port))
-		sentinel := redisserver.Start(r.t, redisserver.WithSentinel(sentinelMaster, toSentinel.Addr()))
-		sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr(), ContextTimeoutEnabled: true})
-		defer func() { _ = sc.Close() }()
-		if err := poll(30*time.Second, func() (bool, string) {
-			replicas, err := sc.Replicas(r.ctx, sentinelMaster).Result()
-			return err == nil && len(replicas) == 1 && !strings.Contains(replicas[0]["flags"], "disconnected"),
-				fmt.Sprintf("sentinel does not see the replica online: %v %v", replicas, err)
-		}); err != nil {
+		g, err := startSentinelGroup(r, toReplica.Addr(), toSentinel.Addr())
+		if err != nil {
 			return time.Time{}, err
 		}
+		defer func() { _ = g.sc.Close() }()
 		restore, err := moveOperators(r, map[string][]string{
 			"a": {"--redis-addr", master.Addr()},
-			"b": {"--redis-addrs", sentinel.Addr(), "--redis-sentinel-master", sentinelMaster},
+			"b": {"--redis-addrs", g.sentinel.Addr(), "--redis-sentinel-master", sentinelMaster},
 		})
 		defer restore()
 		if err != nil {
@@ -78,11 +69,7 @@ func sentinelSplitBrain(minReplicas bool) func(r *run) (time.Time, error) {
 		r.faultAt = time.Now()
 		toReplica.Blackhole()
 		toSentinel.Blackhole()
-		if err := poll(30*time.Second, func() (bool, string) {
-			addr, err := sc.GetMasterAddrByName(r.ctx, sentinelMaster).Result()
-			return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == replica.Addr(),
-				fmt.Sprintf("sentinel has not promoted %s: %v %v", replica.Addr(), addr, err)
-		}); err != nil {
+		if err := g.waitPromoted(r); err != nil {
 			return time.Time{}, err
 		}
 		logf("%s: the Sentinel promoted the replica %s after the partition", r.sc.name, since(r.faultAt))
