@@ -91,6 +91,9 @@ func run(ctx context.Context, o options) error {
 	if err := checkEviction(ctx, lockClient, o.allowEviction); err != nil {
 		return err
 	}
+	if mode, _ := redisModeOf(o); mode == redisSentinel {
+		warnUnreplicatedWrites(ctx, lockClient)
+	}
 	cfg, err := kubeConfig(o)
 	if err != nil {
 		return err

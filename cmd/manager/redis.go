@@ -219,3 +219,22 @@ func checkEviction(ctx context.Context, c *redislock.Client, allow bool) error {
 		return nil
 	}
 }
+
+// warnUnreplicatedWrites warns when the Sentinel-managed primary accepts writes with no replica
+// connected: cut off from its replicas and Sentinels while this operator still reaches it, it
+// keeps renewing a holder's lock after a replica was promoted and handed the lock on (docs/fault.md,
+// sentinel-split-brain). The README recommends min-replicas-to-write 1 and min-replicas-max-lag 1.
+// A warning, not a refusal: the setting trades availability (a primary that lost its replicas
+// refuses every write) for safety in a split brain, and that choice is the administrator's.
+func warnUnreplicatedWrites(ctx context.Context, c *redislock.Client) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := c.CheckReplicaWrites(cctx)
+	switch {
+	case err == nil:
+	case errors.Is(err, redislock.ErrUnreplicatedWrites):
+		setupLog.Error(err, "The Redis primary accepts writes without replicas: in a Sentinel split brain a lock can have two holders; set min-replicas-to-write 1 and min-replicas-max-lag 1 on it (README, Running the operator)")
+	default:
+		setupLog.Error(err, "Could not read min-replicas-to-write of the Redis primary; without it a Sentinel split brain can give a lock two holders")
+	}
+}

@@ -71,4 +71,10 @@ var (
 	// ErrEvictionUnknown means a node's eviction policy could not be read: CONFIG GET was refused
 	// (an ACL without +config, or a renamed command). Check maxmemory-policy by other means.
 	ErrEvictionUnknown = errors.New("redislock: redis eviction policy unknown")
+
+	// ErrUnreplicatedWrites means a Redis primary accepts writes with no replica connected
+	// (min-replicas-to-write is 0). Cut off from its replicas and Sentinels while a holder's
+	// operator still reaches it, it keeps renewing the lock after a Sentinel promoted a replica
+	// that hands the lock to someone else: two holders (docs/design.md, Sentinel split brain).
+	ErrUnreplicatedWrites = errors.New("redislock: redis primary accepts writes without replicas")
 )

@@ -16,7 +16,7 @@ import (
 // plain transport error. Call it at start-up.
 func (c *Client) CheckEvictionPolicy(ctx context.Context) error {
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return evictionPolicies(ctx, n)
+		return configByNode(ctx, n, "maxmemory-policy")
 	})
 	var errs []error
 	for i, r := range replies {
@@ -38,46 +38,55 @@ func (c *Client) CheckEvictionPolicy(ctx context.Context) error {
 	return nil
 }
 
-// evictionPolicies returns maxmemory-policy by address: of n, or of every primary of a Cluster.
-func evictionPolicies(ctx context.Context, n redis.UniversalClient) (map[string]string, error) {
+// configByNode returns CONFIG GET param by address: of n, or of every primary of a Cluster.
+func configByNode(ctx context.Context, n redis.UniversalClient, param string) (map[string]string, error) {
 	cc, isCluster := n.(*redis.ClusterClient)
 	if !isCluster {
-		p, err := evictionPolicy(ctx, n)
+		v, err := configValue(ctx, n, param)
 		if err != nil {
 			return nil, err
 		}
-		return map[string]string{nodeAddr(n): p}, nil
+		return map[string]string{nodeAddr(n): v}, nil
 	}
 	var mu sync.Mutex
 	out := make(map[string]string)
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, shard *redis.Client) error {
-		p, err := evictionPolicy(ctx, shard)
+		v, err := configValue(ctx, shard, param)
 		if err != nil {
 			return fmt.Errorf("%s: %w", shard.Options().Addr, err)
 		}
 		mu.Lock()
-		out[shard.Options().Addr] = p
+		out[shard.Options().Addr] = v
 		mu.Unlock()
 		return nil
 	})
 	return out, err
 }
 
-func evictionPolicy(ctx context.Context, n redis.Cmdable) (string, error) {
-	m, err := n.ConfigGet(ctx, "maxmemory-policy").Result()
+func configValue(ctx context.Context, n redis.Cmdable, param string) (string, error) {
+	m, err := n.ConfigGet(ctx, param).Result()
 	if err != nil {
 		return "", err
 	}
-	p, ok := m["maxmemory-policy"]
+	v, ok := m[param]
 	if !ok {
-		return "", fmt.Errorf("%w: CONFIG GET maxmemory-policy answered %v", ErrEvictionUnknown, m)
+		return "", fmt.Errorf("%w: CONFIG GET %s answered %v", errConfigUnreadable, param, m)
 	}
-	return p, nil
+	return v, nil
+}
+
+// errConfigUnreadable is a CONFIG GET that answered without the parameter asked for.
+var errConfigUnreadable = errors.New("configuration parameter not readable")
+
+// configRefused reports whether err is a CONFIG GET the node refused (an ACL without +config, a
+// renamed command) or answered without the parameter, rather than a node that could not be reached.
+func configRefused(err error) bool {
+	return errors.Is(err, errConfigUnreadable) || redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "unknown command")
 }
 
 // evictionCheckError marks a refused CONFIG GET as ErrEvictionUnknown, keeping the node's error.
 func evictionCheckError(err error) error {
-	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "unknown command") {
+	if configRefused(err) {
 		return fmt.Errorf("%w: CONFIG GET refused: %w", ErrEvictionUnknown, err)
 	}
 	return err

@@ -4,6 +4,7 @@ package fault
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -63,6 +64,9 @@ func sentinelSplitBrain(minReplicas bool) func(r *run) (time.Time, error) {
 		if err != nil {
 			return time.Time{}, err
 		}
+		if err := warnedOfUnreplicatedWrites(env.operators["b"], !minReplicas); err != nil {
+			return time.Time{}, err
+		}
 		if err := r.holderAndWaiter(splitBrainHolderRun, testkit.LockedJobOptions{}); err != nil {
 			return time.Time{}, err
 		}
@@ -78,6 +82,26 @@ func sentinelSplitBrain(minReplicas bool) func(r *run) (time.Time, error) {
 		r.waitEnded(healed)
 		return healed, nil
 	}
+}
+
+// unreplicatedWritesWarning is what an operator in Sentinel mode logs at start-up when the
+// primary accepts writes without replicas (cmd/manager, warnUnreplicatedWrites).
+const unreplicatedWritesWarning = "accepts writes without replicas"
+
+// warnedOfUnreplicatedWrites checks that o's latest process, started in Sentinel mode and ready,
+// warned of the primary's missing min-replicas-to-write if and only if want.
+func warnedOfUnreplicatedWrites(o *operator, want bool) error {
+	o.mu.Lock()
+	path := o.proc.LogPath
+	o.mu.Unlock()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if got := strings.Contains(string(b), unreplicatedWritesWarning); got != want {
+		return fmt.Errorf("operator in Sentinel mode: logged %q: %t, want %t (%s)", unreplicatedWritesWarning, got, want, path)
+	}
+	return nil
 }
 
 // splitBrainShown judges sentinelSplitBrain: b1 came under the lock on the promoted replica while
