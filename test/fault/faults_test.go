@@ -51,6 +51,7 @@ func scenarios() []scenario {
 		{name: "guarded-operator-a-restart-deleting", leaseA: fastLease, run: restartDuringDeletion(guardedJobs)},
 		{name: "redis-reshard", run: redisReshard(lockedJobs), verify: keptThroughReshard},
 		{name: "guarded-redis-reshard", run: redisReshard(guardedJobs), verify: keptThroughReshard},
+		{name: "semaphore-redis-reshard", permits: semaphorePermits, run: redisReshard(semaphoreHolders), verify: keptSlotsThroughReshard},
 		{name: "operator-a-upgrade", run: upgrade(lockedJobs), verify: survivedUpgrades(lockedJobs)},
 		{name: "guarded-operator-a-upgrade", run: upgrade(guardedJobs), verify: survivedUpgrades(guardedJobs)},
 		{name: "sentinel-split-brain", overlapAllowed: true, splitBrain: true, run: sentinelSplitBrain(false), verify: splitBrainShown(false)},

@@ -101,7 +101,7 @@ func (r *run) guardedHolderAndWaiters(holderRun time.Duration, o testkit.LockedJ
 	if err := r.create(b, "b1", testkit.LockedJobOptions{Run: 2 * time.Second, TTL: o.TTL}); err != nil {
 		return err
 	}
-	if err := r.waitPhase(b, "b1", batchv1alpha1.PhaseWaiting); err != nil {
+	if err := r.waitWaiting(b, "b1"); err != nil {
 		return err
 	}
 	if err := r.createGuarded(b, "gb1", testkit.LockedJobOptions{Run: 2 * time.Second, TTL: o.TTL}); err != nil {

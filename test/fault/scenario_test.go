@@ -202,8 +202,9 @@ func (r *run) waitRunning(c *cluster, claimant string) error {
 	})
 }
 
-// waitPhase waits until the LockedJob reports phase.
-func (r *run) waitPhase(c *cluster, name string, phase batchv1alpha1.LockedJobPhase) error {
+// waitWaiting waits until the LockedJob reports that it waits for the lock.
+func (r *run) waitWaiting(c *cluster, name string) error {
+	const phase = batchv1alpha1.PhaseWaiting
 	return poll(60*time.Second, func() (bool, string) {
 		lj := &batchv1alpha1.LockedJob{}
 		if err := c.k8s.Get(r.ctx, client.ObjectKey{Namespace: r.ns, Name: name}, lj); err != nil {
@@ -227,7 +228,7 @@ func (r *run) holderAndWaiter(holderRun time.Duration, o testkit.LockedJobOption
 	if err := r.create(b, "b1", testkit.LockedJobOptions{Run: 2 * time.Second, TTL: o.TTL}); err != nil {
 		return err
 	}
-	return r.waitPhase(b, "b1", batchv1alpha1.PhaseWaiting)
+	return r.waitWaiting(b, "b1")
 }
 
 // hold keeps a fault for d: the experiment's own duration, not a wait for

@@ -160,7 +160,7 @@ func semaphoreOperatorKill(r *run) (time.Time, error) {
 		}
 	}
 	for _, name := range []string{"b1", "b2"} {
-		if err := r.waitPhase(b, name, batchv1alpha1.PhaseWaiting); err != nil {
+		if err := r.waitWaiting(b, name); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -225,4 +225,47 @@ func keptSlot(lj *batchv1alpha1.LockedJob, slots []int) error {
 	default:
 		return fmt.Errorf("ended %s (%s), want LockLost or Succeeded in its slot", lj.Status.Phase, lj.Status.Message)
 	}
+}
+
+// semaphoreHolders: a1 and a2 (LockedJobs) in a hold both slots of a semaphore of
+// semaphorePermits; b1 and b2 in b wait. The scenario must declare the permits.
+var semaphoreHolders = cast{
+	setUp:     (*run).slotHoldersAndWaiters,
+	holderJob: lockedJobs.holderJob,
+	holder:    lockedJobs.holder,
+	claimant:  lockedJobs.claimant,
+}
+
+// slotHoldersAndWaiters creates a1 and a2 (their pods run for holderRun, shaped by o) and waits
+// until both run, one per slot, then b1 and b2 and waits until they wait.
+func (r *run) slotHoldersAndWaiters(holderRun time.Duration, o testkit.LockedJobOptions) error {
+	a, b := env.clusters["a"], env.clusters["b"]
+	o.Run = holderRun
+	for _, name := range []string{"a1", "a2"} {
+		if err := r.create(a, name, o); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"a1", "a2"} {
+		if err := r.waitRunning(a, name); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"b1", "b2"} {
+		if err := r.create(b, name, testkit.LockedJobOptions{Run: 2 * time.Second, TTL: o.TTL}); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"b1", "b2"} {
+		if err := r.waitWaiting(b, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keptSlotsThroughReshard judges semaphore-redis-reshard: as keptThroughReshard, and every holder
+// had one of the semaphore's slots.
+func keptSlotsThroughReshard(r *run, h history) []string {
+	return append(keptThroughReshard(r, h), slotsBelowPermits(h)...)
 }
