@@ -98,6 +98,7 @@ test: test-unit test-race test-e2e test-fault test-kind ## Run every test: lock 
 .PHONY: test-unit
 test-unit: manifests generate lint redis k8s-bin kueue-bin kustomize helm ## Run unit and envtest tests (real Redis, real kube-apiserver), the local-cluster smoke test, the deploy tests (test/deploy) and Kueue on envtest (test/kueue).
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" go test $(GO_TEST_ARGS) $$(go list ./... | grep -v /test/e2e)
+	go test $(GO_TEST_ARGS) -tags scale ./test/scale/  # the scale benchmark's own unit tests (recorder, soak judgement)
 	cd hack/imgtool && GOWORK=off go test -mod=readonly $(GO_TEST_ARGS) ./...
 
 # The race detector over the code that is shared between goroutines: the lock library (keeper, release

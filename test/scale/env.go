@@ -220,7 +220,7 @@ func (p probes) profileAPIServer(ctx context.Context, d time.Duration, path stri
 	}
 }
 
-func (p probes) snapshot(ctx context.Context, op *operator) (snapshot, error) {
+func (p probes) snapshot(ctx context.Context, op *supervisor) (snapshot, error) {
 	var s snapshot
 	raw, err := p.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
@@ -248,10 +248,8 @@ func (p probes) snapshot(ctx context.Context, op *operator) (snapshot, error) {
 	if op == nil {
 		return s, nil
 	}
-	if s.operator, err = procCPU(op.pid()); err != nil {
-		// The issue saw the operator lose its lease and exit under load: a scenario without it
-		// measures nothing.
-		return s, fmt.Errorf("the operator is gone: %w", err)
+	if s.operator, err = op.cpu(); err != nil {
+		return s, err
 	}
 	return s, nil
 }

@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/lockedjob/lockedjob/test/scale/measure"
 	"github.com/lockedjob/lockedjob/test/testkit"
@@ -51,6 +52,7 @@ import (
 const (
 	crdDir            = "config/crd/bases"
 	operatorNamespace = "lockedjob-system"
+	clusterID         = "scale" // the operator's --cluster-id, part of every lock's Redis key
 )
 
 type options struct {
@@ -72,6 +74,9 @@ type options struct {
 	pauseWhile   string
 	profile      time.Duration
 	requestCosts int
+	killEvery    time.Duration
+	redisDelay   time.Duration
+	soak         soakOptions
 }
 
 func parseFlags() options {
@@ -94,6 +99,12 @@ func parseFlags() options {
 	flag.StringVar(&o.pauseWhile, "pause-while", "", "Before the cluster starts and before each scenario, wait while a process whose command line matches this regular expression runs (another heavy job on a shared machine). Write it so it does not match itself, e.g. '\\.ci/ru[n]', or pgrep -f .ci/run finds this benchmark too.")
 	flag.IntVar(&o.requestCosts, "request-costs", 0, "If set, first measure the control plane's CPU per request of each kind a guarded Job adds to a plain Job's, this many of each, with the gate installed and no operator (costs.go); -scenarios '' runs nothing else.")
 	flag.DurationVar(&o.profile, "profile", 0, "If set, profile kube-apiserver's CPU for this long from each scenario's first create, into WORK/apiserver-SCENARIO.pprof (go tool pprof).")
+	flag.DurationVar(&o.killEvery, "kill-every", 0, "Chaos (issue 28): SIGKILL the operator this often and start a new one at once (0: never).")
+	flag.DurationVar(&o.redisDelay, "redis-delay", 0, "Chaos (issue 28): delay everything between the operator and Redis by this much each way, through a proxy (0: none).")
+	flag.IntVar(&o.soak.lives, "soak-lives", 10000, "LockedJobs the soak scenario runs through the operator, one after another per worker (issue 28).")
+	flag.IntVar(&o.soak.inflight, "soak-inflight", 200, "LockedJobs of the soak alive at once: each worker creates one, waits for its end, deletes it, creates the next.")
+	flag.IntVar(&o.soak.locks, "soak-locks", 100, "Locks the soak's workers share (worker w uses lock w mod this), so lives queue and hand off.")
+	flag.DurationVar(&o.soak.sample, "soak-sample", 10*time.Second, "How often the soak samples the operator's RSS, goroutines and connections and Redis' keys.")
 	flag.Parse()
 	if _, err := regexp.Compile(o.pauseWhile); err != nil {
 		log.Fatalf("-pause-while: %v", err)
@@ -172,6 +183,15 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	defer func() { _ = rs.Close() }()
 	b.redisAddr = rs.Addr()
+	if o.redisDelay > 0 {
+		p, err := faultproxy.Start(rs.Addr())
+		if err != nil {
+			return fmt.Errorf("redis proxy: %w", err)
+		}
+		defer func() { _ = p.Close() }()
+		p.Delay(o.redisDelay)
+		b.redisAddr = p.Addr()
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer func() { _ = rdb.Close() }()
 	if err := b.connect(rdb); err != nil {
@@ -201,7 +221,11 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 		log.Printf("scenario %s: %d objects, %d locks", s.name, s.objects, s.locks)
-		res, err := b.runScenario(ctx, s)
+		runOne := b.runScenario
+		if s.name == "soak" {
+			runOne = b.runSoak
+		}
+		res, err := runOne(ctx, s)
 		if err != nil {
 			if len(results) > 0 {
 				fmt.Print("\n(partial: a later scenario failed)\n\n" + measure.Table(results))
@@ -229,6 +253,9 @@ func buildScenarios(o options) ([]scenario, error) {
 	if n < 1 || o.deep < 1 || o.waiters < 1 || n%o.waiters != 0 {
 		return nil, fmt.Errorf("-n (%d), -deep (%d) and -waiters (%d) must be positive, -n a multiple of -waiters", n, o.deep, o.waiters)
 	}
+	if o.soak.lives < 1 || o.soak.inflight < 1 || o.soak.locks < 1 || o.soak.sample <= 0 {
+		return nil, fmt.Errorf("-soak-lives, -soak-inflight, -soak-locks and -soak-sample must be positive")
+	}
 	distinct := func(i int) string { return fmt.Sprintf("lock-%05d", i) }
 	// Waiters of one lock are spread over the burst, as independent submitters would make them.
 	locks := n / o.waiters
@@ -250,6 +277,10 @@ func buildScenarios(o options) ([]scenario, error) {
 			goal: batchv1alpha1.PhaseSucceeded},
 		{name: "guarded-deep", objects: o.deep, locks: 1, lockOf: deep, guarded: true, run: o.podRun,
 			goal: batchv1alpha1.PhaseSucceeded},
+		// Not among the defaults: it takes long and measures leaks, not costs (soak.go).
+		{name: "soak", objects: o.soak.lives, locks: min(o.soak.locks, o.soak.inflight),
+			lockOf: func(worker int) string { return fmt.Sprintf("lock-%05d", worker%o.soak.locks) },
+			run:    o.podRun, goal: batchv1alpha1.PhaseSucceeded},
 	} {
 		all[s.name] = s
 	}
@@ -260,7 +291,7 @@ func buildScenarios(o options) ([]scenario, error) {
 	for name := range strings.SplitSeq(o.scenarios, ",") {
 		s, ok := all[strings.TrimSpace(name)]
 		if !ok {
-			return nil, fmt.Errorf("unknown scenario %q (%s)", name, strings.Join(defaultScenarios, ", "))
+			return nil, fmt.Errorf("unknown scenario %q (%s, soak)", name, strings.Join(defaultScenarios, ", "))
 		}
 		out = append(out, s)
 	}
@@ -410,7 +441,7 @@ func (b *bench) operatorArgs() []string {
 	return slices.Concat([]string{
 		"--kubeconfig", b.kubeconfig,
 		"--namespace", operatorNamespace,
-		"--cluster-id", "scale",
+		"--cluster-id", clusterID,
 		"--redis-addr", b.redisAddr,
 		// No listeners: nothing here scrapes them, and fixed ports would collide with
 		// other clusters on this machine.
@@ -438,6 +469,9 @@ func describeRun(o options, src, bin string, gate bool) string {
 	fmt.Fprintf(&b, "cluster:   4 kwok nodes, kube-controller-manager %s\n", kcm)
 	if gate {
 		fmt.Fprintf(&b, "admission: the gate of guarded Jobs (config/guard) in force for every scenario\n")
+	}
+	if o.killEvery > 0 || o.redisDelay > 0 {
+		fmt.Fprintf(&b, "chaos:     operator SIGKILLed every %s (0: never), Redis delayed %s each way\n", o.killEvery, o.redisDelay)
 	}
 	fmt.Fprintf(&b, "machine:   %d cores, load average %s at start\n", runtime.NumCPU(), loadAvg())
 	fmt.Fprintf(&b, "pods:      %s (steady: %s), n=%d, deep=%d, %d waiters per shared lock, window %s\n",
@@ -473,6 +507,12 @@ func printDetails(r measure.Result) {
 		for _, l := range r.Delete.API.WriteLines() {
 			fmt.Println("  " + l)
 		}
+	}
+	if r.Kills > 0 {
+		fmt.Printf("operator SIGKILLed %d times\n", r.Kills)
+	}
+	for _, k := range r.LeftKeys {
+		fmt.Println("LEFT IN REDIS: " + k)
 	}
 	for i, v := range r.Violations {
 		if i == 20 {

@@ -139,7 +139,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 		}
 	}
 
-	op, err := startOperator(ctx, b.operatorBin, b.operatorArgs(), fmt.Sprintf("%s/operator-%s.log", b.work, s.name))
+	op, err := startSupervisor(ctx, b.operatorBin, b.operatorArgs(), fmt.Sprintf("%s/operator-%s", b.work, s.name), b.opts.killEvery)
 	if err != nil {
 		return res, err
 	}
@@ -172,8 +172,8 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 	}
 	lastLog := time.Now()
 	err = poll(ctx, b.timeout, 500*time.Millisecond, func() (bool, error) {
-		if op.exited() {
-			return false, fmt.Errorf("operator exited: %v\n%s", op.waitErr, tail(op.logPath))
+		if err := op.failed(); err != nil {
+			return false, err
 		}
 		if pid, found := findProcess(b.opts.pauseWhile, os.Getpid()); found && res.Noise == "" {
 			res.Noise = fmt.Sprintf("pid %d (%s) ran meanwhile", pid, b.opts.pauseWhile)
@@ -219,6 +219,12 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 		return res, err
 	}
 	log.Printf("%s: deleted in %s", s.name, res.Delete.Wall.Round(time.Millisecond))
+	res.Kills = op.kills()
+	if s.locks > 0 {
+		if res.LeftKeys, err = leftKeys(ctx, b.probes.rdb, clusterID, ns, time.Minute); err != nil {
+			return res, fmt.Errorf("%s: lock keys left in Redis: %w", s.name, err)
+		}
+	}
 	stopWatches()
 	if err := rec.err(); err != nil {
 		return res, fmt.Errorf("%s: the watches' history is incomplete: %w", s.name, err)
@@ -236,7 +242,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 
 // measureWindow measures a fixed stretch of steady state. Waiting out the window is the
 // measurement itself, not a synchronisation.
-func (b *bench) measureWindow(ctx context.Context, op *operator, length time.Duration, noise *string) (*measure.Window, error) {
+func (b *bench) measureWindow(ctx context.Context, op *supervisor, length time.Duration, noise *string) (*measure.Window, error) {
 	before, err := b.probes.snapshot(ctx, op)
 	if err != nil {
 		return nil, err
@@ -264,8 +270,8 @@ wait:
 	if err != nil {
 		return nil, err
 	}
-	if op.exited() {
-		return nil, fmt.Errorf("operator exited during the steady window: %v", op.waitErr)
+	if err := op.failed(); err != nil {
+		return nil, fmt.Errorf("during the steady window: %w", err)
 	}
 	return &measure.Window{Length: time.Since(start), Usage: usage(before, after, op.takeMaxRSS())}, nil
 }
@@ -273,7 +279,7 @@ wait:
 // deleteAll deletes every object of the scenario and waits until no LockedJob, Job or pod is
 // left in its namespace. A guarded Job that still carries the operator's finalizer is listed until
 // the operator lets it go, so the wait covers it too.
-func (b *bench) deleteAll(ctx context.Context, op *operator, s scenario, ns string) (*measure.Phase, error) {
+func (b *bench) deleteAll(ctx context.Context, op *supervisor, s scenario, ns string) (*measure.Phase, error) {
 	before, err := b.probes.snapshot(ctx, op)
 	if err != nil {
 		return nil, err
@@ -285,8 +291,22 @@ func (b *bench) deleteAll(ctx context.Context, op *operator, s scenario, ns stri
 	}); err != nil {
 		return nil, fmt.Errorf("delete %s objects: %w", s.name, err)
 	}
+	if err := b.waitNamespaceEmpty(ctx, ns); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.name, err)
+	}
+	wall := time.Since(start)
+	after, err := b.probes.snapshot(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	return &measure.Phase{Wall: wall, Usage: usage(before, after, op.takeMaxRSS())}, nil
+}
+
+// waitNamespaceEmpty waits until no LockedJob, Job or pod is left in namespace ns. A guarded Job
+// that still carries the operator's finalizer is listed until the operator lets it go.
+func (b *bench) waitNamespaceEmpty(ctx context.Context, ns string) error {
 	lists := []client.ObjectList{&batchv1alpha1.LockedJobList{}, &batchv1.JobList{}, &corev1.PodList{}}
-	err = poll(ctx, b.timeout, 500*time.Millisecond, func() (bool, error) {
+	err := poll(ctx, b.timeout, 500*time.Millisecond, func() (bool, error) {
 		for _, l := range lists {
 			if err := b.k8s.List(ctx, l, client.InNamespace(ns), client.Limit(1)); err != nil {
 				return false, fmt.Errorf("list %T: %w", l, err)
@@ -298,12 +318,7 @@ func (b *bench) deleteAll(ctx context.Context, op *operator, s scenario, ns stri
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: waiting for deletion: %w", s.name, err)
+		return fmt.Errorf("waiting for namespace %s to empty: %w", ns, err)
 	}
-	wall := time.Since(start)
-	after, err := b.probes.snapshot(ctx, op)
-	if err != nil {
-		return nil, err
-	}
-	return &measure.Phase{Wall: wall, Usage: usage(before, after, op.takeMaxRSS())}, nil
+	return nil
 }

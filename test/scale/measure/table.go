@@ -29,6 +29,9 @@ type Result struct {
 	// Noise names another heavy job seen running while the scenario ran ("" if none).
 	Noise string
 
+	Kills    int      // operator SIGKILLs while the scenario ran (-kill-every)
+	LeftKeys []string // Redis keys of the scenario's locks left after deletion, beyond fences and permits
+
 	Delete *Phase  // deleting every object until nothing is left
 	Window *Window // steady state after the goal
 }
@@ -180,6 +183,13 @@ var rows = []row{
 		}
 		return fmt.Sprintf("%d", len(r.Violations))
 	}},
+	{"operator SIGKILLs", func(r Result, _ *Result) string { return fmt.Sprintf("%d", r.Kills) }},
+	{"Redis keys left after deletion", func(r Result, _ *Result) string {
+		if r.Locks == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%d", len(r.LeftKeys))
+	}},
 	{"delete all: wall", func(r Result, _ *Result) string {
 		if r.Delete == nil {
 			return "—"
@@ -251,7 +261,7 @@ func Table(results []Result) string {
 		}
 		cells = append(cells, line)
 	}
-	return markdown(cells)
+	return Markdown(cells)
 }
 
 func scenarioNames(results []Result) []string {
@@ -262,8 +272,8 @@ func scenarioNames(results []Result) []string {
 	return out
 }
 
-// markdown pads every column to its widest cell, so the table reads in a terminal too.
-func markdown(cells [][]string) string {
+// Markdown renders cells (the first line the header) as a Markdown table. It pads every column to its widest cell, so the table reads in a terminal too.
+func Markdown(cells [][]string) string {
 	width := make([]int, len(cells[0]))
 	for _, line := range cells {
 		for i, c := range line {
