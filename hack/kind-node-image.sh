@@ -87,7 +87,8 @@ T0="$(now_ns)"
 # ---------------------------------------------------------------- inputs
 
 "${HACK_DIR}/k8s-bin.sh" --kind >&2
-make -s -C "${LOCKEDJOB_ROOT}" imgtool image-pause IMAGES_DIR="${LOCKEDJOB_ROOT}/bin/images" >&2 ||
+# Its own make, not a job of a parallel one (make prebuild): the jobserver is not passed through.
+MAKEFLAGS='' make -s -C "${LOCKEDJOB_ROOT}" imgtool image-pause IMAGES_DIR="${LOCKEDJOB_ROOT}/bin/images" >&2 ||
 	die "make imgtool image-pause failed"
 IMGTOOL="${LOCKEDJOB_ROOT}/bin/imgtool"
 PAUSE_TAR="${LOCKEDJOB_ROOT}/bin/images/pause.tar"
