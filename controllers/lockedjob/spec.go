@@ -22,6 +22,15 @@ func renewIntervalOf(lj *batchv1alpha1.LockedJob) time.Duration {
 	return 0 // the keeper's default: a third of the lease
 }
 
+// renewalPeriod is how often the keeper renews lj's lease: spec.lock.renewInterval, or a third of
+// the ttl (redislock.Keeper.Add's default).
+func renewalPeriod(lj *batchv1alpha1.LockedJob) time.Duration {
+	if d := renewIntervalOf(lj); d > 0 {
+		return d
+	}
+	return ttlOf(lj) / 3
+}
+
 func derefInt32(p *int32) int32 {
 	if p == nil {
 		return 0
