@@ -272,6 +272,21 @@ var _ = Describe("Guarded Jobs", func() {
 		}).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 	})
 
+	It("releases a guarded Job whose lease lapsed while the operator was away, nobody holding the lock since (issue 28)", func() {
+		ns := newNamespace()
+		held, fence := waitHeld(createJob(newGuardedJob(ns, "migrate", "db")))
+		key := held.Annotations[batchv1alpha1.AnnotationGuardLockKey]
+
+		op.stop()
+		Expect(rdb.Del(ctx, key).Err()).To(Succeed()) // the lease ran out; the fence key stays
+		completeJob(held)
+		op = startOperator()
+
+		Eventually(func() map[string]string { return getJob(held).Annotations }).Should(
+			HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)))
+		Expect(rdb.Get(ctx, key+":fence").Val()).To(Equal(strconv.FormatInt(fence, 10)), "no grant since")
+	})
+
 	It("marks a Job labelled after it was created Unguarded, and never gives it a fence", func() {
 		ns := newNamespace()
 		job := newGuardedJob(ns, "late", "db")

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -137,6 +138,27 @@ var _ = Describe("LockedJob safety", func() {
 		Expect(condition(lost, batchv1alpha1.ConditionComplete)).To(BeNil())
 		Expect(condition(lost, batchv1alpha1.ConditionFinished).Reason).To(Equal(batchv1alpha1.ReasonLockLost))
 		Expect(rdb.Get(ctx, running.Status.LockKey).Val()).To(Equal("someone-else"), "the other holder's lock is left alone")
+	})
+
+	It("reports Succeeded when the lease lapsed while the operator was away and nobody took the lock since (issue 28)", func() {
+		lj := create(newLockedJob(ns, "away", "lapsed", func(lj *batchv1alpha1.LockedJob) {
+			lj.Spec.Lock.TTL = &metav1.Duration{Duration: 60 * time.Second}
+			lj.Spec.Lock.RenewInterval = &metav1.Duration{Duration: 20 * time.Second}
+		}))
+		running := waitPhase(lj, batchv1alpha1.PhaseRunning)
+		fence := rdb.Get(ctx, running.Status.LockKey+":fence").Val()
+		Expect(fence).To(Equal(strconv.FormatInt(*running.Status.FencingToken, 10)))
+		// The operator is away while the Job ends and the lease runs out (the key goes, the fence
+		// key stays); nobody acquires meanwhile, as in the chaos run's distinct locks.
+		op.stop()
+		Expect(rdb.Del(ctx, running.Status.LockKey).Err()).To(Succeed())
+		finishJob(running, true)
+		op = startOperator()
+
+		done := waitPhase(lj, batchv1alpha1.PhaseSucceeded)
+		Expect(condition(done, batchv1alpha1.ConditionComplete).Status).To(Equal(metav1.ConditionTrue))
+		Expect(done.Status.ReleasedAt).NotTo(BeNil())
+		Expect(rdb.Get(ctx, running.Status.LockKey+":fence").Val()).To(Equal(fence), "no grant since")
 	})
 
 	It("warns when the ttl is shorter than the operator's failover time (#22)", func() {

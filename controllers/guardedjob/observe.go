@@ -30,7 +30,7 @@ func (r *GuardedJobReconciler) observe(job *batchv1.Job) *pass {
 		return p
 	}
 	p.claimant = claimant
-	p.claim = lockbook.Claim{Key: id.LockKey(claimant), Token: id.Token(claimant), Holder: id.Holder(claimant), Slot: guard.RecordedSlot(job)}
+	p.claim = lockbook.Claim{Key: id.LockKey(claimant), Token: id.Token(claimant), Holder: id.Holder(claimant), Slot: guard.RecordedSlot(job), Fence: guard.RecordedFence(job)}
 	book := r.Locks.RecordOf(job.UID)
 	_, fenced := job.Annotations[batchv1alpha1.AnnotationFencingToken]
 	p.obs = observation{

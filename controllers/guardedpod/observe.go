@@ -23,7 +23,7 @@ func (r *GuardedPodReconciler) observe(pod *corev1.Pod) *pass {
 		return p
 	}
 	p.claimant = claimant
-	p.claim = lockbook.Claim{Key: id.LockKey(claimant), Token: id.Token(claimant), Holder: id.Holder(claimant), Slot: guard.RecordedSlot(pod)}
+	p.claim = lockbook.Claim{Key: id.LockKey(claimant), Token: id.Token(claimant), Holder: id.Holder(claimant), Slot: guard.RecordedSlot(pod), Fence: guard.RecordedFence(pod)}
 	book := r.Locks.RecordOf(pod.UID)
 	_, fenced := pod.Annotations[batchv1alpha1.AnnotationFencingToken]
 	deleting := !pod.DeletionTimestamp.IsZero()

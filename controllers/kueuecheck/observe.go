@@ -33,7 +33,7 @@ func (r *KueueCheckReconciler) observe(ctx context.Context, job *batchv1.Job) (*
 	p.obs.invalid = err
 	if err == nil {
 		p.claimant = claimant
-		p.claim = lockbook.Claim{Key: id.LockKey(claimant), Token: id.Token(claimant), Holder: id.Holder(claimant), Slot: guard.RecordedSlot(job)}
+		p.claim = lockbook.Claim{Key: id.LockKey(claimant), Token: id.Token(claimant), Holder: id.Holder(claimant), Slot: guard.RecordedSlot(job), Fence: guard.RecordedFence(job)}
 	}
 	wl, check, err := r.workloadOfJob(ctx, job)
 	if err != nil {

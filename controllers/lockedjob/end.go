@@ -74,7 +74,9 @@ func (r *LockedJobReconciler) releaseAndTell(ctx context.Context, p *pass) error
 
 // release gives the lock back by compare-and-delete with this LockedJob's token (which works
 // without a *Lock, after a restart) and records it. It returns ErrNotHeld when the lock was not ours;
-// a lock someone else holds is left alone. The caller tells it: finish in its own Event.
+// a lock someone else holds is left alone. A lease that ran out with nobody granted the lock since
+// (lockbook.ErrLapsedUntaken: the operator was away when the Job ended) counts as released. The
+// caller tells it: finish in its own Event.
 func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	lj := p.lj
 	lock := r.Locks.Untrack(lj.UID)
@@ -86,14 +88,19 @@ func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 		slot := int32(lock.Slot())
 		c.Slot = &slot
 	}
+	if lock != nil {
+		c.Fence = lock.Fence()
+	}
 	rctx, cancel := r.redisCtx(ctx)
 	err := r.Locks.Release(rctx, c)
 	cancel()
-	if errors.Is(err, lockbook.ErrNotHeld) {
+	lapsed := errors.Is(err, lockbook.ErrLapsedUntaken)
+	switch {
+	case lapsed: // released, below
+	case errors.Is(err, lockbook.ErrNotHeld):
 		r.redisUp(p)
 		return err
-	}
-	if err != nil {
+	case err != nil:
 		if lock != nil {
 			_ = r.Locks.Track(workloadOf(lj), lock, renewIntervalOf(lj)) // keep renewing until we can release
 		}
@@ -102,8 +109,14 @@ func (r *LockedJobReconciler) release(ctx context.Context, p *pass) error {
 	r.redisUp(p)
 	r.Locks.MarkReleased(workloadOf(lj))
 	p.obs.released, p.obs.holding = true, nil
-	ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
-	tell(lj, released("Lock released"))
+	if lapsed {
+		// Nothing to delete, and nobody held the lock after us: as released as a release.
+		ctrl.LoggerFrom(ctx).Info("Lease lapsed before the release; no holder since", "lock", p.claim.Key, "fencingToken", c.Fence)
+		tell(lj, released("Lease lapsed before the release, with no holder since (fencing token still the last)"))
+	} else {
+		ctrl.LoggerFrom(ctx).Info("Released lock", "lock", p.claim.Key)
+		tell(lj, released("Lock released"))
+	}
 	lj.Status.BlockedBy, lj.Status.QueuePosition = "", nil
 	return nil
 }

@@ -46,6 +46,6 @@ func lockedJobOf(w lockbook.Workload) *batchv1alpha1.LockedJob {
 // the permits it read, and the slot status records.
 func (p *pass) lockClaim() lockbook.Claim {
 	c := p.claim
-	c.Permits, c.Slot = p.permits, p.lj.Status.Slot
+	c.Permits, c.Slot, c.Fence = p.permits, p.lj.Status.Slot, derefInt64(p.lj.Status.FencingToken)
 	return c
 }

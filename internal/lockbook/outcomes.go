@@ -1,6 +1,10 @@
 package lockbook
 
-import "github.com/lockedjob/lockedjob/internal/redislock"
+import (
+	"fmt"
+
+	"github.com/lockedjob/lockedjob/internal/redislock"
+)
 
 // The lock library's outcomes and the values it reports, under the names the reconcilers use, so
 // that they need no import of the library itself. They are the library's own (aliases, not
@@ -15,6 +19,12 @@ var (
 	ErrLockLost = redislock.ErrLockLost
 	// ErrLeaseTooShort: the lease is too short for the round trips the keeper measures.
 	ErrLeaseTooShort = redislock.ErrLeaseTooShort
+
+	// ErrLapsedUntaken: a release found the lock not ours because its lease ran out, and nobody
+	// was granted it since the claim's fence (Book.Release). The lock's own, unlike ErrNotHeld's
+	// other causes: the claimant held it alone until the release. It wraps ErrNotHeld, so a
+	// caller that does not look for it treats the lock as not ours.
+	ErrLapsedUntaken = fmt.Errorf("lease lapsed, no holder since: %w", ErrNotHeld)
 )
 
 type (

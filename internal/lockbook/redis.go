@@ -2,6 +2,8 @@ package lockbook
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -25,6 +27,9 @@ type Claim struct {
 	Permits int
 	// Slot is the semaphore slot status records this workload holds (nil: a plain lock, slot 0).
 	Slot *int32
+	// Fence is the fencing token of the grant this claim holds (0: none known), which a release
+	// that finds the lock not ours compares with the lock's last one (Book.Release).
+	Fence int64
 }
 
 // acquireOptions are the options every acquisition of c carries.
@@ -54,13 +59,48 @@ func (b *Book) Readopt(ctx context.Context, c Claim, ttl time.Duration) (*Lock, 
 }
 
 // Release deletes the lock if it is held with the claim's token (no *Lock needed, so it works after
-// a restart), handing it to the head of its queue. It returns ErrNotHeld when the lock was not ours.
-// A semaphore's holder releases its slot.
+// a restart), handing it to the head of its queue. It returns ErrNotHeld when the lock was not ours,
+// and ErrLapsedUntaken (which wraps it) when it was not ours only because its lease ran out and
+// nobody was granted it since (lapsedUntaken). A semaphore's holder releases its slot.
 func (b *Book) Release(ctx context.Context, c Claim) error {
+	var err error
 	if c.Slot != nil {
-		return b.redis.ReleaseSlotToken(ctx, c.Key, int(*c.Slot), c.Token)
+		err = b.redis.ReleaseSlotToken(ctx, c.Key, int(*c.Slot), c.Token)
+	} else {
+		err = b.redis.ReleaseToken(ctx, c.Key, c.Token)
 	}
-	return b.redis.ReleaseToken(ctx, c.Key, c.Token)
+	if !errors.Is(err, ErrNotHeld) || !b.lapsedUntaken(ctx, c) {
+		return err
+	}
+	return fmt.Errorf("release %s: %w", c.Key, ErrLapsedUntaken)
+}
+
+// lapsedUntaken reports whether the claim's lock (its slot) is free and its last fencing token is
+// still the claim's: nobody was granted it after the claimant, since every grant, a handoff or a
+// re-adoption after a lapse included, stores a higher token and the fence key never expires. An
+// operator that was away while its holder's Job ended finds the lease run out; if so, the Job ran
+// alone and may end Succeeded, not LockLost. A failed read, a claim without a fence, and Redlock
+// (a node restarted empty can hide a later grant from a quorum's answers) report false: the
+// caller then keeps to ErrNotHeld. Like every guarantee, it assumes Redis keeps acknowledged writes
+// (docs/design.md): a failover that dropped a later grant would hide it.
+func (b *Book) lapsedUntaken(ctx context.Context, c Claim) bool {
+	if c.Fence <= 0 || b.redis.Nodes() > 1 {
+		return false
+	}
+	var st State
+	if c.Slot != nil && *c.Slot > 0 {
+		slots, err := b.redis.InspectSlots(ctx, c.Key, int(*c.Slot)+1)
+		if err != nil {
+			return false
+		}
+		st = slots[*c.Slot]
+	} else {
+		var err error
+		if st, err = b.redis.Inspect(ctx, c.Key); err != nil {
+			return false
+		}
+	}
+	return !st.Held && st.Fence == c.Fence
 }
 
 // Dequeue takes the claim's holder out of the lock's queue, giving back a lock handed to it that it

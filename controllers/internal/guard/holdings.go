@@ -63,7 +63,8 @@ func (ro Holdings) Readopt(ctx context.Context, claim *lockbook.Claim, c locks.C
 
 // Release gives the lock back by compare-and-delete with the object's token and tells the book it
 // is released. It returns lockbook.ErrNotHeld when the lock was not ours: a lock someone else
-// holds is left alone. When Redis does not answer, the lock in hand is renewed again until a
+// holds is left alone. A lease that ran out with nobody granted the lock since
+// (lockbook.ErrLapsedUntaken) counts as released. When Redis does not answer, the lock in hand is renewed again until a
 // later pass can release it.
 func (ro Holdings) Release(ctx context.Context, claim lockbook.Claim, w lockbook.Workload) error {
 	lock := ro.Locks.Untrack(w.UID)
@@ -73,9 +74,17 @@ func (ro Holdings) Release(ctx context.Context, claim lockbook.Claim, w lockbook
 		slot := int32(lock.Slot())
 		claim.Slot = &slot
 	}
+	if lock != nil {
+		claim.Fence = lock.Fence()
+	}
 	rctx, cancel := context.WithTimeout(ctx, ro.Config.RedisTimeout)
 	err := ro.Locks.Release(rctx, claim)
 	cancel()
+	if errors.Is(err, lockbook.ErrLapsedUntaken) {
+		// Nothing to delete, and nobody held the lock after this holder: as released as a release.
+		ro.Locks.MarkReleased(w)
+		return nil
+	}
 	if errors.Is(err, lockbook.ErrNotHeld) {
 		return err
 	}
