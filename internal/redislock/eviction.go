@@ -15,27 +15,39 @@ import (
 // refuses CONFIG GET yields an error wrapping ErrEvictionUnknown; a node that cannot be reached, a
 // plain transport error. Call it at start-up.
 func (c *Client) CheckEvictionPolicy(ctx context.Context) error {
+	err := c.checkConfig(ctx, "maxmemory-policy", evictionCheckError, func(node int, addr, policy string) error {
+		if policy == "noeviction" {
+			return nil
+		}
+		return fmt.Errorf("%w: node %d (%s) has maxmemory-policy %q, want noeviction", ErrEvictionPolicy, node, addr, policy)
+	})
+	if err != nil {
+		return fmt.Errorf("check eviction policy: %w", err)
+	}
+	return nil
+}
+
+// checkConfig reads param on every node (every primary of a Cluster) and joins what judge says of
+// each value (node index, address, value) with each node's failed read, as readError words it.
+func (c *Client) checkConfig(ctx context.Context, param string, readError func(error) error,
+	judge func(node int, addr, value string) error) error {
 	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return configByNode(ctx, n, "maxmemory-policy")
+		return configByNode(ctx, n, param)
 	})
 	var errs []error
 	for i, r := range replies {
 		if r.err != nil {
-			errs = append(errs, evictionCheckError(r.err))
+			errs = append(errs, readError(r.err))
 			continue
 		}
-		policies, _ := r.val.(map[string]string)
-		for addr, policy := range policies {
-			if policy != "noeviction" {
-				errs = append(errs, fmt.Errorf("%w: node %d (%s) has maxmemory-policy %q, want noeviction",
-					ErrEvictionPolicy, i, addr, policy))
+		values, _ := r.val.(map[string]string)
+		for addr, v := range values {
+			if err := judge(i, addr, v); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("check eviction policy: %w", errors.Join(errs...))
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // configByNode returns CONFIG GET param by address: of n, or of every primary of a Cluster.

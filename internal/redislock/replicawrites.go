@@ -2,11 +2,8 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // CheckReplicaWrites reads min-replicas-to-write on every node (every primary of a Redis
@@ -16,29 +13,20 @@ import (
 // error. Call it at start-up where a Sentinel may promote a replica; the setting is the operator's
 // only defence against that split brain, so its absence is worth a warning, not a refusal.
 func (c *Client) CheckReplicaWrites(ctx context.Context) error {
-	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
-		return configByNode(ctx, n, "min-replicas-to-write")
-	})
-	var errs []error
-	for i, r := range replies {
-		if r.err != nil {
-			if configRefused(r.err) {
-				errs = append(errs, fmt.Errorf("node %d: min-replicas-to-write not readable: %w", i, r.err))
-			} else {
-				errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
-			}
-			continue
+	readError := func(err error) error {
+		if configRefused(err) {
+			return fmt.Errorf("min-replicas-to-write not readable: %w", err)
 		}
-		settings, _ := r.val.(map[string]string)
-		for addr, v := range settings {
-			if n, err := strconv.Atoi(v); err != nil || n < 1 {
-				errs = append(errs, fmt.Errorf("%w: node %d (%s) has min-replicas-to-write %q, want at least 1",
-					ErrUnreplicatedWrites, i, addr, v))
-			}
-		}
+		return err
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("check replica writes: %w", errors.Join(errs...))
+	err := c.checkConfig(ctx, "min-replicas-to-write", readError, func(node int, addr, v string) error {
+		if n, err := strconv.Atoi(v); err == nil && n >= 1 {
+			return nil
+		}
+		return fmt.Errorf("%w: node %d (%s) has min-replicas-to-write %q, want at least 1", ErrUnreplicatedWrites, node, addr, v)
+	})
+	if err != nil {
+		return fmt.Errorf("check replica writes: %w", err)
 	}
 	return nil
 }

@@ -120,24 +120,11 @@ const createWorkers = 32
 func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, error) {
 	res := measure.Result{Scenario: s.name, Objects: s.objects, Locks: s.locks, Goal: string(s.goal)}
 	ns := "scale-" + s.name
-	if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return res, fmt.Errorf("create namespace %s: %w", ns, err)
-	}
-	rec := newRecorder()
-	wctx, stopWatches := context.WithCancel(ctx)
-	defer stopWatches()
-	if err := startWatch(wctx, b.k8s, &batchv1.JobList{}, ns, rec, func(o client.Object, now time.Time) {
-		rec.job(o.(*batchv1.Job), now)
-	}); err != nil {
+	rec, stopWatches, err := b.record(ctx, s, ns, nil)
+	if err != nil {
 		return res, err
 	}
-	if s.locks > 0 && !s.guarded {
-		if err := startWatch(wctx, b.k8s, &batchv1alpha1.LockedJobList{}, ns, rec, func(o client.Object, now time.Time) {
-			rec.lockedJob(o.(*batchv1alpha1.LockedJob), now)
-		}); err != nil {
-			return res, err
-		}
-	}
+	defer stopWatches()
 
 	op, err := startSupervisor(ctx, b.operatorBin, b.operatorArgs(), fmt.Sprintf("%s/operator-%s", b.work, s.name), b.opts.killEvery)
 	if err != nil {
@@ -219,17 +206,54 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 		return res, err
 	}
 	log.Printf("%s: deleted in %s", s.name, res.Delete.Wall.Round(time.Millisecond))
+	return res, b.conclude(ctx, s, ns, op, rec, stopWatches, start, &res)
+}
+
+// record creates the scenario's namespace ns and starts the watches that record its Jobs and, for
+// LockedJobs, the LockedJobs (each also handed to also, if set), until stop is called.
+func (b *bench) record(ctx context.Context, s scenario, ns string, also func(*batchv1alpha1.LockedJob)) (rec *recorder, stop func(), err error) {
+	if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return nil, nil, fmt.Errorf("create namespace %s: %w", ns, err)
+	}
+	rec = newRecorder()
+	wctx, stop := context.WithCancel(ctx)
+	if err := startWatch(wctx, b.k8s, &batchv1.JobList{}, ns, rec, func(o client.Object, now time.Time) {
+		rec.job(o.(*batchv1.Job), now)
+	}); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if s.locks == 0 || s.guarded {
+		return rec, stop, nil
+	}
+	if err := startWatch(wctx, b.k8s, &batchv1alpha1.LockedJobList{}, ns, rec, func(o client.Object, now time.Time) {
+		lj := o.(*batchv1alpha1.LockedJob)
+		rec.lockedJob(lj, now)
+		if also != nil {
+			also(lj)
+		}
+	}); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return rec, stop, nil
+}
+
+// conclude ends a scenario once everything is deleted: the operator's kills, the lock keys left in
+// Redis, and what the watches' history says (first Jobs, handoff gaps, exclusion).
+func (b *bench) conclude(ctx context.Context, s scenario, ns string, op *supervisor, rec *recorder,
+	stopWatches func(), start time.Time, res *measure.Result) error {
 	res.Kills = op.kills()
 	if s.locks > 0 {
+		var err error
 		if res.LeftKeys, err = leftKeys(ctx, b.probes.rdb, clusterID, ns, time.Minute); err != nil {
-			return res, fmt.Errorf("%s: lock keys left in Redis: %w", s.name, err)
+			return fmt.Errorf("%s: lock keys left in Redis: %w", s.name, err)
 		}
 	}
 	stopWatches()
 	if err := rec.err(); err != nil {
-		return res, fmt.Errorf("%s: the watches' history is incomplete: %w", s.name, err)
+		return fmt.Errorf("%s: the watches' history is incomplete: %w", s.name, err)
 	}
-
 	runs := rec.allRuns()
 	res.FirstJob = measure.FirstJobDelays(runs, start)
 	if s.locks > 0 {
@@ -237,7 +261,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 		res.QueuedGaps = measure.QueuedHandoffGaps(runs)
 		res.Violations = measure.CheckExclusion(runs)
 	}
-	return res, nil
+	return nil
 }
 
 // measureWindow measures a fixed stretch of steady state. Waiting out the window is the

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -92,25 +91,12 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 	so := b.opts.soak
 	res := measure.Result{Scenario: s.name, Objects: s.objects, Locks: s.locks, Goal: string(batchv1alpha1.PhaseSucceeded)}
 	ns := "scale-" + s.name
-	if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return res, fmt.Errorf("create namespace %s: %w", ns, err)
-	}
-	rec := newRecorder()
 	waiter := &lifeWaiter{ended: map[string]chan batchv1alpha1.LockedJobPhase{}}
-	wctx, stopWatches := context.WithCancel(ctx)
+	rec, stopWatches, err := b.record(ctx, s, ns, waiter.seen)
+	if err != nil {
+		return res, err
+	}
 	defer stopWatches()
-	if err := startWatch(wctx, b.k8s, &batchv1.JobList{}, ns, rec, func(o client.Object, now time.Time) {
-		rec.job(o.(*batchv1.Job), now)
-	}); err != nil {
-		return res, err
-	}
-	if err := startWatch(wctx, b.k8s, &batchv1alpha1.LockedJobList{}, ns, rec, func(o client.Object, now time.Time) {
-		lj := o.(*batchv1alpha1.LockedJob)
-		rec.lockedJob(lj, now)
-		waiter.seen(lj)
-	}); err != nil {
-		return res, err
-	}
 
 	metricsPort, err := ports.Free()
 	if err != nil {
@@ -177,19 +163,9 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 	if res.Delete, err = b.waitEmpty(ctx, op, ns); err != nil {
 		return res, err
 	}
-	res.Kills = op.kills()
-	if res.LeftKeys, err = leftKeys(ctx, b.probes.rdb, clusterID, ns, time.Minute); err != nil {
-		return res, fmt.Errorf("%s: lock keys left in Redis: %w", s.name, err)
+	if err := b.conclude(ctx, s, ns, op, rec, stopWatches, start, &res); err != nil {
+		return res, err
 	}
-	stopWatches()
-	if err := rec.err(); err != nil {
-		return res, fmt.Errorf("%s: the watches' history is incomplete: %w", s.name, err)
-	}
-	runs := rec.allRuns()
-	res.FirstJob = measure.FirstJobDelays(runs, start)
-	res.Gaps = measure.HandoffGaps(runs)
-	res.QueuedGaps = measure.QueuedHandoffGaps(runs)
-	res.Violations = measure.CheckExclusion(runs)
 
 	samples := sampler.taken()
 	if err := writeSoakSamples(fmt.Sprintf("%s/soak-samples.tsv", b.work), samples); err != nil {
