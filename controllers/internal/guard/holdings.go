@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/lockedjob/lockedjob/controllers/internal/waitbook"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
@@ -82,6 +84,7 @@ func (ro Holdings) Release(ctx context.Context, claim lockbook.Claim, w lockbook
 	cancel()
 	if errors.Is(err, lockbook.ErrLapsedUntaken) {
 		// Nothing to delete, and nobody held the lock after this holder: as released as a release.
+		ctrl.LoggerFrom(ctx).Info("Lease lapsed before the release; no holder since", "lock", claim.Key, "fencingToken", claim.Fence)
 		ro.Locks.MarkReleased(w)
 		return nil
 	}
