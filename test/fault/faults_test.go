@@ -54,8 +54,10 @@ func scenarios() []scenario {
 		{name: "semaphore-redis-reshard", permits: semaphorePermits, run: redisReshard(semaphoreHolders), verify: keptSlotsThroughReshard},
 		{name: "operator-a-upgrade", run: upgrade(lockedJobs), verify: survivedUpgrades(lockedJobs)},
 		{name: "guarded-operator-a-upgrade", run: upgrade(guardedJobs), verify: survivedUpgrades(guardedJobs)},
-		{name: "sentinel-split-brain", overlapAllowed: true, splitBrain: true, run: sentinelSplitBrain(false), verify: splitBrainShown(false)},
-		{name: "sentinel-split-brain-min-replicas", overlapAllowed: true, run: sentinelSplitBrain(true), verify: splitBrainShown(true)},
+		{name: "sentinel-split-brain", overlapAllowed: true, splitBrain: true, run: sentinelSplitBrain(lockedJobs, false), verify: splitBrainShown(lockedJobs, false)},
+		{name: "sentinel-split-brain-min-replicas", overlapAllowed: true, run: sentinelSplitBrain(lockedJobs, true), verify: splitBrainShown(lockedJobs, true)},
+		{name: "guarded-sentinel-split-brain", overlapAllowed: true, splitBrain: true, run: sentinelSplitBrain(guardedJobs, false), verify: splitBrainShown(guardedJobs, false)},
+		{name: "guarded-sentinel-split-brain-min-replicas", overlapAllowed: true, run: sentinelSplitBrain(guardedJobs, true), verify: splitBrainShown(guardedJobs, true)},
 		{name: "sentinel-failover", overlapAllowed: true, run: sentinelFailover},
 	}
 }

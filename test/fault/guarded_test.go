@@ -29,6 +29,23 @@ type cast struct {
 	holder func(r *run) client.Object
 	// claimant is the holder's name in the history (holder(cluster a, namespace, claimant)).
 	claimant string
+	// guarded: the holder is a guarded Job, which ends Released or Lost, not Succeeded or LockLost.
+	guarded bool
+}
+
+// ended and lost are the holder's outcomes in the history: its lock kept to the end, or lost.
+func (k cast) ended() string {
+	if k.guarded {
+		return guardReleased
+	}
+	return phaseSucceeded
+}
+
+func (k cast) lost() string {
+	if k.guarded {
+		return string(batchv1alpha1.GuardLost)
+	}
+	return string(batchv1alpha1.PhaseLockLost)
 }
 
 // lockedJobs: a1 (LockedJob) in a holds; b1 (LockedJob) in b waits.
@@ -57,6 +74,7 @@ var guardedJobs = cast{
 		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "ga1"}}
 	},
 	claimant: guardedClaimant("ga1"),
+	guarded:  true,
 }
 
 // createGuarded creates a guarded Job in cluster c on the scenario's lock, of scope Cluster so both

@@ -82,8 +82,8 @@ type run struct {
 	// allowOverlap is set by a scenario that learns during the run that a
 	// process went away (e.g. an operator that lost its leadership).
 	allowOverlap bool
-	// redis, when set, is the Redis the scenario moved the operators to (redis-reshard); the
-	// suite's own otherwise.
+	// redis, when set, is the Redis the scenario moved the operators to (redis-reshard, the split
+	// brain's master); the suite's own otherwise.
 	redis redis.UniversalClient
 }
 

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/lockedjob/lockedjob/test/testkit"
@@ -29,18 +28,21 @@ const splitBrainHolderRun = 12 * time.Second
 //     client that cannot reach the Sentinels does not), and keeps renewing a1 there;
 //   - the Sentinel promotes the replica, where a1's key, no longer renewed, expires: b1 acquires.
 //
-// Without a mitigation the two run side by side until a1's run ends: Redis's replication is
+// The cast's holder (a1, or the guarded Job ga1) and waiters (b1, and gb1 behind it) play the parts
+// named a1 and b1 here. Without a mitigation the two run side by side until a1's run ends: Redis's replication is
 // asynchronous and the old master accepts writes it can never replicate. With minReplicas the
 // master runs with min-replicas-to-write 1 and min-replicas-max-lag 1: once its replica's
 // acknowledgements stop it refuses the renewals, and operator a stops a1 at risk. Overlap is
 // allowed in both (an assumption is dropped); the fence must order them.
-func sentinelSplitBrain(minReplicas bool) func(r *run) (time.Time, error) {
+func sentinelSplitBrain(k cast, minReplicas bool) func(r *run) (time.Time, error) {
 	return func(r *run) (time.Time, error) {
 		var masterArgs []string
 		if minReplicas {
 			masterArgs = []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"}
 		}
 		master := redisserver.Start(r.t, redisserver.WithArgs(masterArgs...))
+		// Where the set-up sees the waiters queue: the master both operators use until the partition.
+		r.redis = master.Client(r.t)
 		toReplica, err := faultproxy.Start(master.Addr())
 		if err != nil {
 			return time.Time{}, err
@@ -67,7 +69,7 @@ func sentinelSplitBrain(minReplicas bool) func(r *run) (time.Time, error) {
 		if err := warnedOfUnreplicatedWrites(env.operators["b"], !minReplicas); err != nil {
 			return time.Time{}, err
 		}
-		if err := r.holderAndWaiter(splitBrainHolderRun, testkit.LockedJobOptions{}); err != nil {
+		if err := k.setUp(r, splitBrainHolderRun, testkit.LockedJobOptions{}); err != nil {
 			return time.Time{}, err
 		}
 		r.faultAt = time.Now()
@@ -106,14 +108,15 @@ func warnedOfUnreplicatedWrites(o *operator, want bool) error {
 
 // splitBrainShown judges sentinelSplitBrain: b1 came under the lock on the promoted replica while
 // the partition held. Unmitigated, a1 must have run beside it (the split brain the mitigation is
-// for; if it did not, the scenario did not bite) and ended Succeeded although b1 acquired during
+// for; if it did not, the scenario did not bite) and ended Succeeded (Released) although b1 acquired during
 // its run, as the old master kept accepting its renewals: the limit the checker reports for this
-// scenario instead of failing it (history.SplitBrain), shown here so it cannot pass unseen. With minReplicas, a1 must have ended LockLost: the master refused its
+// scenario instead of failing it (history.SplitBrain), shown here so it cannot pass unseen. With
+// minReplicas, a1 must have ended LockLost (a guarded holder: Lost): the master refused its
 // renewals. Either way it logs how long the two ran side by side.
-func splitBrainShown(minReplicas bool) func(r *run, h history) []string {
+func splitBrainShown(k cast, minReplicas bool) func(r *run, h history) []string {
 	return func(r *run, h history) []string {
 		var fails []string
-		a1, b1 := holder("a", r.ns, "a1"), holder("b", r.ns, "b1")
+		a1, b1 := holder("a", r.ns, k.claimant), holder("b", r.ns, "b1")
 		var overlap time.Duration
 		for _, p := range h.Pods {
 			for _, q := range h.Pods {
@@ -127,18 +130,18 @@ func splitBrainShown(minReplicas bool) func(r *run, h history) []string {
 			phase[c.holder()] = c.Phase
 		}
 		switch {
-		case phase[b1] != string(batchv1alpha1.PhaseSucceeded):
+		case phase[b1] != phaseSucceeded:
 			fails = append(fails, fmt.Sprintf("b1 ended %s, want Succeeded on the promoted replica", phase[b1]))
 		case !minReplicas && overlap == 0:
-			fails = append(fails, "a1 and b1 never ran side by side: the split brain did not happen")
-		case !minReplicas && phase[a1] != string(batchv1alpha1.PhaseSucceeded):
-			fails = append(fails, fmt.Sprintf("a1 ended %s; the old master should have kept renewing it (Succeeded)", phase[a1]))
+			fails = append(fails, fmt.Sprintf("%s and b1 never ran side by side: the split brain did not happen", k.claimant))
+		case !minReplicas && phase[a1] != k.ended():
+			fails = append(fails, fmt.Sprintf("%s ended %s; the old master should have kept renewing it (%s)", k.claimant, phase[a1], k.ended()))
 		case !minReplicas && !slices.ContainsFunc(succeededThoughTaken(h), func(e string) bool { return strings.HasPrefix(e, a1+" ") }):
-			fails = append(fails, "a1's claim of success was not seen as taken: the checker's rule did not apply")
-		case minReplicas && phase[a1] != string(batchv1alpha1.PhaseLockLost):
-			fails = append(fails, fmt.Sprintf("a1 ended %s, want LockLost: the master should refuse its renewals", phase[a1]))
+			fails = append(fails, fmt.Sprintf("%s's claim of success was not seen as taken: the checker's rule did not apply", k.claimant))
+		case minReplicas && phase[a1] != k.lost():
+			fails = append(fails, fmt.Sprintf("%s ended %s, want %s: the master should refuse its renewals", k.claimant, phase[a1], k.lost()))
 		}
-		logf("%s: a1 ended %s, b1 %s; they ran side by side for %s", r.sc.name, phase[a1], phase[b1], overlap.Round(time.Millisecond))
+		logf("%s: %s ended %s, b1 %s; they ran side by side for %s", r.sc.name, k.claimant, phase[a1], phase[b1], overlap.Round(time.Millisecond))
 		return fails
 	}
 }
