@@ -52,6 +52,7 @@ type soakSample struct {
 	ended        int
 	rss          int64
 	goroutines   int
+	heapInuse    int64 // the Go heap the operator's runtime reports in use (go_memstats_heap_inuse_bytes)
 	fds          int
 	sockets      int
 	redisClients int
@@ -171,7 +172,7 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 	if err := writeSoakSamples(fmt.Sprintf("%s/soak-samples.tsv", b.work), samples); err != nil {
 		return res, err
 	}
-	fmt.Print(soakReport(samples, s.objects))
+	fmt.Print(soakReport(samples, s.objects, s.locks))
 	return res, nil
 }
 
@@ -276,9 +277,11 @@ func (s *soakSampler) take(ctx context.Context, pid int) (soakSample, error) {
 	if smp.fds, smp.sockets, err = openFiles(pid); err != nil {
 		return smp, err
 	}
-	if smp.goroutines, err = scrapeGauge(ctx, s.metricsURL, "go_goroutines"); err != nil {
+	gauges, err := scrapeGauges(ctx, s.metricsURL, "go_goroutines", "go_memstats_heap_inuse_bytes")
+	if err != nil {
 		return smp, err
 	}
+	smp.goroutines, smp.heapInuse = int(gauges["go_goroutines"]), int64(gauges["go_memstats_heap_inuse_bytes"])
 	info, err := s.b.probes.rdb.Info(ctx, "clients").Result()
 	if err != nil {
 		return smp, fmt.Errorf("redis INFO clients: %w", err)
@@ -312,34 +315,42 @@ func openFiles(pid int) (fds, sockets int, err error) {
 	return fds, sockets, nil
 }
 
-// scrapeGauge reads one unlabelled gauge from a Prometheus text endpoint.
-func scrapeGauge(ctx context.Context, url, name string) (int, error) {
+// scrapeGauges reads unlabelled gauges from a Prometheus text endpoint, in one request.
+func scrapeGauges(ctx context.Context, url string, names ...string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("scrape %s: %w", url, err)
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	out := make(map[string]float64, len(names))
 	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s: %q: %w", name, v, err)
-			}
-			return int(f), nil
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !slices.Contains(names, name) {
+			continue
 		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q: %w", name, v, err)
+		}
+		out[name] = f
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("scrape %s: %w", url, err)
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
-	return 0, fmt.Errorf("scrape %s: no %s", url, name)
+	for _, n := range names {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("scrape %s: no %s", url, n)
+		}
+	}
+	return out, nil
 }
 
 // infoField reads one integer field of a Redis INFO reply.
@@ -354,10 +365,10 @@ func infoField(info, field string) (int, error) {
 
 func writeSoakSamples(path string, samples []soakSample) error {
 	var b strings.Builder
-	b.WriteString("seconds\tended\trss_bytes\tgoroutines\tfds\tsockets\tredis_clients\tlock_keys\n")
+	b.WriteString("seconds\tended\trss_bytes\theap_inuse_bytes\tgoroutines\tfds\tsockets\tredis_clients\tlock_keys\n")
 	for _, s := range samples {
-		fmt.Fprintf(&b, "%.0f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.at.Seconds(), s.ended, s.rss, s.goroutines, s.fds,
-			s.sockets, s.redisClients, s.lockKeys)
+		fmt.Fprintf(&b, "%.0f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.at.Seconds(), s.ended, s.rss, s.heapInuse, s.goroutines,
+			s.fds, s.sockets, s.redisClients, s.lockKeys)
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("write soak samples: %w", err)
@@ -366,23 +377,32 @@ func writeSoakSamples(path string, samples []soakSample) error {
 	return nil
 }
 
-// soakSeries names the sampled series the soak judges, and how to read each from a sample.
+// keysPerLock bounds the keys one plain lock has in Redis besides its fence: the lock, its
+// metadata, its queue, its waiters' deadlines and their tickets (docs/design.md, The lock).
+const keysPerLock = 5
+
+// soakSeries names the sampled series the soak judges, and how to read each from a sample. A
+// series with a bound is judged by it (the lock keys count the locks in use at that moment, which
+// rise and fall with the queues); the others by their growth after the warm-up.
 var soakSeries = []struct {
-	name string
-	of   func(soakSample) float64
+	name  string
+	of    func(soakSample) float64
+	bound func(locks int) float64
 }{
-	{"operator RSS (MiB)", func(s soakSample) float64 { return float64(s.rss) / (1 << 20) }},
-	{"operator goroutines", func(s soakSample) float64 { return float64(s.goroutines) }},
-	{"operator open fds", func(s soakSample) float64 { return float64(s.fds) }},
-	{"operator sockets", func(s soakSample) float64 { return float64(s.sockets) }},
-	{"Redis connected clients", func(s soakSample) float64 { return float64(s.redisClients) }},
-	{"lock keys in Redis (not fences)", func(s soakSample) float64 { return float64(s.lockKeys) }},
+	{"operator RSS (MiB)", func(s soakSample) float64 { return float64(s.rss) / (1 << 20) }, nil},
+	{"operator Go heap in use (MiB)", func(s soakSample) float64 { return float64(s.heapInuse) / (1 << 20) }, nil},
+	{"operator goroutines", func(s soakSample) float64 { return float64(s.goroutines) }, nil},
+	{"operator open fds", func(s soakSample) float64 { return float64(s.fds) }, nil},
+	{"operator sockets", func(s soakSample) float64 { return float64(s.sockets) }, nil},
+	{"Redis connected clients", func(s soakSample) float64 { return float64(s.redisClients) }, nil},
+	{"lock keys in Redis (not fences)", func(s soakSample) float64 { return float64(s.lockKeys) },
+		func(locks int) float64 { return float64(keysPerLock * locks) }},
 }
 
 // soakReport prints, per series, its mean over the first and the last quarter of the samples
-// after the warm-up, the growth between them, and its highest value; a series is flat if it grew
-// by at most soakGrowthLimit. The lock keys count in-flight locks, so they are judged the same way.
-func soakReport(samples []soakSample, lives int) string {
+// after the warm-up, the growth between them, and its highest value. A series is flat if it grew
+// by at most soakGrowthLimit, or, if it has a bound, if it never passed it.
+func soakReport(samples []soakSample, lives, locks int) string {
 	var judged []soakSample
 	for _, s := range samples {
 		if float64(s.ended) >= soakWarmup*float64(lives) {
@@ -409,7 +429,12 @@ func soakReport(samples []soakSample, lives int) string {
 			most = max(most, sr.of(s))
 		}
 		flat := "yes"
-		if growth > soakGrowthLimit {
+		switch {
+		case sr.bound != nil && most > sr.bound(locks):
+			flat = fmt.Sprintf("NO (over %.0f)", sr.bound(locks))
+		case sr.bound != nil:
+			flat = fmt.Sprintf("yes (at most %.0f)", sr.bound(locks))
+		case growth > soakGrowthLimit:
 			flat = "NO"
 		}
 		cells = append(cells, []string{sr.name, fmt.Sprintf("%.1f", a), fmt.Sprintf("%.1f", z),

@@ -43,9 +43,10 @@ func TestSoakReportJudgesGrowth(t *testing.T) {
 			s.rss = int64(10+i) << 20 // ... rising during it
 		}
 		s.goroutines += ended / 10 // a leak: one goroutine per ten lives
+		s.lockKeys = 60 + i%40     // locks in use rise and fall, within 5 keys × 20 locks
 		samples = append(samples, s)
 	}
-	report := soakReport(samples, lives)
+	report := soakReport(samples, lives, 20)
 	for line := range strings.SplitSeq(report, "\n") {
 		switch {
 		case strings.HasPrefix(line, "| operator RSS"):
@@ -55,6 +56,10 @@ func TestSoakReportJudgesGrowth(t *testing.T) {
 		case strings.HasPrefix(line, "| operator goroutines"):
 			if !strings.Contains(line, "| NO") {
 				t.Errorf("rising goroutines judged flat: %s", line)
+			}
+		case strings.HasPrefix(line, "| lock keys"):
+			if !strings.Contains(line, "| yes (at most 100)") {
+				t.Errorf("lock keys within their bound judged otherwise: %s", line)
 			}
 		}
 	}
