@@ -95,10 +95,10 @@ redis: ## Make sure redis-server is installed (installs the Debian package when 
 .PHONY: test
 test: test-unit test-race test-e2e test-fault test-kind ## Run every test: lock library on real Redis, envtest, local cluster, the race detector, end to end, faults, end to end on kind.
 
-# The builds that take long the first time, in three lanes that share two cores: while one lane
-# downloads modules or links (one core), another compiles. Measured cold, they took 25 min one
-# after the other (docs/e2e.md, CI time). Each step is a no-op once its output is cached outside the
-# checkout. The cluster lane builds its binaries in one hack/k8s-bin.sh call: two at once would
+# The builds that take long the first time, in three lanes that share the cores: while one lane
+# downloads modules, links (one core) or unpacks Debian packages, another compiles. Cold on 2 cores:
+# 16 min in lanes, about 21 one after the other (docs/e2e.md, "make test-kind"). Each step is a
+# no-op once its output is cached outside the checkout. The cluster lane builds its binaries in one hack/k8s-bin.sh call: two at once would
 # write the same files.
 .PHONY: prebuild
 prebuild: ## Build, in parallel lanes, what the suites need that takes long the first time: the code generators and linters, the control plane and node binaries with the kind node image, Kueue.
