@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -254,7 +255,11 @@ func serveEndpoints(ctx context.Context, stop context.CancelCauseFunc, o options
 	if err != nil {
 		return err
 	}
-	servers := []manager.Runnable{probes, metrics}
+	profiles, err := pprofServer(o.pprofAddr)
+	if err != nil {
+		return err
+	}
+	servers := []manager.Runnable{probes, metrics, profiles}
 	if gate != nil {
 		servers = append(servers, gate)
 	}
@@ -295,6 +300,28 @@ func healthProbeServer(addr string, c *redislock.Client, gate *webhook.Gate) (ma
 	}
 	handle("/readyz", ready)
 	return &manager.Server{Name: "health probe", Listener: ln,
+		Server: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
+}
+
+// pprofServer serves Go's profiles under /debug/pprof/ at addr, or nothing for "" and "0" (the
+// default). It is for finding what the operator spends memory and time on, e.g. in the soak of
+// test/scale; it has no authentication, so it belongs on loopback.
+func pprofServer(addr string) (manager.Runnable, error) {
+	if addr == "" || addr == "0" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("pprof address %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index) // also heap, goroutine, allocs, … by name
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	// WriteTimeout stays unset: a CPU profile or trace streams for as long as ?seconds= asks.
+	return &manager.Server{Name: "pprof", Listener: ln,
 		Server: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
 }
 

@@ -15,6 +15,7 @@ import (
 // options are the command-line settings.
 type options struct {
 	metricsAddr, probeAddr string
+	pprofAddr              string
 	secureMetrics          bool
 	leaderElect            bool
 	leaseDuration          time.Duration
@@ -63,6 +64,7 @@ func parseFlags() (options, zap.Options) {
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "Address of the Prometheus metrics endpoint, e.g. :8443 (secure) or :8080; \"0\" turns it off.")
 	flag.BoolVar(&o.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, allowing only callers that may get /metrics (TokenReview + SubjectAccessReview).")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address of Go's /debug/pprof endpoints, for profiling the operator, e.g. 127.0.0.1:6060; \"0\" (default) turns them off. Unauthenticated: bind it to loopback or keep it off.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so only one replica acts at a time.")
 	// A new leader re-adopts the locks of a crashed one only after the lease runs out, so keep
 	// lease duration plus start-up time well under the shortest spec.lock.ttl (default

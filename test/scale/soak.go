@@ -103,7 +103,20 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 	if err != nil {
 		return res, err
 	}
-	args := append(b.operatorArgs(), "--metrics-bind-address", ports.Addr(metricsPort), "--metrics-secure=false")
+	pprofPort, err := ports.Free()
+	if err != nil {
+		return res, err
+	}
+	args := append(b.operatorArgs(), "--metrics-bind-address", ports.Addr(metricsPort), "--metrics-secure=false",
+		"--pprof-bind-address", ports.Addr(pprofPort))
+	heapURL := "http://" + ports.Addr(pprofPort) + "/debug/pprof/heap?gc=1"
+	heapAt := func(when string) {
+		path := fmt.Sprintf("%s/operator-heap-%s.pprof", b.work, when)
+		if err := saveURL(ctx, heapURL, path); err != nil {
+			log.Printf("%s: heap profile %s: %v", s.name, when, err) // a profile is a help, not a result
+		}
+	}
+	warm := int64(soakWarmup * float64(s.objects))
 	op, err := startSupervisor(ctx, b.operatorBin, args, fmt.Sprintf("%s/operator-%s", b.work, s.name), b.opts.killEvery)
 	if err != nil {
 		return res, err
@@ -139,7 +152,11 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 			if phase != batchv1alpha1.PhaseSucceeded {
 				failed.Add(1)
 			}
-			if n := ended.Add(1); n%1000 == 0 {
+			n := ended.Add(1)
+			if n == warm {
+				heapAt("warm")
+			}
+			if n%1000 == 0 {
 				log.Printf("%s: %d/%d lives ended (%d failed), %s", s.name, n, s.objects, failed.Load(), time.Since(start).Round(time.Second))
 			}
 			if err := op.failed(); err != nil {
@@ -153,6 +170,8 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", s.name, err)
 	}
+	heapAt("end")
+	log.Printf("%s: what the heap gained after the warm-up: go tool pprof -top -base %[2]s/operator-heap-warm.pprof %[2]s/operator-heap-end.pprof", s.name, b.work)
 	after, err := b.probes.snapshot(ctx, op)
 	if err != nil {
 		return res, err
@@ -316,6 +335,29 @@ func openFiles(pid int) (fds, sockets int, err error) {
 }
 
 // scrapeGauges reads unlabelled gauges from a Prometheus text endpoint, in one request.
+// saveURL writes what a GET of url answers to path (a profile of the operator).
+func saveURL(ctx context.Context, url, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("get %s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	return os.WriteFile(path, body, 0o644)
+}
+
 func scrapeGauges(ctx context.Context, url string, names ...string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
