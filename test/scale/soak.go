@@ -43,9 +43,28 @@ type soakOptions struct {
 // working size: the samples before it are not judged.
 const soakWarmup = 0.2
 
-// soakGrowthLimit is the rise, from the first to the last quarter of the judged samples, beyond
+// eventCacheSweep is how often client-go's events broadcaster (k8s.io/client-go/tools/events,
+// finishTime) drops the Events it keeps to merge repeats into series: each Event the operator
+// emits stays in its memory for one to two sweeps. The cache therefore fills for two sweeps, then
+// rises and falls with a period of one sweep, in proportion to the rate of Events, not to the
+// lives so far. A soak judges memory only after two sweeps, and over whole sweeps.
+const eventCacheSweep = 6 * time.Minute
+
+// soakGrowthLimit is the rise, from the first to the last sweep of the judged samples, beyond
 // which a series is not flat.
 const soakGrowthLimit = 0.10
+
+// soakJudge says which samples of a soak of lives lives count, and over which windows: window is
+// the period of the slowest bounded cycle in the operator's memory (eventCacheSweep).
+type soakJudge struct {
+	lives  int
+	window time.Duration
+}
+
+// warm says whether s comes after the warm-up: soakWarmup of the lives ended, and two windows run.
+func (j soakJudge) warm(s soakSample) bool {
+	return float64(s.ended) >= soakWarmup*float64(j.lives) && s.at >= 2*j.window
+}
 
 type soakSample struct {
 	at           time.Duration
@@ -116,7 +135,7 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 			log.Printf("%s: heap profile %s: %v", s.name, when, err) // a profile is a help, not a result
 		}
 	}
-	warm := int64(soakWarmup * float64(s.objects))
+	judge := soakJudge{lives: s.objects, window: eventCacheSweep}
 	op, err := startSupervisor(ctx, b.operatorBin, args, fmt.Sprintf("%s/operator-%s", b.work, s.name), b.opts.killEvery)
 	if err != nil {
 		return res, err
@@ -125,7 +144,8 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 	log.Printf("%s: operator pid %d up; %d lives on %d locks, %d at a time", s.name, op.pid(), s.objects, s.locks, so.inflight)
 
 	var ended, failed atomic.Int64
-	sampler := &soakSampler{b: b, op: op, ns: ns, metricsURL: "http://" + ports.Addr(metricsPort) + "/metrics", ended: &ended}
+	sampler := &soakSampler{b: b, op: op, ns: ns, metricsURL: "http://" + ports.Addr(metricsPort) + "/metrics", ended: &ended,
+		judge: judge, warm: func() { heapAt("warm") }}
 	samplerCtx, stopSampler := context.WithCancel(ctx)
 	var sampling sync.WaitGroup
 	sampling.Go(func() { sampler.run(samplerCtx, so.sample) })
@@ -152,11 +172,7 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 			if phase != batchv1alpha1.PhaseSucceeded {
 				failed.Add(1)
 			}
-			n := ended.Add(1)
-			if n == warm {
-				heapAt("warm")
-			}
-			if n%1000 == 0 {
+			if n := ended.Add(1); n%1000 == 0 {
 				log.Printf("%s: %d/%d lives ended (%d failed), %s", s.name, n, s.objects, failed.Load(), time.Since(start).Round(time.Second))
 			}
 			if err := op.failed(); err != nil {
@@ -191,7 +207,7 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 	if err := writeSoakSamples(fmt.Sprintf("%s/soak-samples.tsv", b.work), samples); err != nil {
 		return res, err
 	}
-	fmt.Print(soakReport(samples, s.objects, s.locks))
+	fmt.Print(soakReport(samples, judge, s.locks))
 	return res, nil
 }
 
@@ -248,7 +264,10 @@ type soakSampler struct {
 	ns         string
 	metricsURL string
 	ended      *atomic.Int64
+	judge      soakJudge
+	warm       func() // called once, at the first sample the judge counts
 	start      time.Time
+	warmed     bool
 
 	mu      sync.Mutex
 	samples []soakSample
@@ -278,6 +297,10 @@ func (s *soakSampler) run(ctx context.Context, every time.Duration) {
 		s.mu.Lock()
 		s.samples = append(s.samples, smp)
 		s.mu.Unlock()
+		if !s.warmed && s.judge.warm(smp) {
+			s.warmed = true
+			s.warm()
+		}
 	}
 }
 
@@ -441,25 +464,28 @@ var soakSeries = []struct {
 		func(locks int) float64 { return float64(keysPerLock * locks) }},
 }
 
-// soakReport prints, per series, its mean over the first and the last quarter of the samples
-// after the warm-up, the growth between them, and its highest value. A series is flat if it grew
-// by at most soakGrowthLimit, or, if it has a bound, if it never passed it.
-func soakReport(samples []soakSample, lives, locks int) string {
+// soakReport prints, per series, its mean over the first and the last window of the samples after
+// the warm-up, the growth between them, and its highest value. A series is flat if it grew by at
+// most soakGrowthLimit, or, if it has a bound, if it never passed it. Whole windows, because a
+// cache swept every window rises and falls within one: a quarter of the samples would catch it
+// at a peak in one place and at a trough in another.
+func soakReport(samples []soakSample, j soakJudge, locks int) string {
 	var judged []soakSample
 	for _, s := range samples {
-		if float64(s.ended) >= soakWarmup*float64(lives) {
+		if j.warm(s) {
 			judged = append(judged, s)
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## Soak: %d lives, %d samples, %d judged (after %.0f%% of the lives)\n\n", lives, len(samples), len(judged), 100*soakWarmup)
-	if len(judged) < 8 {
-		b.WriteString("too few samples after the warm-up to judge\n")
+	fmt.Fprintf(&b, "\n## Soak: %d lives, %d samples, %d judged (after %.0f%% of the lives and %s), windows of %s\n\n",
+		j.lives, len(samples), len(judged), 100*soakWarmup, 2*j.window, j.window)
+	if len(judged) < 8 || judged[len(judged)-1].at-judged[0].at < 2*j.window {
+		fmt.Fprintf(&b, "too short to judge: the samples after the warm-up must span two windows (%s); run more lives\n", 2*j.window)
 		return b.String()
 	}
-	q := len(judged) / 4
-	first, last := judged[:q], judged[len(judged)-q:]
-	cells := [][]string{{"series", "first quarter (mean)", "last quarter (mean)", "growth", "max", "flat"}}
+	first := window(judged, judged[0].at, judged[0].at+j.window)
+	last := window(judged, judged[len(judged)-1].at-j.window, judged[len(judged)-1].at)
+	cells := [][]string{{"series", "first window (mean)", "last window (mean)", "growth", "max", "flat"}}
 	for _, sr := range soakSeries {
 		a, z := mean(first, sr.of), mean(last, sr.of)
 		growth := 0.0
@@ -484,6 +510,17 @@ func soakReport(samples []soakSample, lives, locks int) string {
 	}
 	b.WriteString(measure.Markdown(cells))
 	return b.String()
+}
+
+// window is the samples taken in [from, to].
+func window(ss []soakSample, from, to time.Duration) []soakSample {
+	var out []soakSample
+	for _, s := range ss {
+		if s.at >= from && s.at <= to {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func mean(ss []soakSample, of func(soakSample) float64) float64 {

@@ -30,40 +30,57 @@ func TestDurableKeys(t *testing.T) {
 }
 
 // TestSoakReportJudgesGrowth: a series that keeps rising after the warm-up is not flat; one that
-// rose only during the warm-up is.
+// rose only during the warm-up is, and so is one that rises and falls within each window (a cache
+// swept every window), wherever in its cycle the first and last windows start.
 func TestSoakReportJudgesGrowth(t *testing.T) {
 	const lives = 1000
+	j := soakJudge{lives: lives, window: 6 * time.Second}
 	var samples []soakSample
 	for i := range 50 {
 		ended := i * lives / 50
 		s := soakSample{at: time.Duration(i) * time.Second, ended: ended, goroutines: 300, fds: 40, sockets: 20,
 			redisClients: 12, lockKeys: 100}
 		s.rss = 100 << 20 // flat after the warm-up ...
-		if ended < lives/5 {
+		if !j.warm(s) {
 			s.rss = int64(10+i) << 20 // ... rising during it
 		}
-		s.goroutines += ended / 10 // a leak: one goroutine per ten lives
-		s.lockKeys = 60 + i%40     // locks in use rise and fall, within 5 keys × 20 locks
+		s.heapInuse = int64(20+5*(i%6)) << 20 // a sawtooth of one window: 20 to 45 MiB
+		s.goroutines += ended / 10            // a leak: one goroutine per ten lives
+		s.lockKeys = 60 + i%40                // locks in use rise and fall, within 5 keys × 20 locks
 		samples = append(samples, s)
 	}
-	report := soakReport(samples, lives, 20)
+	want := map[string]string{
+		"| operator RSS":            "| yes",
+		"| operator Go heap in use": "| yes",
+		"| operator goroutines":     "| NO",
+		"| lock keys":               "| yes (at most 100)",
+	}
+	report := soakReport(samples, j, 20)
 	for line := range strings.SplitSeq(report, "\n") {
-		switch {
-		case strings.HasPrefix(line, "| operator RSS"):
-			if !strings.Contains(line, "| yes") {
-				t.Errorf("RSS flat after the warm-up judged not flat: %s", line)
-			}
-		case strings.HasPrefix(line, "| operator goroutines"):
-			if !strings.Contains(line, "| NO") {
-				t.Errorf("rising goroutines judged flat: %s", line)
-			}
-		case strings.HasPrefix(line, "| lock keys"):
-			if !strings.Contains(line, "| yes (at most 100)") {
-				t.Errorf("lock keys within their bound judged otherwise: %s", line)
+		for row, verdict := range want {
+			if strings.HasPrefix(line, row) {
+				if !strings.Contains(line, verdict) {
+					t.Errorf("want %q in %s", verdict, line)
+				}
+				delete(want, row)
 			}
 		}
 	}
-	if !strings.Contains(report, "| operator goroutines") {
-		t.Fatalf("no goroutine row in\n%s", report)
+	if len(want) > 0 {
+		t.Fatalf("rows %v missing from\n%s", want, report)
+	}
+}
+
+// TestSoakReportTooShort: a soak whose samples after the warm-up do not span two windows is not
+// judged at all, rather than judged on part of a cycle.
+func TestSoakReportTooShort(t *testing.T) {
+	j := soakJudge{lives: 100, window: time.Minute}
+	var samples []soakSample
+	for i := range 30 {
+		samples = append(samples, soakSample{at: time.Duration(i) * 5 * time.Second, ended: 4 * i})
+	}
+	report := soakReport(samples, j, 10)
+	if !strings.Contains(report, "too short to judge") || strings.Contains(report, "| operator") {
+		t.Fatalf("a soak of 2.5 min with windows of 1 min judged:\n%s", report)
 	}
 }
