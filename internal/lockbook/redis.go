@@ -50,6 +50,15 @@ func (b *Book) Acquire(ctx context.Context, c Claim, ttl time.Duration, score fl
 	return held(l), err
 }
 
+// Join stands the claim's holder in the lock's queue as Acquire would, with the same ticket, but
+// takes nothing: a release hands the lock to it when its turn comes, and a workload that must
+// store something before it may hold a lock (a finalizer) stands in line before that write. The
+// answer is a *redislock.QueuedError; its Free says the lock is free for this holder, which only
+// Acquire takes. On Redlock, which hands nothing over, Join is refused (HandsOff).
+func (b *Book) Join(ctx context.Context, c Claim, ttl time.Duration, score float64, liveness time.Duration) error {
+	return b.redis.Join(ctx, c.Key, ttl, append(c.acquireOptions(), redislock.WithQueue(c.Holder, score, liveness))...)
+}
+
 // Readopt asks for the lock with the workload's own token, outside the queue: it finds a lock
 // that is still ours (Lock.Readopted), acquires it afresh if it is free, and returns ErrNotAcquired
 // if another holder has it.

@@ -61,14 +61,22 @@ func (c *Client) sendAcquire(ctx context.Context, k keys, ttl time.Duration, o *
 				liveness = o.queueLiveness.Milliseconds()
 			}
 			return c.runAcquire(ctx, n, scriptAcquireSlots, k, k,
-				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, liveness, o.permits)
+				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, liveness, o.permits, joinArg(o.join))
 		}
 		if o.queueMember != "" {
 			return c.runAcquire(ctx, n, scriptAcquireQueued, k, k.withQueue(),
-				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds())
+				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds(), joinArg(o.join))
 		}
 		return c.runAcquire(ctx, n, scriptAcquire, k, k.withFence(), o.token, ttlMs, o.metadata, o.attempt)
 	})
+}
+
+// joinArg is the scripts' join-only argument.
+func joinArg(join bool) string {
+	if join {
+		return "1"
+	}
+	return ""
 }
 
 // nodeOutcome is what one node's reply to an attempt makes of that node.
@@ -91,6 +99,7 @@ type acquireTally struct {
 	slot                       int // a semaphore's: only on one deployment, so one node answers
 	busy, position             int
 	holder                     string
+	free                       bool // joining: the lock is free and its next grant is this waiter's
 }
 
 // count reads node i's reply r into t and says what it makes of the node; err is why it failed.
@@ -118,6 +127,7 @@ func (t *acquireTally) count(c *Client, i int, r nodeReply) (nodeOutcome, error)
 		if g.holder != "" {
 			t.holder = g.holder
 		}
+		t.free = t.free || g.free
 		return nodeBusy, nil
 	case g.readopted:
 		t.slot = g.slot
@@ -136,7 +146,7 @@ func (t *acquireTally) count(c *Client, i int, r nodeReply) (nodeOutcome, error)
 func (c *Client) refusal(o *acquireOptions, t *acquireTally, granted int, errs []error) error {
 	if granted+t.busy >= c.quorum || (t.busy > 0 && len(errs) == 0) {
 		if o.queueMember != "" {
-			return &QueuedError{Position: max(t.position, 1), Holder: t.holder}
+			return &QueuedError{Position: max(t.position, 1), Holder: t.holder, Free: t.free}
 		}
 		return ErrNotAcquired
 	}

@@ -22,6 +22,8 @@ type acquireOptions struct {
 	// semaphore's script under its stored N (permits stays 0, which acquireslots.lua reads as
 	// "keep it").
 	diverted bool
+	// join: stand in line only (Client.Join); the scripts grant nothing.
+	join bool
 	// attempt is this attempt's random id: the grant mark that lets a failed attempt undo only what
 	// it created (undo.lua), and, queued, the id in the ticket a handoff honours.
 	attempt string

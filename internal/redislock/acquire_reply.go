@@ -12,10 +12,11 @@ type grant struct {
 	slot      int    // ok: the semaphore's slot (acquireslots.lua); 0 for a plain lock
 	position  int    // not ok: place in the queue (0 without one)
 	holder    string // not ok: the holder's metadata
+	free      bool   // not ok, joining: the lock is free and its next grant is this waiter's
 }
 
 // acquireReply parses the acquire scripts' reply: {1, fence, readopted[, slot]} when acquired,
-// {0, position[, holder]} when not.
+// {0, position[, holder[, free]]} when not.
 func acquireReply(v any) (grant, error) {
 	vals, isSlice := v.([]any)
 	if !isSlice || len(vals) < 2 || len(vals) > 4 {
@@ -38,9 +39,13 @@ func acquireReply(v any) (grant, error) {
 		}
 		return g, nil
 	}
-	var holder string
-	if len(vals) == 3 {
-		holder, _ = vals[2].(string)
+	g := grant{position: int(n)}
+	if len(vals) >= 3 {
+		g.holder, _ = vals[2].(string)
 	}
-	return grant{position: int(n), holder: holder}, nil
+	if len(vals) == 4 {
+		free, _ := vals[3].(int64)
+		g.free = free == 1
+	}
+	return g, nil
 }

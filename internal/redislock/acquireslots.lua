@@ -10,10 +10,13 @@
 -- was deleted, or read from a lagging cache, would write back a number nobody declares any more);
 -- "0" is the stored N alone (a plain Acquire that a plain script sent here because the lock is a
 -- semaphore)
+-- ARGV[9] "1": join only (Client.Join): stand in line, but take nothing, not even a free slot
 -- Returns {1, fence, 0, slot} for a fresh grant, {1, fence, 1, slot} for a re-adoption (our token
 -- in any slot: a restarted holder, a late attempt, a slot a release handed to this waiter), and
 -- {0, position, holder} when not acquired: position is the waiter's place in the queue (0 when not
--- queued); holder is the metadata of the lowest held slot, or false.
+-- queued); holder is the metadata of the lowest held slot, or false. Joining, a free slot among
+-- those this waiter is entitled to, or a slot that holds our token, answers {0, position, false, 1},
+-- and the waiter stays in line.
 --
 -- A free slot goes to the caller when fewer than N slots are held (all slots count, also those at
 -- or above N, which holders keep after N was lowered) and, queued, the caller is among the first
@@ -35,6 +38,9 @@ end
 
 for i = 0, MAX_SLOTS - 1 do
   if holds(values[i + 1], ARGV[1]) then
+    if ARGV[9] == '1' then
+      return {0, 1, false, 1} -- ours already: the next attempt re-adopts it
+    end
     -- As readopt in grant.lua, on slot i: the bare token drops a grant mark.
     redis.call('SET', slotKey(i), ARGV[1], 'PX', ARGV[2])
     slotMeta(i)
@@ -71,6 +77,9 @@ if ARGV[5] ~= '' then
   end
   if position > n - held then
     return {0, position}
+  end
+  if ARGV[9] == '1' then
+    return {0, position, false, 1}
   end
   forget(ARGV[5])
 else

@@ -53,6 +53,10 @@ type QueuedError struct {
 	// Holder is the current holder's metadata (see WithMetadata), empty if the lock is free (a
 	// waiter ahead gets it first) or the holder stored none.
 	Holder string
+	// Free is Join's alone: the lock (a slot of a semaphore) is free and its next grant is this
+	// waiter's, or it already holds this waiter's token (handed to it). Nobody hands over a lock
+	// nobody releases, so the waiter must Acquire it.
+	Free bool
 }
 
 func (e *QueuedError) Error() string {

@@ -24,6 +24,24 @@ func subscribers(t *testing.T, rc *redis.Client) int64 {
 	return n[releaseChannel]
 }
 
+// releaseHandsTo releases holder's lock and checks that the release handed it to the waiter whose
+// metadata is to, with a fence above holder's; it returns the lock as Redis then has it.
+func releaseHandsTo(t *testing.T, c *Client, holder *Lock, to string) State {
+	t.Helper()
+	ctx := context.Background()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Inspect(ctx, holder.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.Metadata != to || st.Fence <= holder.Fence() {
+		t.Fatalf("after the release: %+v, want it handed to %s with a fence above %d", st, to, holder.Fence())
+	}
+	return st
+}
+
 // TestReleaseHandsTheLockToTheHead: releasing a queued lock hands it off to the head of the queue, with
 // the head's token, metadata and the next fencing token; nobody slips in before the head claims it.
 func TestReleaseHandsTheLockToTheHead(t *testing.T) {
@@ -40,17 +58,7 @@ func TestReleaseHandsTheLockToTheHead(t *testing.T) {
 	if _, err := c.Acquire(ctx, key, time.Minute, WithQueue("b", 2, time.Minute)); position(t, err) != 2 {
 		t.Fatal("b should be second in line")
 	}
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	st, err := c.Inspect(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !st.Held || st.Metadata != "ns/a" || st.Fence <= holder.Fence() {
-		t.Fatalf("after the release: %+v, want held by ns/a with a fence above %d", st, holder.Fence())
-	}
+	st := releaseHandsTo(t, c, holder, "ns/a")
 	if st.TTL < 50*time.Second {
 		t.Fatalf("handed off for %v, want a's ttl of 1m", st.TTL)
 	}

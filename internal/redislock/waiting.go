@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +12,60 @@ import (
 // The verbs of a waiter that does not ask for the lock again while it waits: its process keeps it
 // queued (KeepQueued) and learns its place from whoever watches the releases (Lineup). Asking again
 // (Acquire WithQueue) costs a script per waiter; these cost one call per lock, however long the queue.
+
+// Join stands the waiter of WithQueue in the queue of the lock named key, as an Acquire attempt
+// that found the lock held would, but takes nothing, not even a free lock: it writes the waiter's
+// place, liveness and ticket (its token, ttl and metadata from opts), so a release hands the lock
+// straight to it when its turn comes. A caller that must do some work before it may hold a lock
+// (store what lets it release one) stands in line first and does that work later, not ahead of the
+// waiters behind it. The answer is a *QueuedError (ErrNotAcquired); its Free reports a lock, or a
+// semaphore's slot, that is free and whose next grant is this waiter's, or that already holds the
+// waiter's token: nobody hands over a lock nobody releases, so the caller must Acquire it. Only a single deployment hands a lock over (see
+// WithQueue): on Redlock, Join is refused.
+func (c *Client) Join(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) error {
+	if !c.handsOff() {
+		return invalidf("join %s: only a single deployment hands a lock to a waiter; Redlock does not", key)
+	}
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	ttl = ttl.Truncate(time.Millisecond)
+	if err := validateTTL(ttl); err != nil {
+		return err
+	}
+	var o acquireOptions
+	if err := c.applyAcquireOptions(&o, opts); err != nil {
+		return err
+	}
+	if o.queueMember == "" {
+		return invalidf("join %s: no queue member (WithQueue)", key)
+	}
+	id, err := newAttemptID()
+	if err != nil {
+		return err
+	}
+	o.attempt, o.join = id, true
+	k := c.keysFor(key, true)
+	if o.permits > 0 {
+		k = c.keysForPermits(key)
+	}
+	start := time.Now()
+	l, err := c.attemptAcquire(ctx, start, key, k, ttl, &o)
+	if errors.Is(err, errSemaphore) {
+		o.diverted, k = true, c.keysForPermits(key)
+		l, err = c.attemptAcquire(ctx, start, key, k, ttl, &o)
+	}
+	switch {
+	case errors.Is(err, ErrNotAcquired):
+		return err
+	case err != nil:
+		return fmt.Errorf("join %s: %w", key, withContextErr(ctx, err))
+	default:
+		// The scripts never grant while joining; should one, the lock must not stay behind.
+		_ = l.Release(context.WithoutCancel(ctx))
+		return fmt.Errorf("join %s: granted a lock while joining", key)
+	}
+}
 
 // KeepQueued pushes back, to liveness from now, the deadline of each member that still stands in
 // the queue of the lock named key (see WithQueue), as if each had asked again, and returns the

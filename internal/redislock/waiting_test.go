@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -123,5 +124,94 @@ func TestKeepQueuedOnRedlock(t *testing.T) {
 	gone, err := c.KeepQueued(context.Background(), key, time.Minute, "a", "b")
 	if err != nil || !slices.Equal(gone, []string{"b"}) {
 		t.Fatalf("gone = %v (%v), want [b]", gone, err)
+	}
+}
+
+// joined is Join's answer, which must be a *QueuedError.
+func joined(t *testing.T, c *Client, key, member string, score float64, opts ...AcquireOption) *QueuedError {
+	t.Helper()
+	err := c.Join(context.Background(), key, time.Minute, append(opts, WithQueue(member, score, time.Minute))...)
+	qe, ok := errors.AsType[*QueuedError](err)
+	if !ok || !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Join(%s) = %v, want a QueuedError", member, err)
+	}
+	return qe
+}
+
+// TestJoinStandsInLineAndTakesNothing: a waiter that joins behind a holder is handed the lock by
+// its release, with its own token, metadata and the next fence, though it never asked for the lock;
+// one that joins a free lock is told so and the lock stays free until it asks; one that joins
+// behind another waiter of a free lock is not.
+func TestJoinStandsInLineAndTakesNothing(t *testing.T) {
+	c, _, _ := single(t)
+	ctx := context.Background()
+
+	key := uniqueKey(t)
+	holder := mustAcquire(t, c, key, time.Minute, WithQueue("holder", 0, time.Minute), WithMetadata("ns/holder"))
+	if qe := joined(t, c, key, "a", 1, WithMetadata("ns/a")); qe.Position != 1 || qe.Free || qe.Holder != "ns/holder" {
+		t.Fatalf("a joined behind the holder: %+v, want position 1, not free, held by ns/holder", qe)
+	}
+	st := releaseHandsTo(t, c, holder, "ns/a")
+	// Joining again finds the lock handed over and leaves it as it is, for the next Acquire.
+	if qe := joined(t, c, key, "a", 1, WithMetadata("ns/a")); !qe.Free {
+		t.Fatalf("a joined a lock handed to it: %+v, want free for it", qe)
+	}
+	a, err := acquireQueued(c, key, "a", 1, time.Minute)
+	if err != nil || !a.Readopted() || a.Fence() != st.Fence {
+		t.Fatalf("a claims the handed lock: %v (%v), want re-adopted with fence %d", a, err, st.Fence)
+	}
+
+	free := uniqueKey(t)
+	if qe := joined(t, c, free, "b", 5); qe.Position != 1 || !qe.Free {
+		t.Fatalf("b joined a free lock: %+v, want position 1, free", qe)
+	}
+	if st, err := c.Inspect(ctx, free); err != nil || st.Held {
+		t.Fatalf("the free lock after a join: %+v, %v; want it still free", st, err)
+	}
+	if qe := joined(t, c, free, "c", 9); qe.Position != 2 || qe.Free {
+		t.Fatalf("c joined behind b: %+v, want position 2, not free", qe)
+	}
+	if _, err := acquireQueued(c, free, "c", 9, time.Minute); position(t, err) != 2 {
+		t.Fatal("c took the lock b stands first for")
+	}
+	b, err := acquireQueued(c, free, "b", 5, time.Minute)
+	if err != nil || b.Readopted() {
+		t.Fatalf("b takes the free lock it joined: %v, %v", b, err)
+	}
+}
+
+// TestJoinASemaphore: a join stands in a semaphore's line as in a plain lock's, told of a free slot,
+// handed a slot when a holder releases one; and a plain lock that turned out to be a semaphore
+// is joined as one.
+func TestJoinASemaphore(t *testing.T) {
+	c, _, _ := single(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	declare(t, c, key, 2)
+	first := mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("s1", 0, time.Minute))
+	if qe := joined(t, c, key, "a", 1, WithPermits(2)); qe.Position != 1 || !qe.Free {
+		t.Fatalf("a joined with a slot free: %+v, want position 1, free", qe)
+	}
+	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("a", 1, time.Minute))
+	if qe := joined(t, c, key, "b", 2); qe.Position != 1 || qe.Free {
+		t.Fatalf("b joined (without WithPermits) with both slots held: %+v, want position 1, not free", qe)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Acquire(ctx, key, time.Minute, WithQueue("b", 2, time.Minute))
+	if err != nil || !b.Readopted() || b.Slot() != first.Slot() {
+		t.Fatalf("b claims the slot handed to it: %v, %v; want slot %d re-adopted", b, err, first.Slot())
+	}
+}
+
+func TestJoinRefused(t *testing.T) {
+	c, _, _ := single(t)
+	if err := c.Join(context.Background(), uniqueKey(t), time.Minute); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Join without a queue member = %v, want ErrInvalidArgument", err)
+	}
+	r, _ := redlock(t, 3)
+	if err := r.Join(context.Background(), uniqueKey(t), time.Minute, WithQueue("a", 0, time.Minute)); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Join on Redlock = %v, want ErrInvalidArgument", err)
 	}
 }
