@@ -19,8 +19,6 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 	switch st {
 	case stepIdle:
 		return ctrl.Result{}, false, nil
-	case stepJoin:
-		return r.join(ctx, p)
 	case stepAddFinalizer:
 		if err := r.addFinalizer(ctx, p); err != nil {
 			return ctrl.Result{}, false, err

@@ -18,9 +18,6 @@ type observation struct {
 	// without the lock in its book must re-adopt it before anything else.
 	lockRecorded bool
 	scopeAllowed bool // the operator lets this namespace acquire a lock of its scope
-	// mayJoin: it never asked for its lock, this operator has not seen it wait, and the lock
-	// library hands locks over (not Redlock): it can stand in line before its first write.
-	mayJoin bool
 
 	holding  *lockbook.Lock // the book's lock, healthy or at risk
 	lost     error          // the book's record of a loss (or a lease at risk)
@@ -39,7 +36,6 @@ type step int
 
 const (
 	stepIdle            step = iota // nothing to do
-	stepJoin                        // first sight: stand in the lock's queue before any write
 	stepAddFinalizer                // before anything is acquired, so deletion can release it
 	stepForget                      // finished and recorded: drop the book's record and, once no Job runs, the finalizer
 	stepReleaseAfterEnd             // finished, but a lock is still held: release it once the pods are gone
@@ -56,7 +52,7 @@ const (
 	stepDeleteRelease               // deleting: wait for the pods, release, dequeue, drop the finalizer
 )
 
-var stepNames = [...]string{"Idle", "Join", "AddFinalizer", "Forget", "ReleaseAfterEnd", "LoseLock", "Finish",
+var stepNames = [...]string{"Idle", "AddFinalizer", "Forget", "ReleaseAfterEnd", "LoseLock", "Finish",
 	"Readopt", "JobGone", "ScopeNotAllowed", "Acquire", "CreateJob", "Running", "DeleteReadopt",
 	"DeleteJob", "DeleteRelease"}
 
@@ -70,8 +66,6 @@ func decide(o observation) step {
 	switch {
 	case o.terminal && !o.hasFinalizer && o.holding == nil:
 		return stepIdle // finished and let go (see stepForget): nothing left to guard
-	case !o.hasFinalizer && o.mayJoin && o.holding == nil && o.lost == nil && !o.lockRecorded && o.scopeAllowed:
-		return stepJoin
 	case !o.hasFinalizer:
 		return stepAddFinalizer
 	case o.terminal && (o.holding != nil || (o.lockRecorded && !o.released && o.lost == nil)):

@@ -158,7 +158,7 @@ func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if apierrors.IsNotFound(err) {
 			// Gone: whatever the book still knows of it (a pass that raced the last one) is moot.
 			r.Locks.ForgetObject(locks.KindLockedJob, req.NamespacedName)
-			r.leaveQueues(ctx, r.waiting.DoneObject(req.NamespacedName))
+			r.waiting.DoneObject(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -35,7 +35,6 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 		lost:         book.Lost,
 		released:     book.Released,
 		jobCreated:   lj.Status.JobUID != "",
-		mayJoin:      lj.Status.WaitingSince == nil && r.Locks.HandsOff() && !r.waiting.Knows(p.claim.Holder),
 	}
 	name := lj.Status.JobName
 	if name == "" {

@@ -38,7 +38,6 @@ func TestWaiterRefusedItsScopeNamesNoHolder(t *testing.T) {
 	if _, err := lockClient.Acquire(ctx, r.Config.Identity.LockKey(locks.ClaimantOf(lj)), time.Minute, redislock.WithMetadata(other)); err != nil {
 		t.Fatal(err)
 	}
-	u.reconcile() // the join (issue 27): in line, nothing written
 	u.reconcile() // the finalizer, then the first attempt
 	if st := u.get().Status; st.Phase != batchv1alpha1.PhaseWaiting || st.BlockedBy != other {
 		t.Fatalf("phase %s blocked by %q, want Waiting behind %s", st.Phase, st.BlockedBy, other)
