@@ -20,6 +20,9 @@ SHELL = /usr/bin/env bash -o pipefail
 
 # Extra flags for `go test` (e.g. GO_TEST_ARGS=-v).
 GO_TEST_ARGS ?=
+# Runs a test command and, when it fails, ends its output with why (hack/why-failed.sh): a CI log is
+# read from its tail, where Go and Ginkgo name only the file and line of a failure.
+WHY_FAILED = bash $(CURDIR)/hack/why-failed.sh
 
 .PHONY: all
 all: build
@@ -113,16 +116,16 @@ prebuild-cluster:
 	@$(MAKE) --no-print-directory kind-node-image
 
 test-unit: manifests generate lint redis k8s-bin kueue-bin kustomize helm ## Run unit and envtest tests (real Redis, real kube-apiserver), the local-cluster smoke test, the deploy tests (test/deploy) and Kueue on envtest (test/kueue).
-	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" go test $(GO_TEST_ARGS) $$(go list ./... | grep -v /test/e2e)
-	go test $(GO_TEST_ARGS) -tags scale ./test/scale/  # the scale benchmark's own unit tests (recorder, soak judgement)
-	cd hack/imgtool && GOWORK=off go test -mod=readonly $(GO_TEST_ARGS) ./...
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(WHY_FAILED) unit go test $(GO_TEST_ARGS) $$(go list ./... | grep -v /test/e2e)
+	$(WHY_FAILED) scale-unit go test $(GO_TEST_ARGS) -tags scale ./test/scale/  # the scale benchmark's own unit tests (recorder, soak judgement)
+	cd hack/imgtool && GOWORK=off $(WHY_FAILED) imgtool go test -mod=readonly $(GO_TEST_ARGS) ./...
 
 # The race detector over the code that is shared between goroutines: the lock library (keeper, release
 # channel), the lock book, and the controllers' unit tests. The envtest suite (TestControllers) runs
 # without it in test-unit: under the race detector a real kube-apiserver on 2 cores takes too long.
 .PHONY: test-race
 test-race: redis ## Run the lock library's, the lock book's and the controllers' unit tests with the race detector.
-	go test -race -count=1 $(GO_TEST_ARGS) ./internal/redislock/ ./internal/lockbook/ ./controllers/... -skip 'TestControllers$$'
+	$(WHY_FAILED) race go test -race -count=1 $(GO_TEST_ARGS) ./internal/redislock/ ./internal/lockbook/ ./controllers/... -skip 'TestControllers$$'
 
 # E2E_KUBECONFIG: run the e2e suite against that cluster instead of a local control plane it starts itself.
 # E2E_IMG / E2E_WORKLOAD_IMG: the manager and workload images of the in-cluster lane (loaded into the
@@ -136,11 +139,11 @@ E2E_WORKLOAD_IMG ?= $(FENCEDWRITER_IMG)
 .PHONY: test-e2e
 test-e2e: redis k8s-bin kustomize helm images ## Run the end-to-end suite (local control plane with kwok nodes and a real node, or E2E_KUBECONFIG).
 	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" E2E_POD_REDIS_HOST="$(E2E_POD_REDIS_HOST)" E2E_IMG="$(E2E_IMG)" E2E_WORKLOAD_IMG="$(E2E_WORKLOAD_IMG)" E2E_IMAGES_DIR="$(IMAGES_DIR)" HELM="$(HELM)" \
-		go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
+		$(WHY_FAILED) e2e go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
 
 .PHONY: test-fault
 test-fault: redis k8s-bin kustomize ## Run the fault suite: two local clusters sharing one Redis, one fault at a time, judged from the recorded history (docs/fault.md).
-	go test -tags=fault -timeout 30m -count=1 ./test/fault/ -v
+	$(WHY_FAILED) fault go test -tags=fault -timeout 30m -count=1 ./test/fault/ -v
 
 .PHONY: bench
 bench: redis ## Run the lock library's benchmarks (side by side with redsync and bsm/redislock in test/bench).
