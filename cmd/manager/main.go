@@ -283,10 +283,6 @@ func healthProbeServer(addr string, c *redislock.Client, gate *webhook.Gate) (ma
 	if addr == "" || addr == "0" {
 		return nil, nil
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("health probe address %s: %w", addr, err)
-	}
 	mux := http.NewServeMux()
 	handle := func(path string, checks map[string]healthz.Checker) {
 		h := http.StripPrefix(path, &healthz.Handler{Checks: checks})
@@ -299,8 +295,19 @@ func healthProbeServer(addr string, c *redislock.Client, gate *webhook.Gate) (ma
 		ready["guard-webhook"] = gate.ReadyCheck()
 	}
 	handle("/readyz", ready)
-	return &manager.Server{Name: "health probe", Listener: ln,
-		Server: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
+	return serverAt("health probe", addr, mux)
+}
+
+// serverAt is a server of the process's own endpoints named name, listening at addr now, so a
+// taken address fails the start rather than a later goroutine. WriteTimeout stays unset: a CPU
+// profile or trace streams for as long as ?seconds= asks.
+func serverAt(name, addr string, h http.Handler) (manager.Runnable, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s address %s: %w", name, addr, err)
+	}
+	return &manager.Server{Name: name, Listener: ln,
+		Server: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}, nil
 }
 
 // pprofServer serves Go's profiles under /debug/pprof/ at addr, or nothing for "" and "0" (the
@@ -310,19 +317,13 @@ func pprofServer(addr string) (manager.Runnable, error) {
 	if addr == "" || addr == "0" {
 		return nil, nil
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("pprof address %s: %w", addr, err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index) // also heap, goroutine, allocs, … by name
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	// WriteTimeout stays unset: a CPU profile or trace streams for as long as ?seconds= asks.
-	return &manager.Server{Name: "pprof", Listener: ln,
-		Server: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
+	return serverAt("pprof", addr, mux)
 }
 
 // metricsServer serves the Prometheus metrics as --metrics-bind-address and --metrics-secure say,
