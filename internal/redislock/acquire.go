@@ -12,41 +12,17 @@ import (
 // errors.Is tells them apart. Transport errors are not retried here: a lock that Redis cannot grant
 // now will not become safe by hammering it, and the caller knows better how long to wait.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
-	if err := validateKey(key); err != nil {
-		return nil, err
-	}
-	// Redis keeps leases in whole milliseconds: count the lease Redis keeps, never a longer one.
-	ttl = ttl.Truncate(time.Millisecond)
-	if err := validateTTL(ttl); err != nil {
-		return nil, err
-	}
 	var o acquireOptions
-	if err := c.applyAcquireOptions(&o, opts); err != nil {
+	ttl, k, err := c.prepareAcquire(key, ttl, &o, opts)
+	if err != nil {
 		return nil, err
-	}
-
-	k := c.keysFor(key, o.queueMember != "")
-	if o.permits > 0 {
-		k = c.keysForPermits(key)
 	}
 	var (
 		timer *time.Timer
 		watch *releaseWatch
 	)
 	for attempt := 1; ; attempt++ {
-		id, err := newAttemptID()
-		if err != nil {
-			return nil, err
-		}
-		o.attempt = id
-		start := time.Now()
-		l, err := c.attemptAcquire(ctx, start, key, k, ttl, &o)
-		if errors.Is(err, errSemaphore) {
-			// The plain script found a semaphore and changed nothing: this attempt, and every later
-			// one, is the semaphore's. The lease still counts from the first script's start.
-			o.diverted, k = true, c.keysForPermits(key)
-			l, err = c.attemptAcquire(ctx, start, key, k, ttl, &o)
-		}
+		l, err := c.attemptOnce(ctx, key, &k, ttl, &o)
 		if err == nil {
 			return l, nil
 		}
@@ -71,6 +47,44 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 			return nil, err
 		}
 	}
+}
+
+// prepareAcquire checks an acquisition's key and ttl, settles its options into o, and returns the
+// ttl Redis keeps and the keys of the lock: what Acquire and Join share.
+func (c *Client) prepareAcquire(key string, ttl time.Duration, o *acquireOptions, opts []AcquireOption) (time.Duration, keys, error) {
+	if err := validateKey(key); err != nil {
+		return 0, keys{}, err
+	}
+	// Redis keeps leases in whole milliseconds: count the lease Redis keeps, never a longer one.
+	ttl = ttl.Truncate(time.Millisecond)
+	if err := validateTTL(ttl); err != nil {
+		return 0, keys{}, err
+	}
+	if err := c.applyAcquireOptions(o, opts); err != nil {
+		return 0, keys{}, err
+	}
+	if o.permits > 0 {
+		return ttl, c.keysForPermits(key), nil
+	}
+	return ttl, c.keysFor(key, o.queueMember != ""), nil
+}
+
+// attemptOnce makes one attempt with a new attempt id. When the plain script finds a semaphore it
+// changed nothing: the attempt, and every later one, is the semaphore's (k and o say so from then
+// on), and the lease still counts from the first script's start.
+func (c *Client) attemptOnce(ctx context.Context, key string, k *keys, ttl time.Duration, o *acquireOptions) (*Lock, error) {
+	id, err := newAttemptID()
+	if err != nil {
+		return nil, err
+	}
+	o.attempt = id
+	start := time.Now()
+	l, err := c.attemptAcquire(ctx, start, key, *k, ttl, o)
+	if errors.Is(err, errSemaphore) {
+		o.diverted, *k = true, c.keysForPermits(key)
+		l, err = c.attemptAcquire(ctx, start, key, *k, ttl, o)
+	}
+	return l, err
 }
 
 // withContextErr joins ctx's error to err when ctx ended and err does not already say so: a call cut

@@ -20,41 +20,22 @@ import (
 // (store what lets it release one) stands in line first and does that work later, not ahead of the
 // waiters behind it. The answer is a *QueuedError (ErrNotAcquired); its Free reports a lock, or a
 // semaphore's slot, that is free and whose next grant is this waiter's, or that already holds the
-// waiter's token: nobody hands over a lock nobody releases, so the caller must Acquire it. Only a single deployment hands a lock over (see
-// WithQueue): on Redlock, Join is refused.
+// waiter's token: nobody hands over a lock nobody releases, so the caller must Acquire it. Only a
+// single deployment hands a lock over (see WithQueue): on Redlock, Join is refused.
 func (c *Client) Join(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) error {
 	if !c.handsOff() {
 		return invalidf("join %s: only a single deployment hands a lock to a waiter; Redlock does not", key)
 	}
-	if err := validateKey(key); err != nil {
-		return err
-	}
-	ttl = ttl.Truncate(time.Millisecond)
-	if err := validateTTL(ttl); err != nil {
-		return err
-	}
 	var o acquireOptions
-	if err := c.applyAcquireOptions(&o, opts); err != nil {
+	ttl, k, err := c.prepareAcquire(key, ttl, &o, opts)
+	if err != nil {
 		return err
 	}
 	if o.queueMember == "" {
 		return invalidf("join %s: no queue member (WithQueue)", key)
 	}
-	id, err := newAttemptID()
-	if err != nil {
-		return err
-	}
-	o.attempt, o.join = id, true
-	k := c.keysFor(key, true)
-	if o.permits > 0 {
-		k = c.keysForPermits(key)
-	}
-	start := time.Now()
-	l, err := c.attemptAcquire(ctx, start, key, k, ttl, &o)
-	if errors.Is(err, errSemaphore) {
-		o.diverted, k = true, c.keysForPermits(key)
-		l, err = c.attemptAcquire(ctx, start, key, k, ttl, &o)
-	}
+	o.join = true
+	l, err := c.attemptOnce(ctx, key, &k, ttl, &o)
 	switch {
 	case errors.Is(err, ErrNotAcquired):
 		return err
