@@ -17,11 +17,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lockedjob/lockedjob/internal/testutil/kueuerun"
 )
 
 const (
 	// queueNameLabel puts a Job in a LocalQueue.
-	queueNameLabel = "kueue.x-k8s.io/queue-name"
+	queueNameLabel = kueuerun.QueueNameLabel
 	// lockController is the AdmissionCheck controller name lockedjob is to answer for
 	// (docs/design.md, Kueue).
 	lockController = "batch.lockedjob.dev/lock"

@@ -1,4 +1,4 @@
-package kueue_test
+package kueuerun
 
 import (
 	"crypto/rand"
@@ -11,16 +11,16 @@ import (
 	"time"
 )
 
-// pki is a CA and a serving certificate it signed, PEM-encoded, in the shape Kueue's certificate
+// PKI is a CA and a serving certificate it signed, PEM-encoded, in the shape Kueue's certificate
 // rotator (open-policy-agent/cert-controller) keeps in its Secret: RSA keys in PKCS #1, the CA
 // valid for the name "kueue-ca".
-type pki struct {
-	caPEM, caKeyPEM, certPEM, keyPEM []byte
+type PKI struct {
+	CAPEM, CAKeyPEM, CertPEM, KeyPEM []byte
 }
 
-// newPKI makes a CA and a serving certificate for dnsName and 127.0.0.1. Both outlive the
+// NewPKI makes a CA and a serving certificate for dnsName and 127.0.0.1. Both outlive the
 // rotator's 90-day look-ahead, so it keeps them rather than making its own.
-func newPKI(dnsName string) (*pki, error) {
+func NewPKI(dnsName string) (*PKI, error) {
 	now := time.Now().Add(-time.Hour)
 	caKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -63,10 +63,10 @@ func newPKI(dnsName string) (*pki, error) {
 		return nil, err
 	}
 	enc := func(typ string, b []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}) }
-	return &pki{
-		caPEM:    enc("CERTIFICATE", caDER),
-		caKeyPEM: enc("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(caKey)),
-		certPEM:  enc("CERTIFICATE", der),
-		keyPEM:   enc("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key)),
+	return &PKI{
+		CAPEM:    enc("CERTIFICATE", caDER),
+		CAKeyPEM: enc("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(caKey)),
+		CertPEM:  enc("CERTIFICATE", der),
+		KeyPEM:   enc("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key)),
 	}, nil
 }
