@@ -52,7 +52,7 @@ func TestRealNode(t *testing.T) {
 	}
 	c := newCluster(t)
 	c.Env = []string{"LOCKEDJOB_REAL_NODE=1", "LOCKEDJOB_CLUSTER_NODES=1"}
-	bridge := "ljrn-" + strconv.Itoa(c.PortBase)
+	bridge := utils.RealNodeBridge(c.PortBase)
 	cgroup := "lockedjob-" + strconv.Itoa(c.PortBase)
 	existed := map[string]bool{}
 	for _, p := range append(hostPaths, "/run/"+cgroup) {

@@ -71,10 +71,34 @@ const DeveloperPortBase = 26440
 // in the cluster folder's pids/ (the real node's are not among them).
 var ControlPlane = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
 
-// FreeClusterPorts returns a PortBase for a cluster: preferred if its PortBlock ports are free
-// (preferred <= 0: none), else a random free block away from DeveloperPortBase.
+// FreeClusterPorts returns a PortBase for a cluster: preferred if its PortBlock ports are free and
+// no real-node bridge of that base is on the host (preferred <= 0: none), else a random such block
+// away from DeveloperPortBase.
+//
+// A bridge outlives a run killed before its down, and hack/cluster.sh cannot tell a crashed
+// cluster's bridge from a live one's, so it refuses that base: a stale bridge of the e2e suite's
+// default base failed every later run of the suite until it was removed by hand.
 func FreeClusterPorts(preferred int) (int, error) {
-	return ports.FreeBlock(preferred, PortBlock, DeveloperPortBase)
+	for range 20 {
+		base, err := ports.FreeBlock(preferred, PortBlock, DeveloperPortBase)
+		if err != nil {
+			return 0, err
+		}
+		if !linkExists(RealNodeBridge(base)) {
+			return base, nil
+		}
+		preferred = 0
+	}
+	return 0, errors.New("no free cluster port block whose real-node bridge name is unused on this host")
+}
+
+// RealNodeBridge is the name of the bridge hack/cluster.sh gives the real node of the cluster of
+// port base base (hack/lib/realnode.sh, rn_names).
+func RealNodeBridge(base int) string { return "ljrn-" + strconv.Itoa(base) }
+
+func linkExists(name string) bool {
+	_, err := os.Stat(filepath.Join("/sys/class/net", name))
+	return err == nil
 }
 
 // Script runs hack/cluster.sh with args for this cluster, killed after timeout.
