@@ -154,7 +154,7 @@ bench: redis ## Run the lock library's benchmarks (side by side with redsync and
 SCALE_ARGS ?=
 
 .PHONY: bench-scale
-bench-scale: redis k8s-bin kustomize ## Run the scale benchmark (issue 13): its own local cluster, plain Jobs vs LockedJobs and guarded Jobs, one table (docs/benchmarks.md, Scale). Takes many minutes.
+bench-scale: redis k8s-bin kustomize kueue-bin ## Run the scale benchmark (issue 13): its own local cluster, plain Jobs vs LockedJobs and guarded Jobs, one table (docs/benchmarks.md, Scale). Takes many minutes.
 	go run -tags scale ./test/scale $(SCALE_ARGS)
 
 ##@ Demo

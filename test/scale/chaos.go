@@ -21,7 +21,8 @@ import (
 type supervisor struct {
 	bin     string
 	args    []string
-	logBase string // each life logs to logBase-<n>.log: startOperator waits for its own start line
+	env     []string // added to the benchmark's own environment
+	logBase string   // each life logs to logBase-<n>.log: startOperator waits for its own start line
 
 	mu       sync.Mutex
 	current  *operator
@@ -35,8 +36,8 @@ type supervisor struct {
 	halted   sync.WaitGroup
 }
 
-func startSupervisor(ctx context.Context, bin string, args []string, logBase string, killEvery time.Duration) (*supervisor, error) {
-	s := &supervisor{bin: bin, args: args, logBase: logBase, halt: make(chan struct{})}
+func startSupervisor(ctx context.Context, bin string, args, env []string, logBase string, killEvery time.Duration) (*supervisor, error) {
+	s := &supervisor{bin: bin, args: args, env: env, logBase: logBase, halt: make(chan struct{})}
 	op, err := s.startLife(ctx)
 	if err != nil {
 		return nil, err
@@ -53,7 +54,7 @@ func (s *supervisor) startLife(ctx context.Context) (*operator, error) {
 	s.lives++
 	path := fmt.Sprintf("%s-%d.log", s.logBase, s.lives)
 	s.mu.Unlock()
-	return startOperator(ctx, s.bin, s.args, path)
+	return startOperator(ctx, s.bin, s.args, s.env, path)
 }
 
 // killEvery is the chaos loop: every period, SIGKILL the operator and start the next one. The
@@ -106,6 +107,13 @@ func (s *supervisor) killAndRestart(ctx context.Context) error {
 	s.current = next
 	s.mu.Unlock()
 	return nil
+}
+
+// exited is closed when the current life exits.
+func (s *supervisor) exited() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current.done
 }
 
 // failed returns why the scenario cannot go on: an operator that exited on its own, or one the

@@ -82,8 +82,9 @@ type operator struct {
 	stopRS chan struct{}
 }
 
-// startOperator starts the manager and waits until it leads and its workers run.
-func startOperator(ctx context.Context, bin string, args []string, logPath string) (*operator, error) {
+// startOperator starts the manager (or Kueue's, which logs the same controller-runtime line) and
+// waits until it leads and its workers run.
+func startOperator(ctx context.Context, bin string, args, env []string, logPath string) (*operator, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("operator log: %w", err)
@@ -92,6 +93,9 @@ func startOperator(ctx context.Context, bin string, args []string, logPath strin
 	_, _ = fmt.Fprintf(logFile, "# %s %s\n", bin, strings.Join(args, " "))
 	o := &operator{logPath: logPath, done: make(chan struct{}), stopRS: make(chan struct{})}
 	o.cmd = exec.Command(bin, args...)
+	if len(env) > 0 {
+		o.cmd.Env = append(os.Environ(), env...)
+	}
 	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
 	o.cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid:   true,            // ^C reaches the benchmark, which stops the operator itself

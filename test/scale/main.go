@@ -29,6 +29,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -43,6 +44,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
+	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/lockedjob/lockedjob/test/scale/measure"
 	"github.com/lockedjob/lockedjob/test/testkit"
@@ -127,6 +129,7 @@ type bench struct {
 	redisAddr   string
 	operatorBin string
 	timeout     time.Duration
+	kueue       *kueueRig // Kueue installed, if a scenario runs it
 }
 
 func main() {
@@ -200,6 +203,11 @@ func run(ctx context.Context, o options) (err error) {
 	if err := b.install(ctx); err != nil {
 		return err
 	}
+	if slices.ContainsFunc(scenarios, func(s scenario) bool { return s.kueue }) {
+		if err := b.installKueue(ctx); err != nil {
+			return err
+		}
+	}
 	if anyGuarded(scenarios) || o.requestCosts > 0 {
 		// Before the first scenario, so every scenario of the run, plain Jobs and LockedJobs
 		// included, runs on a cluster with the gate in force.
@@ -208,7 +216,7 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}
 
-	header := describeRun(o, src, b.operatorBin, anyGuarded(scenarios) || o.requestCosts > 0)
+	header := describeRun(o, src, b.operatorBin, anyGuarded(scenarios) || o.requestCosts > 0, b.kueue != nil)
 	fmt.Print(header)
 	if o.requestCosts > 0 {
 		if err := b.requestCosts(ctx, o.requestCosts); err != nil {
@@ -241,9 +249,11 @@ func run(ctx context.Context, o options) (err error) {
 	return nil
 }
 
-// defaultScenarios is every scenario, each guarded-Job one after its LockedJob twin: the same
-// objects, locks and pods, asked for by a label on a plain Job instead of a LockedJob.
-var defaultScenarios = []string{"plain", "distinct", "guarded-distinct", "shared", "guarded-shared", "deep", "guarded-deep", "steady"}
+// defaultScenarios is every scenario, each guarded-Job one after its LockedJob twin (the same
+// objects, locks and pods, asked for by a label on a plain Job instead of a LockedJob) and its
+// Kueue twin (the same Jobs in Kueue's queues, one ClusterQueue per lock admitting one at a time).
+var defaultScenarios = []string{"plain", "distinct", "guarded-distinct", "kueue-distinct", "shared", "guarded-shared",
+	"kueue-shared", "deep", "guarded-deep", "kueue-deep", "steady"}
 
 // deepLock is the one lock of the deep scenarios.
 const deepLock = "deep"
@@ -276,6 +286,13 @@ func buildScenarios(o options) ([]scenario, error) {
 		{name: "guarded-shared", objects: n, locks: locks, lockOf: shared, guarded: true, run: o.podRun,
 			goal: batchv1alpha1.PhaseSucceeded},
 		{name: "guarded-deep", objects: o.deep, locks: 1, lockOf: deep, guarded: true, run: o.podRun,
+			goal: batchv1alpha1.PhaseSucceeded},
+		// Succeeded, for a Job in Kueue's queue: Complete (or Failed).
+		{name: "kueue-distinct", objects: n, locks: n, lockOf: distinct, kueue: true, run: o.podRun,
+			goal: batchv1alpha1.PhaseSucceeded},
+		{name: "kueue-shared", objects: n, locks: locks, lockOf: shared, kueue: true, run: o.podRun,
+			goal: batchv1alpha1.PhaseSucceeded},
+		{name: "kueue-deep", objects: o.deep, locks: 1, lockOf: deep, kueue: true, run: o.podRun,
 			goal: batchv1alpha1.PhaseSucceeded},
 		// Not among the defaults: it takes long and measures leaks, not costs (soak.go).
 		{name: "soak", objects: o.soak.lives, locks: min(o.soak.locks, o.soak.inflight),
@@ -359,6 +376,7 @@ func (b *bench) connect(rdb *redis.Client) error {
 	scheme := k8sruntime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(batchv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme)) // Kueue's CRDs (kueue.go)
 	if b.k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -451,7 +469,7 @@ func (b *bench) operatorArgs() []string {
 }
 
 // describeRun is the header of the output: what ran, where, with what.
-func describeRun(o options, src, bin string, gate bool) string {
+func describeRun(o options, src, bin string, gate, kueue bool) string {
 	rev, _ := utils.Run(exec.Command("git", "-C", src, "log", "-1", "--format=%h %s"))
 	dirty, _ := utils.Run(exec.Command("git", "-C", src, "status", "--porcelain", "--untracked-files=no"))
 	if strings.TrimSpace(dirty) != "" {
@@ -469,6 +487,10 @@ func describeRun(o options, src, bin string, gate bool) string {
 	fmt.Fprintf(&b, "cluster:   4 kwok nodes, kube-controller-manager %s\n", kcm)
 	if gate {
 		fmt.Fprintf(&b, "admission: the gate of guarded Jobs (config/guard) in force for every scenario\n")
+	}
+	if kueue {
+		fmt.Fprintf(&b, "kueue:     %s (make kueue-bin), its webhooks in the kueue-* scenarios' namespaces only; "+
+			"per lock a StrictFIFO ClusterQueue with quota for one Job (%s cpu)\n", k8sassets.KueueVersion, kueueJobCPU.String())
 	}
 	if o.killEvery > 0 || o.redisDelay > 0 {
 		fmt.Fprintf(&b, "chaos:     operator SIGKILLed every %s (0: never), Redis delayed %s each way\n", o.killEvery, o.redisDelay)

@@ -17,6 +17,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/locks"
+	"github.com/lockedjob/lockedjob/internal/testutil/kueuerun"
 	"github.com/lockedjob/lockedjob/test/scale/measure"
 )
 
@@ -37,7 +38,11 @@ type recorder struct {
 	// the operator writes nothing while it waits), ends when its guard was first seen at an end.
 	waiting map[string]time.Time
 	ends    map[string]guardEnd
-	errs    []error
+	// admitted counts, per Kueue queue, the Jobs seen unsuspended so far: Kueue hands out no
+	// fencing token, so a Kueue Job's run is numbered in the order the benchmark saw Kueue
+	// admit it, and only the overlap of runs is checked.
+	admitted map[string]int64
+	errs     []error
 }
 
 // guardEnd is a guarded Job's guard annotation at an end (Released, Lost, Unguarded) and when the
@@ -59,6 +64,7 @@ func newRecorder() *recorder {
 		versions:  map[string]int{},
 		waiting:   map[string]time.Time{},
 		ends:      map[string]guardEnd{},
+		admitted:  map[string]int64{},
 	}
 }
 
@@ -99,6 +105,9 @@ func (r *recorder) job(j *batchv1.Job, now time.Time) {
 func (r *recorder) newRun(j *batchv1.Job, guarded bool, now time.Time) (run *measure.Run, ok bool) {
 	run = &measure.Run{Lock: j.Name, Job: j.Name, Created: now}
 	fence, fenced := j.Annotations[batchv1alpha1.AnnotationFencingToken]
+	if queue := j.Labels[kueuerun.QueueNameLabel]; queue != "" {
+		return r.newKueueRun(j, queue, run, now)
+	}
 	switch {
 	case guarded:
 		if _, seen := r.waiting[j.Name]; !seen {
@@ -118,6 +127,20 @@ func (r *recorder) newRun(j *batchv1.Job, guarded bool, now time.Time) (run *mea
 	if run.Fence, err = strconv.ParseInt(fence, 10, 64); err != nil {
 		r.errs = append(r.errs, fmt.Errorf("job %s: fencing token annotation: %w", j.Name, err))
 	}
+	return run, true
+}
+
+// newKueueRun is newRun for a Job in Kueue's queue: created suspended by Kueue's webhook, it waits
+// from its creation until Kueue admits it and unsuspends it; its run starts then.
+func (r *recorder) newKueueRun(j *batchv1.Job, queue string, run *measure.Run, now time.Time) (*measure.Run, bool) {
+	if _, seen := r.waiting[j.Name]; !seen {
+		r.waiting[j.Name] = now
+	}
+	if j.Spec.Suspend != nil && *j.Spec.Suspend {
+		return nil, false
+	}
+	r.admitted[queue]++
+	run.Lock, run.Queued, run.Fence = queue, r.waiting[j.Name], r.admitted[queue]
 	return run, true
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/testutil/kueuerun"
 	"github.com/lockedjob/lockedjob/test/scale/measure"
 )
 
@@ -96,5 +97,65 @@ func TestRecorderCountsAGuardedJobThatNeverHeldAsFailed(t *testing.T) {
 	}
 	if runs := r.allRuns(); len(runs) != 0 {
 		t.Errorf("runs = %+v, want none: an Unguarded Job never held the lock", runs)
+	}
+}
+
+// kueueJob is a Job of Kueue queue q as the watch sees it: suspended by Kueue's webhook until
+// Kueue admits it, then running, then finished.
+func kueueJob(name, q string, suspended, finished bool) *batchv1.Job {
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "scale-kueue-shared",
+		Labels: map[string]string{kueuerun.QueueNameLabel: q}}}
+	j.Spec.Suspend = ptr.To(suspended)
+	if finished {
+		j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	}
+	return j
+}
+
+// TestRecorderFollowsKueueJobs: a Job in Kueue's queue runs from when it is seen unsuspended and
+// waited from its creation; runs are numbered per queue in the order Kueue admitted them, so two
+// of one queue that overlap are a violation and two in turn are a handoff.
+func TestRecorderFollowsKueueJobs(t *testing.T) {
+	r := newRecorder()
+	r.job(kueueJob("a", "q", true, false), at(0))
+	r.job(kueueJob("b", "q", true, false), at(10))
+	r.job(kueueJob("c", "other", true, false), at(20))
+	r.job(kueueJob("a", "q", false, false), at(100))
+	r.job(kueueJob("c", "other", false, false), at(110))
+	r.job(kueueJob("a", "q", false, true), at(1200))
+	r.job(kueueJob("b", "q", false, false), at(1250))
+	r.job(kueueJob("b", "q", false, true), at(2300))
+
+	if done, failed, last := r.plainDone(); done != 2 || failed != 0 || !last.Equal(at(2300)) {
+		t.Errorf("plainDone = %d done, %d failed, last %v; want 2, 0, %v", done, failed, last, at(2300))
+	}
+	runs := map[string]measure.Run{}
+	for _, run := range r.allRuns() {
+		runs[run.Job] = run
+	}
+	want := map[string]measure.Run{
+		"a": {Lock: "q", Job: "a", Fence: 1, Created: at(100), Completed: at(1200), Queued: at(0)},
+		"b": {Lock: "q", Job: "b", Fence: 2, Created: at(1250), Completed: at(2300), Queued: at(10)},
+		"c": {Lock: "other", Job: "c", Fence: 1, Created: at(110), Queued: at(20)},
+	}
+	for name, w := range want {
+		if got := runs[name]; got != w {
+			t.Errorf("run %s = %+v, want %+v", name, got, w)
+		}
+	}
+	all := r.allRuns()
+	if v := measure.CheckExclusion(all); len(v) != 0 {
+		t.Errorf("CheckExclusion = %q, want none", v)
+	}
+	if g := measure.QueuedHandoffGaps(all); len(g) != 1 || g[0] != 50*time.Millisecond {
+		t.Errorf("QueuedHandoffGaps = %v, want [50ms]", g)
+	}
+
+	// Kueue admitting a second Job of q while the first still runs is two holders at once.
+	r = newRecorder()
+	r.job(kueueJob("a", "q", false, false), at(0))
+	r.job(kueueJob("b", "q", false, false), at(10))
+	if v := measure.CheckExclusion(r.allRuns()); len(v) != 1 {
+		t.Errorf("CheckExclusion of two runs of one queue at once = %q, want one violation", v)
 	}
 }

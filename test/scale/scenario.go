@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/testutil/kueuerun"
 	"github.com/lockedjob/lockedjob/test/scale/measure"
 	"github.com/lockedjob/lockedjob/test/testkit"
 )
@@ -31,9 +32,12 @@ type scenario struct {
 	// guarded: the objects are guarded Jobs (a plain Job with the lock label, created suspended by
 	// the admission gate), not LockedJobs.
 	guarded bool
-	run     time.Duration                // pod lifetime (kwok pod-complete delay)
-	goal    batchv1alpha1.LockedJobPhase // Succeeded, or Running for a steady state
-	window  time.Duration                // steady state measured after the goal
+	// kueue: the objects are plain Jobs in Kueue's queues, one ClusterQueue per lock admitting one
+	// Job at a time (kueue.go), run by Kueue's manager instead of lockedjob's operator.
+	kueue  bool
+	run    time.Duration                // pod lifetime (kwok pod-complete delay)
+	goal   batchv1alpha1.LockedJobPhase // Succeeded, or Running for a steady state
+	window time.Duration                // steady state measured after the goal
 }
 
 // podTemplate gives every pod the same exact kwok timing (delay == jitter-delay turns the
@@ -72,6 +76,11 @@ func (s scenario) object(ns string, i int) client.Object {
 	switch {
 	case s.locks == 0:
 		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+	case s.kueue:
+		// Not suspended by its author: Kueue's webhook suspends it, as for a user's Job.
+		spec.Template = withKueueRequest(spec.Template)
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels: map[string]string{kueuerun.QueueNameLabel: s.lockOf(i)}}, Spec: spec}
 	case s.guarded:
 		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
 			Labels: map[string]string{batchv1alpha1.LabelGuardLock: s.lockOf(i)}}, Spec: spec}
@@ -83,6 +92,28 @@ func (s scenario) object(ns string, i int) client.Object {
 			JobTemplate: batchv1alpha1.JobTemplate{Spec: spec},
 		},
 	}
+}
+
+// lockNames is every lock of s, once each, in the order of its first object.
+func (s scenario) lockNames() []string {
+	var out []string
+	seen := map[string]bool{}
+	for i := range s.objects {
+		if l := s.lockOf(i); !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// namespaceLabels are the labels of the scenario's namespace: Kueue's webhooks act only in the
+// Kueue scenarios'.
+func (s scenario) namespaceLabels() map[string]string {
+	if s.kueue {
+		return map[string]string{kueueNamespaceLabel: "true"}
+	}
+	return nil
 }
 
 // parallel runs do(i) for i in [0,n) on workers goroutines and returns the first error.
@@ -118,7 +149,7 @@ feed:
 const createWorkers = 32
 
 func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, error) {
-	res := measure.Result{Scenario: s.name, Objects: s.objects, Locks: s.locks, Goal: string(s.goal)}
+	res := measure.Result{Scenario: s.name, Objects: s.objects, Locks: s.locks, Goal: string(s.goal), Kueue: s.kueue}
 	ns := "scale-" + s.name
 	rec, stopWatches, err := b.record(ctx, s, ns, nil)
 	if err != nil {
@@ -126,12 +157,11 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 	}
 	defer stopWatches()
 
-	op, err := startSupervisor(ctx, b.operatorBin, b.operatorArgs(), fmt.Sprintf("%s/operator-%s", b.work, s.name), b.opts.killEvery)
+	op, err := b.startController(ctx, s, ns)
 	if err != nil {
 		return res, err
 	}
 	defer op.stop()
-	log.Printf("%s: operator pid %d up; load average %s", s.name, op.pid(), loadAvg())
 
 	before, err := b.probes.snapshot(ctx, op)
 	if err != nil {
@@ -150,7 +180,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 
 	reached := func() (done, failed int, last time.Time) {
 		switch {
-		case s.locks == 0:
+		case s.locks == 0 || s.kueue:
 			return rec.plainDone()
 		case s.guarded:
 			return rec.guardedDone()
@@ -206,13 +236,41 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 		return res, err
 	}
 	log.Printf("%s: deleted in %s", s.name, res.Delete.Wall.Round(time.Millisecond))
+	if s.kueue {
+		if err := b.deleteKueueQueues(ctx, s, ns); err != nil {
+			return res, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
 	return res, b.conclude(ctx, s, ns, op, rec, stopWatches, start, &res)
+}
+
+// startController starts what runs scenario s: Kueue's manager with the scenario's queues, or
+// lockedjob's operator.
+func (b *bench) startController(ctx context.Context, s scenario, ns string) (*supervisor, error) {
+	if !s.kueue {
+		op, err := startSupervisor(ctx, b.operatorBin, b.operatorArgs(), nil, fmt.Sprintf("%s/operator-%s", b.work, s.name), b.opts.killEvery)
+		if err != nil {
+			return nil, err
+		}
+		log.Printf("%s: operator pid %d up; load average %s", s.name, op.pid(), loadAvg())
+		return op, nil
+	}
+	op, err := b.startKueue(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	log.Printf("%s: kueue pid %d up; load average %s", s.name, op.pid(), loadAvg())
+	if err := b.createKueueQueues(ctx, s, ns); err != nil {
+		op.stop()
+		return nil, err
+	}
+	return op, nil
 }
 
 // record creates the scenario's namespace ns and starts the watches that record its Jobs and, for
 // LockedJobs, the LockedJobs (each also handed to also, if set), until stop is called.
 func (b *bench) record(ctx context.Context, s scenario, ns string, also func(*batchv1alpha1.LockedJob)) (rec *recorder, stop func(), err error) {
-	if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: s.namespaceLabels()}}); err != nil {
 		return nil, nil, fmt.Errorf("create namespace %s: %w", ns, err)
 	}
 	rec = newRecorder()
@@ -223,7 +281,7 @@ func (b *bench) record(ctx context.Context, s scenario, ns string, also func(*ba
 		stop()
 		return nil, nil, err
 	}
-	if s.locks == 0 || s.guarded {
+	if s.locks == 0 || s.guarded || s.kueue {
 		return rec, stop, nil
 	}
 	if err := startWatch(wctx, b.k8s, &batchv1alpha1.LockedJobList{}, ns, rec, func(o client.Object, now time.Time) {
@@ -244,7 +302,7 @@ func (b *bench) record(ctx context.Context, s scenario, ns string, also func(*ba
 func (b *bench) conclude(ctx context.Context, s scenario, ns string, op *supervisor, rec *recorder,
 	stopWatches func(), start time.Time, res *measure.Result) error {
 	res.Kills = op.kills()
-	if s.locks > 0 {
+	if s.locks > 0 && !s.kueue {
 		var err error
 		if res.LeftKeys, err = leftKeys(ctx, b.probes.rdb, clusterID, ns, time.Minute); err != nil {
 			return fmt.Errorf("%s: lock keys left in Redis: %w", s.name, err)

@@ -136,7 +136,7 @@ func (b *bench) runSoak(ctx context.Context, s scenario) (measure.Result, error)
 		}
 	}
 	judge := soakJudge{lives: s.objects, window: eventCacheSweep}
-	op, err := startSupervisor(ctx, b.operatorBin, args, fmt.Sprintf("%s/operator-%s", b.work, s.name), b.opts.killEvery)
+	op, err := startSupervisor(ctx, b.operatorBin, args, nil, fmt.Sprintf("%s/operator-%s", b.work, s.name), b.opts.killEvery)
 	if err != nil {
 		return res, err
 	}

@@ -11,6 +11,9 @@ type Result struct {
 	Scenario string
 	Objects  int
 	Locks    int // 0: plain Jobs, no lock
+	// Kueue: the Jobs ran in Kueue's queues (one per lock) under Kueue's manager, which the
+	// controller rows then measure instead of lockedjob's operator.
+	Kueue bool
 	// Goal names what Wall waited for: "Succeeded", or "Running" for a steady-state scenario.
 	Goal     string
 	Done     int // objects that reached the goal
@@ -96,10 +99,17 @@ func isStatusPatch(k RequestKey) bool {
 	return k.Resource == "lockedjobs" && k.Subresource == "status" && k.Verb == verbPatch
 }
 
-func isEvent(k RequestKey) bool  { return k.Resource == "events" }
-func isJob(k RequestKey) bool    { return k.Resource == "jobs" }
-func isPod(k RequestKey) bool    { return k.Resource == "pods" }
-func isLease(k RequestKey) bool  { return k.Resource == "leases" }
+func isEvent(k RequestKey) bool { return k.Resource == "events" }
+func isJob(k RequestKey) bool   { return k.Resource == "jobs" }
+func isPod(k RequestKey) bool   { return k.Resource == "pods" }
+func isLease(k RequestKey) bool { return k.Resource == "leases" }
+func isKueue(k RequestKey) bool {
+	switch k.Resource {
+	case "workloads", "clusterqueues", "localqueues", "resourceflavors":
+		return true
+	}
+	return false
+}
 func isLocked(k RequestKey) bool { return k.Resource == "lockedjobs" }
 
 // isJobPatch matches PATCHes of Jobs themselves, not their status: the operator's writes to a
@@ -116,8 +126,11 @@ func writes(m func(RequestKey) bool) func(Result, *Result) string {
 
 var rows = []row{
 	{"objects (locks)", func(r Result, _ *Result) string {
-		if r.Locks == 0 {
+		switch {
+		case r.Locks == 0:
 			return fmt.Sprintf("%d (plain Jobs)", r.Objects)
+		case r.Kueue:
+			return fmt.Sprintf("%d (%d Kueue queues)", r.Objects, r.Locks)
 		}
 		return fmt.Sprintf("%d (%d)", r.Objects, r.Locks)
 	}},
@@ -156,6 +169,7 @@ var rows = []row{
 		}
 		return fmt.Sprintf("%.2f / %d", float64(sum)/float64(len(r.Versions)), most)
 	}},
+	{"  Kueue's objects (workloads, queues) / object", writes(isKueue)},
 	{"  events / object", writes(isEvent)},
 	{"  jobs (+status) / object", writes(isJob)},
 	{"  of which jobs PATCH (not status)", writes(isJobPatch)},
@@ -169,10 +183,10 @@ var rows = []row{
 	{"  scripts beyond renewals / object", func(r Result, _ *Result) string {
 		return perObject(float64(r.Redis.Scripts()-r.Redis.Renewals()), r)
 	}},
-	{"operator CPU (per object)", func(r Result, _ *Result) string {
+	{"controller CPU: operator, or Kueue (per object)", func(r Result, _ *Result) string {
 		return seconds(r.OperatorCPU) + " (" + perObjectDuration(r.OperatorCPU, r) + ")"
 	}},
-	{"operator max RSS", func(r Result, _ *Result) string { return mib(r.OperatorRSS) }},
+	{"controller max RSS", func(r Result, _ *Result) string { return mib(r.OperatorRSS) }},
 	{"kube-apiserver CPU / object", func(r Result, _ *Result) string { return perObjectDuration(r.APIServerCPU, r) }},
 	{"kube-controller-manager CPU / object", func(r Result, _ *Result) string { return perObjectDuration(r.KCMCPU, r) }},
 	{"handoff gap p50 / p90 / p99 (n)", func(r Result, _ *Result) string { return gapCell(r.Gaps) }},
@@ -185,7 +199,7 @@ var rows = []row{
 	}},
 	{"operator SIGKILLs", func(r Result, _ *Result) string { return fmt.Sprintf("%d", r.Kills) }},
 	{"Redis keys left after deletion", func(r Result, _ *Result) string {
-		if r.Locks == 0 {
+		if r.Locks == 0 || r.Kueue {
 			return "—"
 		}
 		return fmt.Sprintf("%d", len(r.LeftKeys))
