@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,18 +34,6 @@ const (
 	mainPodSet = "main"
 )
 
-// kueueGV is the Kueue API the test speaks, the storage version of v0.17.0.
-var kueueGV = schema.GroupVersion{Group: "kueue.x-k8s.io", Version: "v1beta2"}
-
-// kueueObject is a Kueue object of kind, name and namespace ("" for cluster scope), with spec.
-func kueueObject(kind, namespace, name string, spec map[string]any) *unstructured.Unstructured {
-	o := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-	o.SetGroupVersionKind(kueueGV.WithKind(kind))
-	o.SetNamespace(namespace)
-	o.SetName(name)
-	return o
-}
-
 // queues creates a namespace, a ResourceFlavor, a ClusterQueue of name with quota for a few small
 // Jobs and the admission checks checks, and a LocalQueue of name on it, and returns the namespace.
 func queues(t *testing.T, name string, checks ...string) string {
@@ -54,7 +41,7 @@ func queues(t *testing.T, name string, checks ...string) string {
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-" + name}}
 	create(t, ns)
-	flavor := kueueObject("ResourceFlavor", "", name, map[string]any{})
+	flavor := kueuerun.Object("ResourceFlavor", "", name, map[string]any{})
 	create(t, flavor)
 	spec := map[string]any{
 		"namespaceSelector": map[string]any{},
@@ -77,9 +64,9 @@ func queues(t *testing.T, name string, checks ...string) string {
 		}
 		spec["admissionChecksStrategy"] = map[string]any{"admissionChecks": rules}
 	}
-	cq := kueueObject("ClusterQueue", "", name, spec)
+	cq := kueuerun.Object("ClusterQueue", "", name, spec)
 	create(t, cq)
-	create(t, kueueObject("LocalQueue", ns.Name, name, map[string]any{"clusterQueue": name}))
+	create(t, kueuerun.Object("LocalQueue", ns.Name, name, map[string]any{"clusterQueue": name}))
 	// A ClusterQueue admits nothing until Kueue finds it active: flavor and checks known, checks
 	// active.
 	eventually(t, "ClusterQueue "+name+" is Active", func() (bool, string) {
@@ -218,7 +205,7 @@ func TestAdmissionCheckRetryTakesTheFenceOut(t *testing.T) {
 // its controller is to: until then the ClusterQueues listing it admit nothing.
 func admissionCheck(t *testing.T, name string) *unstructured.Unstructured {
 	t.Helper()
-	check := kueueObject("AdmissionCheck", "", name, map[string]any{"controllerName": lockController})
+	check := kueuerun.Object("AdmissionCheck", "", name, map[string]any{"controllerName": lockController})
 	create(t, check)
 	setStatus(t, check, map[string]any{"conditions": []any{map[string]any{
 		"type": "Active", "status": "True", "reason": "Active", "message": "set by the test",
@@ -263,7 +250,7 @@ func workloadOf(t *testing.T, job *batchv1.Job) *unstructured.Unstructured {
 	var found *unstructured.Unstructured
 	eventually(t, "a Workload for Job "+job.Name, func() (bool, string) {
 		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(kueueGV.WithKind("WorkloadList"))
+		list.SetGroupVersionKind(kueuerun.GroupVersion.WithKind("WorkloadList"))
 		if err := k8s.List(context.Background(), list, client.InNamespace(job.Namespace)); err != nil {
 			return false, err.Error()
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/testutil/kueuerun"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
@@ -116,7 +117,7 @@ func startOperatorOn(t *testing.T, addrs []string, mutate ...func(*controllers.O
 // operator set it Active.
 func operatorCheck(t *testing.T, name string) {
 	t.Helper()
-	check := kueueObject("AdmissionCheck", "", name, map[string]any{"controllerName": lockController})
+	check := kueuerun.Object("AdmissionCheck", "", name, map[string]any{"controllerName": lockController})
 	create(t, check)
 	eventually(t, "AdmissionCheck "+name+" is Active", func() (bool, string) {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(check), check); err != nil {

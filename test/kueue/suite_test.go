@@ -148,7 +148,8 @@ func startKueue(ctx context.Context, bin, dir string, kubeconfig []byte, setup *
 	}
 	defer func() { _ = logFile.Close() }()
 
-	cmd := exec.Command(bin, launch.Args...)
+	// Verbose: the log is what a failing test shows of Kueue.
+	cmd := exec.Command(bin, append(launch.Args, "--zap-log-level=2")...)
 	cmd.Env = append(os.Environ(), launch.Env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockedjob/lockedjob/internal/testutil/k8sassets"
@@ -45,8 +44,6 @@ const (
 // kueueJobCPU is what each Job's one pod requests, and each ClusterQueue's quota: one Job at a
 // time. Small enough that kwok's nodes fit every pod of a scenario at once.
 var kueueJobCPU = resource.MustParse("10m")
-
-var kueueGV = schema.GroupVersion{Group: "kueue.x-k8s.io", Version: "v1beta2"}
 
 // kueueRig is Kueue installed on the benchmark's cluster: its CRDs, webhook configurations and
 // certificates, and the binary each Kueue scenario starts.
@@ -101,21 +98,6 @@ func (b *bench) startKueue(ctx context.Context, s scenario) (*supervisor, error)
 	return op, nil
 }
 
-// kueueObject is a Kueue object of kind, name and namespace ("" for cluster scope), with spec.
-func kueueObject(kind, namespace, name string, spec map[string]any) *unstructured.Unstructured {
-	o := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-	o.SetGroupVersionKind(kueueGV.WithKind(kind))
-	o.SetNamespace(namespace)
-	o.SetName(name)
-	return o
-}
-
-func kueueList(kind string) *unstructured.UnstructuredList {
-	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(kueueGV.WithKind(kind + "List"))
-	return l
-}
-
 // clusterQueueName is the ClusterQueue of lock in namespace ns: ClusterQueues are cluster-wide,
 // so the namespace keeps two scenarios' apart.
 func clusterQueueName(ns, lock string) string { return ns + "-" + lock }
@@ -124,14 +106,14 @@ func clusterQueueName(ns, lock string) string { return ns + "-" + lock }
 // the order the Jobs were created (StrictFIFO) and a LocalQueue of the lock's name in ns on it,
 // and waits until every ClusterQueue is Active. This is set-up, before the scenario's clock.
 func (b *bench) createKueueQueues(ctx context.Context, s scenario, ns string) error {
-	flavor := kueueObject("ResourceFlavor", "", kueueFlavor, map[string]any{})
+	flavor := kueuerun.Object("ResourceFlavor", "", kueueFlavor, map[string]any{})
 	if err := b.k8s.Create(ctx, flavor); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create ResourceFlavor: %w", err)
 	}
 	locks := s.lockNames()
 	start := time.Now()
 	err := parallel(ctx, len(locks), createWorkers, func(ctx context.Context, i int) error {
-		cq := kueueObject("ClusterQueue", "", clusterQueueName(ns, locks[i]), map[string]any{
+		cq := kueuerun.Object("ClusterQueue", "", clusterQueueName(ns, locks[i]), map[string]any{
 			"namespaceSelector": map[string]any{},
 			"queueingStrategy":  "StrictFIFO",
 			"resourceGroups": []any{map[string]any{
@@ -145,7 +127,7 @@ func (b *bench) createKueueQueues(ctx context.Context, s scenario, ns string) er
 		if err := b.k8s.Create(ctx, cq); err != nil {
 			return fmt.Errorf("create ClusterQueue %s: %w", cq.GetName(), err)
 		}
-		lq := kueueObject("LocalQueue", ns, locks[i], map[string]any{"clusterQueue": cq.GetName()})
+		lq := kueuerun.Object("LocalQueue", ns, locks[i], map[string]any{"clusterQueue": cq.GetName()})
 		if err := b.k8s.Create(ctx, lq); err != nil {
 			return fmt.Errorf("create LocalQueue %s: %w", lq.GetName(), err)
 		}
@@ -174,7 +156,7 @@ func (b *bench) createKueueQueues(ctx context.Context, s scenario, ns string) er
 // countKueue counts the Kueue objects of kind in namespace ns (all for "") whose name starts with
 // prefix and whose condition cond is True.
 func (b *bench) countKueue(ctx context.Context, kind, ns, prefix, cond string) (int, error) {
-	l := kueueList(kind)
+	l := kueuerun.List(kind)
 	if err := b.k8s.List(ctx, l, client.InNamespace(ns)); err != nil {
 		return 0, fmt.Errorf("list %s: %w", kind, err)
 	}
@@ -199,7 +181,7 @@ func (b *bench) countKueue(ctx context.Context, kind, ns, prefix, cond string) (
 func (b *bench) deleteKueueQueues(ctx context.Context, s scenario, ns string) error {
 	gone := func(kind, ns, prefix string) func() (bool, error) {
 		return func() (bool, error) {
-			l := kueueList(kind)
+			l := kueuerun.List(kind)
 			if err := b.k8s.List(ctx, l, client.InNamespace(ns)); err != nil {
 				return false, fmt.Errorf("list %s: %w", kind, err)
 			}
@@ -211,12 +193,12 @@ func (b *bench) deleteKueueQueues(ctx context.Context, s scenario, ns string) er
 	if err := poll(ctx, b.timeout, 500*time.Millisecond, gone("Workload", ns, "")); err != nil {
 		return fmt.Errorf("waiting for the Workloads of %s to go: %w", ns, err)
 	}
-	if err := b.k8s.DeleteAllOf(ctx, kueueObject("LocalQueue", ns, "", nil), client.InNamespace(ns)); err != nil {
+	if err := b.k8s.DeleteAllOf(ctx, kueuerun.Object("LocalQueue", ns, "", nil), client.InNamespace(ns)); err != nil {
 		return fmt.Errorf("delete LocalQueues: %w", err)
 	}
 	locks := s.lockNames()
 	err := parallel(ctx, len(locks), createWorkers, func(ctx context.Context, i int) error {
-		return client.IgnoreNotFound(b.k8s.Delete(ctx, kueueObject("ClusterQueue", "", clusterQueueName(ns, locks[i]), nil)))
+		return client.IgnoreNotFound(b.k8s.Delete(ctx, kueuerun.Object("ClusterQueue", "", clusterQueueName(ns, locks[i]), nil)))
 	})
 	if err != nil {
 		return fmt.Errorf("delete ClusterQueues: %w", err)

@@ -29,6 +29,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -49,6 +50,25 @@ const (
 	// QueueNameLabel puts a Job in a LocalQueue (Kueue's constants.QueueLabel).
 	QueueNameLabel = "kueue.x-k8s.io/queue-name"
 )
+
+// GroupVersion is the Kueue API the tests speak, the storage version of v0.17.0.
+var GroupVersion = schema.GroupVersion{Group: "kueue.x-k8s.io", Version: "v1beta2"}
+
+// Object is a Kueue object of kind, name and namespace ("" for cluster scope), with spec.
+func Object(kind, namespace, name string, spec map[string]any) *unstructured.Unstructured {
+	o := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	o.SetGroupVersionKind(GroupVersion.WithKind(kind))
+	o.SetNamespace(namespace)
+	o.SetName(name)
+	return o
+}
+
+// List is an empty list of Kueue objects of kind.
+func List(kind string) *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(GroupVersion.WithKind(kind + "List"))
+	return l
+}
 
 // Setup is what one Kueue installation is served with: the port of its webhook server on
 // 127.0.0.1, the URL the API server calls it at, and the CA and serving certificate.
@@ -332,9 +352,10 @@ integrations:
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		return Launch{}, err
 	}
-	// The visibility server (an aggregated API on a port of its own) is not needed here.
+	// The visibility server (an aggregated API on a port of its own) is not needed here. The log
+	// stays at Kueue's default level (info), as a user would run it.
 	return Launch{
-		Args:       []string{"--config", cfgPath, "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=2"},
+		Args:       []string{"--config", cfgPath, "--feature-gates=VisibilityOnDemand=false"},
 		Env:        []string{"KUBECONFIG=" + kubeconfig},
 		HealthAddr: healthAddr,
 	}, nil
