@@ -12,7 +12,8 @@ import (
 
 // attemptAcquire makes one acquisition attempt on every node; the lease is counted from start.
 func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *acquireOptions) (*Lock, error) {
-	replies := c.sendAcquire(ctx, k, ttl, o)
+	var buf oneReply
+	replies := c.sendAcquire(ctx, k, ttl, o, buf[:])
 
 	// fresh are the nodes that granted the lock to this attempt, readopted those where it already
 	// held our token. unsure are the nodes that did not answer: they may still apply the acquisition
@@ -52,22 +53,22 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 
 // sendAcquire runs the attempt's acquire script on every node: the semaphore's, the queue's or the
 // plain lock's.
-func (c *Client) sendAcquire(ctx context.Context, k keys, ttl time.Duration, o *acquireOptions) []nodeReply {
+func (c *Client) sendAcquire(ctx context.Context, k keys, ttl time.Duration, o *acquireOptions, buf []nodeReply) []nodeReply {
 	ttlMs := ttl.Milliseconds()
-	return c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+	return c.onNodesInto(ctx, nil, buf, func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if o.semaphore() {
 			var liveness int64
 			if o.queueMember != "" {
 				liveness = o.queueLiveness.Milliseconds()
 			}
 			return c.runAcquire(ctx, n, scriptAcquireSlots, k, k,
-				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, liveness, o.permits, joinArg(o.join))
+				o.tokenArg, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, liveness, o.permits, joinArg(o.join))
 		}
 		if o.queueMember != "" {
 			return c.runAcquire(ctx, n, scriptAcquireQueued, k, k.withQueue(),
-				o.token, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds(), joinArg(o.join))
+				o.tokenArg, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds(), joinArg(o.join))
 		}
-		return c.runAcquire(ctx, n, scriptAcquire, k, k.withFence(), o.token, ttlMs, o.metadata, o.attempt)
+		return c.runAcquire(ctx, n, scriptAcquire, k, k.withFence(), o.tokenArg, ttlMs, o.metadata, o.attempt)
 	})
 }
 
@@ -169,7 +170,7 @@ func (c *Client) settleGrant(ctx context.Context, start time.Time, key string, k
 		undo()
 		return nil, fmt.Errorf("%w: lease of %v ran out while acquiring (%v)", ErrNotAcquired, ttl, time.Since(start))
 	}
-	l := &Lock{client: c, key: key, keys: k, token: o.token, metadata: o.metadata, fence: fence,
+	l := &Lock{client: c, key: key, keys: k, token: o.token, tokenArg: o.tokenArg, metadata: o.metadata, fence: fence,
 		queued: o.queueMember != "" && c.handsOff(), readopted: isReadoption,
 		ttl: ttl, leaseStart: start, validUntil: validUntil}
 	if o.semaphore() {

@@ -9,7 +9,10 @@ import (
 type AcquireOption func(*acquireOptions)
 
 type acquireOptions struct {
-	token    string
+	token string
+	// tokenArg is token as a script argument, boxed once per Acquire: the acquire script and the
+	// Lock's Release pass this one rather than box it again.
+	tokenArg any
 	metadata string
 	retry    RetryStrategy
 
@@ -103,6 +106,7 @@ func (c *Client) applyAcquireOptions(o *acquireOptions, opts []AcquireOption) er
 		}
 		o.token = t
 	}
+	o.tokenArg = o.token
 	if o.retry == nil {
 		o.retry = NoRetry()
 	}

@@ -21,6 +21,7 @@ type Lock struct {
 	key      string
 	keys     keys
 	token    string
+	tokenArg any // token boxed as a script argument (acquireOptions.tokenArg)
 	metadata string
 	fence    int64
 	// queued: acquired WithQueue on a single deployment, so releasing it hands it to the next waiter.
@@ -38,6 +39,15 @@ type Lock struct {
 	ttl        time.Duration
 	leaseStart time.Time
 	validUntil time.Time
+}
+
+// tokenArgument is the token as a script argument: the one Acquire boxed, or, for a Lock made from
+// a bare token (ReleaseToken), the token boxed now.
+func (l *Lock) tokenArgument() any {
+	if l.tokenArg != nil {
+		return l.tokenArg
+	}
+	return l.token
 }
 
 // Key returns the lock's name as given to Acquire.

@@ -58,11 +58,25 @@ type nodeReply struct {
 // timeout; a node that has not answered by then counts as failed even if its client ignores context
 // deadlines.
 func (c *Client) onNodes(ctx context.Context, which []int, call func(ctx context.Context, n redis.UniversalClient) (any, error)) []nodeReply {
+	return c.onNodesInto(ctx, which, nil, call)
+}
+
+// oneReply is room for a single node's reply on the caller's stack (see onNodesInto).
+type oneReply [1]nodeReply
+
+// onNodesInto is onNodes writing a single node's reply into buf when it has room (a oneReply of the
+// caller's): Acquire and Release, the calls every lock makes, then allocate no reply slice.
+func (c *Client) onNodesInto(ctx context.Context, which []int, buf []nodeReply,
+	call func(ctx context.Context, n redis.UniversalClient) (any, error)) []nodeReply {
 	if which == nil {
 		which = c.all
 	}
 	if len(c.nodes) == 1 {
-		replies := make([]nodeReply, len(which))
+		replies := buf[:0]
+		if cap(replies) < len(which) {
+			replies = make([]nodeReply, 0, len(which))
+		}
+		replies = replies[:len(which)]
 		for j, i := range which {
 			v, err := call(ctx, c.nodes[i])
 			if err != nil {

@@ -20,11 +20,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l.queued {
 		script, keys = scriptReleaseHandoff, l.keys.withQueue()
 	}
-	replies := c.onNodes(ctx, nil, func(ctx context.Context, n redis.UniversalClient) (any, error) {
+	var buf oneReply
+	replies := c.onNodesInto(ctx, nil, buf[:], func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if sem := l.keys.semaphore(); sem != nil {
 			return runScript(ctx, n, scriptReleaseSlot, sem, l.token, c.notify, l.slot, handsOffArg(l.queued)).Result()
 		}
-		v, err := runScript(ctx, n, script, keys, l.token, c.notify).Result()
+		v, err := runScript(ctx, n, script, keys, l.tokenArgument(), c.notify).Result()
 		if err != nil || !isSemaphoreReply(v) {
 			return v, err
 		}
