@@ -33,6 +33,7 @@ type recorder struct {
 	phases    map[string]batchv1alpha1.LockedJobPhase
 	since     map[string]time.Time // when each LockedJob was seen entering its phase
 	queued    map[string]time.Time // when each LockedJob was first seen Waiting
+	seen      map[string]time.Time // when each LockedJob was first seen
 	versions  map[string]int       // how many versions of each LockedJob were seen
 	// waiting is when each guarded Job was first seen (created suspended: it waits from then on;
 	// the operator writes nothing while it waits), ends when its guard was first seen at an end.
@@ -61,6 +62,7 @@ func newRecorder() *recorder {
 		phases:    map[string]batchv1alpha1.LockedJobPhase{},
 		since:     map[string]time.Time{},
 		queued:    map[string]time.Time{},
+		seen:      map[string]time.Time{},
 		versions:  map[string]int{},
 		waiting:   map[string]time.Time{},
 		ends:      map[string]guardEnd{},
@@ -161,6 +163,9 @@ func (r *recorder) lockedJob(lj *batchv1alpha1.LockedJob, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.versions[lj.Name]++
+	if _, ok := r.seen[lj.Name]; !ok {
+		r.seen[lj.Name] = now
+	}
 	if r.phases[lj.Name] != lj.Status.Phase {
 		r.phases[lj.Name] = lj.Status.Phase
 		r.since[lj.Name] = now
@@ -260,8 +265,12 @@ func (r *recorder) allRuns() []measure.Run {
 	out := make([]measure.Run, 0, len(r.runs))
 	for name, run := range r.runs {
 		c := *run
+		c.Submitted = run.Created
+		if w, ok := r.waiting[name]; ok {
+			c.Submitted = w
+		}
 		if owner := r.owners[name]; owner != "" {
-			c.Queued = r.queued[owner]
+			c.Queued, c.Submitted = r.queued[owner], r.seen[owner]
 		}
 		out = append(out, c)
 	}

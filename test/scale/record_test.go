@@ -3,6 +3,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -66,8 +67,8 @@ func TestRecorderFollowsGuardedJobs(t *testing.T) {
 		runs[run.Job] = run
 	}
 	want := map[string]measure.Run{
-		"a": {Lock: "db", Job: "a", Fence: 7, Created: at(100), Completed: at(1200), Queued: at(0)},
-		"b": {Lock: "db", Job: "b", Fence: 8, Created: at(1350), Completed: at(2400), Queued: at(10)},
+		"a": {Lock: "db", Job: "a", Fence: 7, Created: at(100), Completed: at(1200), Queued: at(0), Submitted: at(0)},
+		"b": {Lock: "db", Job: "b", Fence: 8, Created: at(1350), Completed: at(2400), Queued: at(10), Submitted: at(10)},
 	}
 	for name, w := range want {
 		if got := runs[name]; got != w {
@@ -134,9 +135,9 @@ func TestRecorderFollowsKueueJobs(t *testing.T) {
 		runs[run.Job] = run
 	}
 	want := map[string]measure.Run{
-		"a": {Lock: "q", Job: "a", Fence: 1, Created: at(100), Completed: at(1200), Queued: at(0)},
-		"b": {Lock: "q", Job: "b", Fence: 2, Created: at(1250), Completed: at(2300), Queued: at(10)},
-		"c": {Lock: "other", Job: "c", Fence: 1, Created: at(110), Queued: at(20)},
+		"a": {Lock: "q", Job: "a", Fence: 1, Created: at(100), Completed: at(1200), Queued: at(0), Submitted: at(0)},
+		"b": {Lock: "q", Job: "b", Fence: 2, Created: at(1250), Completed: at(2300), Queued: at(10), Submitted: at(10)},
+		"c": {Lock: "other", Job: "c", Fence: 1, Created: at(110), Queued: at(20), Submitted: at(20)},
 	}
 	for name, w := range want {
 		if got := runs[name]; got != w {
@@ -149,6 +150,9 @@ func TestRecorderFollowsKueueJobs(t *testing.T) {
 	}
 	if g := measure.QueuedHandoffGaps(all); len(g) != 1 || g[0] != 50*time.Millisecond {
 		t.Errorf("QueuedHandoffGaps = %v, want [50ms]", g)
+	}
+	if d := measure.StartDelays(all); len(d) != 3 || slices.Max(d) != 1240*time.Millisecond {
+		t.Errorf("StartDelays = %v, want 3 with b's 1.24s (created at 10ms, admitted at 1250ms) the longest", d)
 	}
 
 	// Kueue admitting a second Job of q while the first still runs is two holders at once.

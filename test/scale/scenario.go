@@ -314,6 +314,7 @@ func (b *bench) conclude(ctx context.Context, s scenario, ns string, op *supervi
 	}
 	runs := rec.allRuns()
 	res.FirstJob = measure.FirstJobDelays(runs, start)
+	res.StartDelays = measure.StartDelays(runs)
 	if s.locks > 0 {
 		res.Gaps = measure.HandoffGaps(runs)
 		res.QueuedGaps = measure.QueuedHandoffGaps(runs)

@@ -21,6 +21,9 @@ type Run struct {
 	// (suspended, waiting for its lock) (zero if never): a successor that waited before its
 	// predecessor finished is a handoff, not a claimant that came late.
 	Queued time.Time
+	// Submitted is when the object the Job runs for was first seen: the LockedJob, or the Job
+	// itself (plain, guarded, or in Kueue's queue).
+	Submitted time.Time
 }
 
 // byLock groups runs per lock, each group in the order the watch saw the Jobs appear.
@@ -89,6 +92,19 @@ func QueuedHandoffGaps(runs []Run) []time.Duration {
 				continue
 			}
 			out = append(out, cur.Created.Sub(prev.Completed))
+		}
+	}
+	return out
+}
+
+// StartDelays returns, per Job, the time from its object first seen to the Job seen able to run:
+// created for a LockedJob or a plain Job, unsuspended for a guarded Job or one in Kueue's queue. A
+// plain Job's is zero: nothing stands between its creation and its pods.
+func StartDelays(runs []Run) []time.Duration {
+	out := make([]time.Duration, 0, len(runs))
+	for _, r := range runs {
+		if !r.Submitted.IsZero() {
+			out = append(out, r.Created.Sub(r.Submitted))
 		}
 	}
 	return out

@@ -20,6 +20,8 @@ type Result struct {
 	Failed   int // objects that ended otherwise (Failed, LockLost)
 	Wall     time.Duration
 	FirstJob []time.Duration // per lock (per Job for plain Jobs): start to first Job seen
+	// StartDelays are, per Job, its object first seen to the Job able to run (StartDelays).
+	StartDelays []time.Duration
 
 	Usage      // from the first create to the goal
 	Gaps       []time.Duration
@@ -153,6 +155,12 @@ var rows = []row{
 			return "—"
 		}
 		return seconds(Percentile(r.FirstJob, 50)) + " / " + seconds(Percentile(r.FirstJob, 100))
+	}},
+	{"object to Job able to run: p50 / p99", func(r Result, _ *Result) string {
+		if len(r.StartDelays) == 0 {
+			return "—"
+		}
+		return seconds(Percentile(r.StartDelays, 50)) + " / " + seconds(Percentile(r.StartDelays, 99))
 	}},
 	{"API writes / object (all clients)", writes(nil)},
 	{"  dry runs / object (not stored)", func(r Result, _ *Result) string { return perObject(r.API.DryRuns(), r) }},
