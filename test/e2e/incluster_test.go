@@ -290,13 +290,55 @@ func deploy(ctx context.Context) *deployment {
 			available = available || (c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue)
 		}
 		g.Expect(available).To(BeTrue(), "Deployment %s not Available: %+v", managerDeploy, dep.Status.Conditions)
-	}).WithTimeout(2 * time.Minute).Should(Succeed())
+	}).WithTimeout(2*time.Minute).Should(Succeed(), func() string { return whyPodsWait(ctx, operatorNamespace) })
 	measure("in-cluster: manager Deployment applied -> Available %s (image %s)", ms(time.Since(t0)), mgrImg)
 	if d.guard {
 		d.gate = gateOf(manifests)
 		awaitGate(ctx, d)
 	}
 	return d
+}
+
+// whyPodsWait describes, for a failure message, where the pods of namespace ns stand and what the
+// cluster said of them (Warning Events: a node tainted by disk pressure, an image not found, a
+// failed probe) and the taints of the nodes: what a Deployment that never became Available waited for.
+func whyPodsWait(ctx context.Context, ns string) string {
+	var b strings.Builder
+	var pods corev1.PodList
+	if err := suite.k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return "list pods: " + err.Error()
+	}
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "\npod %s: %s on node %q", p.Name, p.Status.Phase, p.Spec.NodeName)
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue {
+				fmt.Fprintf(&b, "; %s=%s %s %s", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil {
+				fmt.Fprintf(&b, "; container %s waiting: %s %s", cs.Name, w.Reason, w.Message)
+			}
+			fmt.Fprintf(&b, "; container %s restarts %d", cs.Name, cs.RestartCount)
+		}
+	}
+	var events corev1.EventList
+	if err := suite.k8s.List(ctx, &events, client.InNamespace(ns)); err == nil {
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning {
+				fmt.Fprintf(&b, "\nevent %s %s/%s: %s", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
+			}
+		}
+	}
+	var nodes corev1.NodeList
+	if err := suite.k8s.List(ctx, &nodes); err == nil {
+		for _, n := range nodes.Items {
+			if len(n.Spec.Taints) > 0 {
+				fmt.Fprintf(&b, "\nnode %s taints: %v", n.Name, n.Spec.Taints)
+			}
+		}
+	}
+	return b.String()
 }
 
 // writeKustomization writes, in d.dir, what `make deploy` writes (hack/deploy-overlay.sh: the
