@@ -137,7 +137,7 @@ func startKueue(ctx context.Context, bin, dir string, kubeconfig []byte, setup *
 	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
 		return nil, err
 	}
-	launch, err := setup.Prepare(dir, kcPath)
+	launch, err := setup.Prepare(dir, kcPath, 0, 0)
 	if err != nil {
 		return nil, err
 	}

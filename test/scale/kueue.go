@@ -83,7 +83,7 @@ func (b *bench) startKueue(ctx context.Context, s scenario) (*supervisor, error)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	launch, err := b.kueue.setup.Prepare(dir, b.kubeconfig)
+	launch, err := b.kueue.setup.Prepare(dir, b.kubeconfig, float32(b.opts.kueueQPS), b.opts.kueueBurst)
 	if err != nil {
 		return nil, err
 	}

@@ -70,6 +70,8 @@ type options struct {
 	operatorArgs string
 	kcmQPS       int
 	kcmBurst     int
+	kueueQPS     int
+	kueueBurst   int
 	portBase     int
 	work         string
 	timeout      time.Duration
@@ -95,6 +97,8 @@ func parseFlags() options {
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "More operator flags, space-separated, appended to the benchmark's (later ones win).")
 	flag.IntVar(&o.kcmQPS, "kcm-qps", 0, "kube-controller-manager --kube-api-qps (0: its default, 20).")
 	flag.IntVar(&o.kcmBurst, "kcm-burst", 0, "kube-controller-manager --kube-api-burst (0: its default, 30; with -kcm-qps: twice it).")
+	flag.IntVar(&o.kueueQPS, "kueue-qps", 0, "Kueue's API client QPS (its Configuration's clientConnection.qps; 0: its default, 20). Its own performance tests run it at 50.")
+	flag.IntVar(&o.kueueBurst, "kueue-burst", 0, "Kueue's API client burst (0: its default, 30; with -kueue-qps: twice it).")
 	flag.IntVar(&o.portBase, "port-base", 35440, "Preferred first port of the cluster's block (another free block is taken if it is busy).")
 	flag.StringVar(&o.work, "work", "/tmp/sc-work", "Folder for the cluster, the operator binary and logs (emptied first).")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "Longest wait for one scenario's goal or deletion.")
@@ -113,6 +117,9 @@ func parseFlags() options {
 	}
 	if o.kcmQPS > 0 && o.kcmBurst == 0 {
 		o.kcmBurst = 2 * o.kcmQPS
+	}
+	if o.kueueQPS > 0 && o.kueueBurst == 0 {
+		o.kueueBurst = 2 * o.kueueQPS
 	}
 	return o
 }
@@ -489,8 +496,12 @@ func describeRun(o options, src, bin string, gate, kueue bool) string {
 		fmt.Fprintf(&b, "admission: the gate of guarded Jobs (config/guard) in force for every scenario\n")
 	}
 	if kueue {
-		fmt.Fprintf(&b, "kueue:     %s (make kueue-bin), its webhooks in the kueue-* scenarios' namespaces only; "+
-			"per lock a StrictFIFO ClusterQueue with quota for one Job (%s cpu)\n", k8sassets.KueueVersion, kueueJobCPU.String())
+		limits := "its default client limits (20 QPS, 30 burst)"
+		if o.kueueQPS > 0 {
+			limits = fmt.Sprintf("clientConnection qps %d burst %d", o.kueueQPS, o.kueueBurst)
+		}
+		fmt.Fprintf(&b, "kueue:     %s (make kueue-bin), %s, its webhooks in the kueue-* scenarios' namespaces only; "+
+			"per lock a StrictFIFO ClusterQueue with quota for one Job (%s cpu)\n", k8sassets.KueueVersion, limits, kueueJobCPU.String())
 	}
 	if o.killEvery > 0 || o.redisDelay > 0 {
 		fmt.Fprintf(&b, "chaos:     operator SIGKILLed every %s (0: never), Redis delayed %s each way\n", o.killEvery, o.redisDelay)

@@ -305,8 +305,9 @@ type Launch struct {
 
 // Prepare writes Kueue's Configuration and the Secret's files into dir and returns how to start
 // Kueue's manager with the kubeconfig at kubeconfig. The Job integration alone is on: every other
-// framework's webhook is a no-op.
-func (s *Setup) Prepare(dir, kubeconfig string) (Launch, error) {
+// framework's webhook is a no-op. qps and burst are its API client's limits (clientConnection); 0
+// keeps Kueue's defaults (20 and 30).
+func (s *Setup) Prepare(dir, kubeconfig string, qps float32, burst int) (Launch, error) {
 	healthAddr, err := ports.FreeAddr()
 	if err != nil {
 		return Launch{}, err
@@ -348,6 +349,9 @@ integrations:
   frameworks:
   - batch/job
 `, Namespace, healthAddr, metricsAddr, s.WebhookPort, certDir, webhookServiceName, webhookSecretName)
+	if qps > 0 {
+		config += fmt.Sprintf("clientConnection:\n  qps: %g\n  burst: %d\n", qps, burst)
+	}
 	cfgPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		return Launch{}, err
