@@ -473,6 +473,9 @@ var _ = Describe("LockedJob controller", func() {
 		job := jobOf(running)
 		base := job.DeepCopy()
 		delete(job.Labels, batchv1alpha1.LabelLockedJob)
+		// Another label stays: a Job left without labels takes its pod template's again (the Job
+		// API's defaulting), and the pods carry the operator's label too.
+		job.Labels["edited"] = "by-hand"
 		Expect(k8sClient.Patch(ctx, job, client.MergeFrom(base))).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(op.cache.Get(ctx, key, &batchv1.Job{})) }).Should(BeTrue())
 		finishJob(running, true)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
@@ -39,6 +40,12 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 	case stepFinish:
 		next, err := r.finish(ctx, p)
 		return ctrl.Result{}, next, err
+	case stepReleaseAtOutcome:
+		next, err := r.releaseAtOutcome(ctx, p)
+		return ctrl.Result{}, next, err
+	case stepAwaitOutcome:
+		// The Job's condition comes through the Job watch, unless its label was taken away.
+		return r.recheckUnwatched(p.obs.job), false, nil
 	case stepReadopt:
 		return r.readopt(ctx, p)
 	case stepJobGone:
@@ -60,11 +67,7 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 			// At the usual priority, not the urgent one of the handoff that started this Job.
 			return ctrl.Result{RequeueAfter: stuckRecheck, Priority: ptr.To(0)}, false, nil
 		}
-		if !watched(p.obs.job) {
-			// Someone took the Job's label away: no event will tell of its end, so look again.
-			return ctrl.Result{RequeueAfter: r.Config.UnwatchedJobRecheck, Priority: ptr.To(0)}, false, nil
-		}
-		return ctrl.Result{}, false, nil
+		return r.recheckUnwatched(p.obs.job), false, nil
 	case stepDeleteReadopt:
 		return r.deleteReadopt(ctx, p)
 	case stepDeleteJob:
@@ -74,4 +77,13 @@ func (r *LockedJobReconciler) act(ctx context.Context, p *pass, st step) (res ct
 		return res, false, err
 	}
 	return ctrl.Result{}, false, fmt.Errorf("unknown step %d", st)
+}
+
+// recheckUnwatched looks at a Job again later when the cache does not follow it (someone took its
+// label away): no event will tell of its end.
+func (r *LockedJobReconciler) recheckUnwatched(job *batchv1.Job) ctrl.Result {
+	if watched(job) {
+		return ctrl.Result{}
+	}
+	return ctrl.Result{RequeueAfter: r.Config.UnwatchedJobRecheck, Priority: ptr.To(0)}
 }

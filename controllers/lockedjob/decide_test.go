@@ -77,6 +77,29 @@ func TestDecide(t *testing.T) {
 			o.released, o.lockRecorded, o.job, o.jobCreated = true, true, finished, true
 		}), stepFinish},
 
+		// Release at the pod's outcome (issue 27, part 6).
+		{"the pod succeeded, the Job's condition to come: release now", with(func(o *observation) {
+			o.holding, o.lockRecorded, o.job, o.jobCreated, o.settled = lock, true, running, true, true
+		}), stepReleaseAtOutcome},
+		{"the pod succeeded, book empty after a restart: release by token, not re-adopt", with(func(o *observation) {
+			o.lockRecorded, o.job, o.jobCreated, o.settled = true, running, true, true
+		}), stepReleaseAtOutcome},
+		{"released at the outcome: wait for the condition, never acquire again", with(func(o *observation) {
+			o.released, o.job, o.jobCreated = true, running, true
+		}), stepAwaitOutcome},
+		{"released at the outcome, the Job completed: record it", with(func(o *observation) {
+			o.released, o.job, o.jobCreated = true, finished, true
+		}), stepFinish},
+		{"released at the outcome, the Job failed after all: record it", with(func(o *observation) {
+			o.released, o.job, o.jobCreated = true, failed, true
+		}), stepFinish},
+		{"the pod succeeded, the lock was lost: lose", with(func(o *observation) {
+			o.holding, o.lost, o.job, o.jobCreated, o.settled = lock, lost, running, true, true
+		}), stepLoseLock},
+		{"deleting after a release at the outcome: delete the Job, no re-adoption", with(func(o *observation) {
+			o.deleting, o.released, o.job, o.jobCreated = true, true, running, true
+		}), stepDeleteJob},
+
 		// Losses (#13, #26, #28).
 		{"lost while the Job runs: lose", with(func(o *observation) { o.lost, o.job, o.jobCreated = lost, running, true }), stepLoseLock},
 		{"lost before the Job finished was seen: lose, not finish", with(func(o *observation) {
@@ -136,19 +159,20 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// TestDecideNeverCreatesBesideAJob checks two invariants over every combination of the flags: a
-// Job is created only when none was created before and the lock is in hand and healthy, and nothing
-// is acquired while a lock is in hand, recorded, or lost.
+// TestDecideNeverCreatesBesideAJob checks invariants over every combination of the flags: a Job is
+// created only when none was created before and the lock is in hand and healthy; nothing is
+// acquired or re-adopted while a lock is in hand, recorded, lost or released; a lock goes at the
+// pod's outcome only when the pods settled and nothing else came first.
 func TestDecideNeverCreatesBesideAJob(t *testing.T) {
 	lock := &lockbook.Lock{}
 	jobs := []*batchv1.Job{nil, {}, {Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{
 		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}}
-	for bits := range 1 << 9 {
+	for bits := range 1 << 10 {
 		for _, job := range jobs {
 			o := observation{
 				deleting: bits&1 != 0, hasFinalizer: bits&2 != 0, terminal: bits&4 != 0,
 				lockRecorded: bits&8 != 0, scopeAllowed: bits&16 != 0, released: bits&32 != 0,
-				jobCreated: bits&64 != 0, job: job,
+				jobCreated: bits&64 != 0, job: job, settled: bits&512 != 0,
 			}
 			if bits&128 != 0 {
 				o.holding = lock
@@ -164,8 +188,11 @@ func TestDecideNeverCreatesBesideAJob(t *testing.T) {
 			if got == stepAcquire && (o.holding != nil || o.lockRecorded || o.lost != nil || o.deleting || o.terminal || o.released) {
 				t.Errorf("acquires when it must not: %s", desc)
 			}
-			if (got == stepReadopt || got == stepDeleteReadopt) && (o.lost != nil || o.terminal || o.holding != nil) {
-				t.Errorf("re-adopts after a loss or the end: %s", desc)
+			if (got == stepReadopt || got == stepDeleteReadopt) && (o.lost != nil || o.terminal || o.holding != nil || o.released) {
+				t.Errorf("re-adopts after a loss, the end or a release: %s", desc)
+			}
+			if got == stepReleaseAtOutcome && (!o.settled || o.lost != nil || o.terminal || o.deleting || o.released || o.job == nil) {
+				t.Errorf("releases at the outcome when it must not: %s", desc)
 			}
 		}
 	}
@@ -183,6 +210,7 @@ func TestMayHoldOrWait(t *testing.T) {
 		{"finished and released", observation{terminal: true}, false},
 		{"finished, release failed (status still says held)", observation{terminal: true, lockRecorded: true}, true},
 		{"finished, lock still in hand", observation{terminal: true, holding: lock}, true},
+		{"released at the pod's outcome, the Job's condition to come", observation{released: true}, false},
 	} {
 		if got := mayHoldOrWait(tc.obs); got != tc.want {
 			t.Errorf("%s: mayHoldOrWait = %v, want %v", tc.name, got, tc.want)

@@ -52,10 +52,11 @@ func (r *LockedJobReconciler) deleteRelease(ctx context.Context, p *pass) (ctrl.
 }
 
 // mayHoldOrWait reports whether the LockedJob may still hold its lock or stand in its queue. Every
-// way to a terminal phase releases or gives up the lock and leaves the queue, unless a release
-// failed, which status still shows as held; so a finished LockedJob needs no Redis call to go.
+// way to a terminal phase, and a release at the pod's outcome, releases or gives up the lock and
+// leaves the queue, unless a release failed, which status still shows as held; so a finished or
+// released LockedJob needs no Redis call to go.
 func mayHoldOrWait(o observation) bool {
-	return !o.terminal || o.holding != nil || o.lockRecorded
+	return (!o.terminal && !o.released) || o.holding != nil || o.lockRecorded
 }
 
 // waitForPods reports whether pods of the LockedJob's Job still exist, and records that in the

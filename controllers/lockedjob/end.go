@@ -21,24 +21,24 @@ import (
 // Ending (stepFinish, stepLoseLock, stepReleaseAfterEnd, stepJobGone): release the lock when the Job
 // ends, apply spec.lock.onLockLost when the lock is lost, and stop Jobs.
 
-// finish releases the lock of a Job that completed or failed. A release that finds the lock not
-// ours means it was lost during the run (a paused operator, a Redis that lost data): the loss is
-// observed and the state machine goes on to LockLost in the same pass, never Succeeded.
+// finish releases the lock of a Job that completed or failed, unless it went at the pod's outcome
+// (releaseAtOutcome), and records the outcome. A release that finds the lock not ours is a loss
+// (notOursAtEnd).
 func (r *LockedJobReconciler) finish(ctx context.Context, p *pass) (next bool, err error) {
 	lj := p.lj
 	if !p.obs.released {
 		err := r.release(ctx, p)
 		if errors.Is(err, lockbook.ErrNotHeld) {
-			cause := fmt.Errorf("the lock was not ours when the Job ended; another holder may have run during the Job: %w", lockbook.ErrLockLost)
-			r.Locks.MarkLost(workloadOf(lj), cause)
-			p.obs.lost = cause
+			r.notOursAtEnd(p)
 			return true, nil
 		}
 		if err != nil {
 			return false, err
 		}
 	}
-	lj.Status.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}
+	if lj.Status.ReleasedAt == nil {
+		lj.Status.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}
+	}
 	ok, msg := true, "The Job ended"
 	if p.obs.job != nil {
 		ok, msg = reconcile.JobOutcome(p.obs.job)
@@ -60,6 +60,37 @@ func (r *LockedJobReconciler) finish(ctx context.Context, p *pass) (next bool, e
 	}
 	p.obs.terminal = true
 	return true, nil
+}
+
+// releaseAtOutcome releases the lock of a Job whose pods say it is done (reconcile.OutcomeSettled)
+// before its condition says so, which comes a second or more later: the next holder starts that
+// much sooner. The release is recorded at once, so a restart does not take the Job for one that
+// still holds its lock; the phase follows the Job's condition when it comes (stepAwaitOutcome, then
+// stepFinish).
+func (r *LockedJobReconciler) releaseAtOutcome(ctx context.Context, p *pass) (next bool, err error) {
+	lj := p.lj
+	err = r.release(ctx, p)
+	if errors.Is(err, lockbook.ErrNotHeld) {
+		r.notOursAtEnd(p)
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	lj.Status.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}
+	lj.Status.Message = fmt.Sprintf("The pod of Job %s succeeded; lock released; the outcome is recorded when the Job finishes", p.obs.job.Name)
+	r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReleased, "Release", "The pod of Job %s succeeded: released lock %s (fencing token %d%s)",
+		p.obs.job.Name, lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken), slotPhrase(lj.Status.Slot))
+	return false, r.recordNow(ctx, p)
+}
+
+// notOursAtEnd observes a lock found not ours when the Job ended: it was lost during the run (a
+// paused operator, a Redis that lost data), so the state machine goes on to LockLost, never
+// Succeeded.
+func (r *LockedJobReconciler) notOursAtEnd(p *pass) {
+	cause := fmt.Errorf("the lock was not ours when the Job ended; another holder may have run during the Job: %w", lockbook.ErrLockLost)
+	r.Locks.MarkLost(workloadOf(p.lj), cause)
+	p.obs.lost = cause
 }
 
 // releaseAndTell releases (see release) and says so in a Released Event.

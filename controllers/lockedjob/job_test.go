@@ -43,7 +43,13 @@ func TestBuildJobCarriesTheLock(t *testing.T) {
 		job.Annotations[batchv1alpha1.AnnotationFencingToken] != "41" {
 		t.Fatalf("labels %v annotations %v", job.Labels, job.Annotations)
 	}
-	if lj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Env != nil || lj.Spec.JobTemplate.Labels[batchv1alpha1.LabelLockedJob] != "" {
+	// The pods carry the owner's names too: the pod cache selects them and a pod's outcome wakes the LockedJob.
+	if pod := job.Spec.Template; pod.Labels[batchv1alpha1.LabelLockedJob] != "migrate" || pod.Annotations[batchv1alpha1.AnnotationLockedJob] != "migrate" ||
+		pod.Annotations[batchv1alpha1.AnnotationFencingToken] != "41" {
+		t.Fatalf("pod template labels %v annotations %v", pod.Labels, pod.Annotations)
+	}
+	if lj.Spec.JobTemplate.Spec.Template.Labels != nil || lj.Spec.JobTemplate.Spec.Template.Annotations != nil ||
+		lj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Env != nil || lj.Spec.JobTemplate.Labels[batchv1alpha1.LabelLockedJob] != "" {
 		t.Fatal("buildJob changed the LockedJob's template")
 	}
 	if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].UID != "uid" || !*job.OwnerReferences[0].Controller {

@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -122,6 +123,9 @@ type LockedJobReconciler struct {
 	Locks     *lockbook.Book
 	Config    Config
 	Clock     clock.PassiveClock
+	// Pods reads the pods of the operator's Jobs from the reconciler's own cache (NewPodCache),
+	// which SetupWithManager makes.
+	Pods client.Reader
 
 	waiting waitbook.Book
 	permits locks.PermitReader
@@ -147,7 +151,7 @@ type pass struct {
 // +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=lockedjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=lockedjobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile observes the LockedJob, its lock and its Job, decides the next step of the state
@@ -211,10 +215,15 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 			return err
 		}
 	}
+	pods, err := r.podCache(ctx, mgr)
+	if err != nil {
+		return err
+	}
 	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1alpha1.LockedJob{}, handler.OnlyControllerOwner())
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&batchv1alpha1.LockedJob{}).
 		Watches(&batchv1.Job{}, jobEndedFirst(owner)).
+		WatchesRawSource(source.Kind(pods, &corev1.Pod{}, podSucceededFirst())).
 		WatchesRawSource(source.Channel(r.Locks.Events(locks.KindLockedJob), enqueueAt(priorityUrgent))).
 		WatchesRawSource(source.Channel(handed, enqueueAt(priorityUrgent))).
 		WatchesRawSource(source.Channel(moved, enqueueAt(0)))
@@ -223,6 +232,23 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Config.MaxConcurrentReconciles, 1)}).
 		Named("lockedjob").
 		Complete(r)
+}
+
+// podCache makes the cache of the operator's pods (NewPodCache), indexed by their Job, adds it to
+// the manager and reads pods from it.
+func (r *LockedJobReconciler) podCache(ctx context.Context, mgr ctrl.Manager) (cache.Cache, error) {
+	pods, err := NewPodCache(mgr)
+	if err != nil {
+		return nil, err
+	}
+	if err := indexPodsByJob(ctx, pods); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(pods); err != nil {
+		return nil, fmt.Errorf("add lockedjob pod cache: %w", err)
+	}
+	r.Pods = pods
+	return pods, nil
 }
 
 // tellRenewFailed is how the lock book tells the user, through an Event on the LockedJob, of a

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
@@ -33,7 +34,7 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 		scopeAllowed: r.Config.ClusterScopeNamespaces.Allows(locks.ClaimantOf(lj)),
 		holding:      book.Lock,
 		lost:         book.Lost,
-		released:     book.Released,
+		released:     book.Released || lj.Status.ReleasedAt != nil,
 		jobCreated:   lj.Status.JobUID != "",
 	}
 	name := lj.Status.JobName
@@ -52,6 +53,13 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 		lj.Status.JobName, lj.Status.JobUID = job.Name, job.UID
 		p.obs.jobCreated = true
 	}
+	if job != nil && r.Pods != nil && mayHoldRunning(p.obs) && reconcile.SettlesOnPods(job) {
+		pods, err := r.podsOfJob(ctx, job)
+		if err != nil {
+			return err
+		}
+		p.obs.settled = reconcile.OutcomeSettled(job, pods)
+	}
 	// Pods are listed only once the Job has had stuckRecheck to start them: a pod that starts in
 	// seconds, as nearly all do, costs no LIST (which the API server answers by scanning the pods
 	// of the namespace, thousands of them under a burst).
@@ -59,6 +67,12 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 		p.obs.stuck = r.stuckPod(ctx, job)
 	}
 	return nil
+}
+
+// mayHoldRunning reports whether the pass sees a LockedJob whose lock may be held while its Job
+// runs: only then is there a lock to give back at the pod's outcome.
+func mayHoldRunning(o observation) bool {
+	return !o.deleting && !o.terminal && !o.released && o.lost == nil && (o.holding != nil || o.lockRecorded)
 }
 
 // findJob reads the named Job of this LockedJob from the cache, else from the API server. It
