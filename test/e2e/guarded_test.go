@@ -242,8 +242,8 @@ func (c *cronScenario) judge(ctx SpecContext) {
 	Expect(first.Added).To(BeTemporally("<", held.Complete), "the CronJob's first run %s was created after the LockedJob's Job completed: it did not contend", first.Name)
 	Expect(firstPods[0].Added).To(BeTemporally(">", heldPods[0].Succeeded), "the first run's pod started beside the LockedJob's")
 	Expect(runs[1].Fence).To(BeNumerically(">", runs[0].Fence), "the first run's fence is above the LockedJob's")
-	measure("in-cluster: a CronJob's guarded run behind a LockedJob: waited %s; LockedJob's Job Complete -> run's pod created %s",
-		ms(firstPods[0].Added.Sub(first.Added)), ms(firstPods[0].Added.Sub(held.Complete)))
+	measure("in-cluster: a CronJob's guarded run behind a LockedJob: waited %s; LockedJob's pod Succeeded -> run's pod created %s",
+		ms(firstPods[0].Added.Sub(first.Added)), ms(firstPods[0].Added.Sub(heldPods[0].Succeeded)))
 
 	By("the containers' logs and the fenced store: one writer at a time, fences rising across both kinds")
 	gaps := l.d.expectOneAfterAnother(ctx, s.ns, cronLock, runs)
@@ -301,7 +301,8 @@ func (l *guardedLane) helmHook(ctx SpecContext) {
 	// at its first sighting.
 	Expect(hooked.Unsuspended).To(BeTemporally(">", hooked.Added), "the hook Job was never seen suspended: the gate let it in running")
 	Expect(hooked.Added).To(BeTemporally("<", held.Complete), "the hook Job was created after the LockedJob's Job completed: it did not contend")
-	Expect(helmDone).To(BeTemporally(">", held.Complete), "helm install returned before the LockedJob's Job completed")
+	heldDone := s.rec.History().WorkEnded(held.Name)
+	Expect(helmDone).To(BeTemporally(">", heldDone), "helm install returned before the LockedJob's pod ended")
 	Expect(s.rec.History().PodsOf(hook.Name)).NotTo(BeEmpty())
 	Expect(s.rec.History().PodsOf(hook.Name)[0].Added).To(BeTemporally(">", s.rec.History().PodsOf(held.Name)[0].Succeeded),
 		"the hook Job's pod started beside the LockedJob's")
@@ -318,8 +319,8 @@ func (l *guardedLane) helmHook(ctx SpecContext) {
 
 	runs := []writerRun{{Job: holder.Status.JobName, Fence: deref(holder.Status.FencingToken), Writes: holderWrites}, run}
 	l.d.expectOneAfterAnother(ctx, s.ns, hookLock, runs)
-	measure("in-cluster: Helm pre-install hook behind a LockedJob: LockedJob's Job Complete -> helm install returned %s; hook Job waited %s",
-		ms(helmDone.Sub(held.Complete)), ms(held.Complete.Sub(hooked.Added)))
+	measure("in-cluster: Helm pre-install hook behind a LockedJob: LockedJob's pod ended -> helm install returned %s; hook Job waited %s",
+		ms(helmDone.Sub(heldDone)), ms(heldDone.Sub(hooked.Added)))
 }
 
 // ---------------------------------------------------------------- small helpers

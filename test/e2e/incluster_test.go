@@ -121,20 +121,23 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 		gaps := d.expectOneAfterAnother(ctx, s.ns, "one", runs)
 		measure("in-cluster: handoff gap between two real containers (last line of one -> first line of the next), %d handoffs: %s",
 			len(gaps), durationStats(gaps))
-		// Where it goes: the kubelet and the Job controller take the container's exit to Job
-		// Complete, the operator takes Complete to the next Job, then a pod starts.
-		var exitToComplete, operator, createToFirstLine []time.Duration
+		// Where it goes: the kubelet takes the container's exit to the pod Succeeded, the operator
+		// takes that to the next Job (the lock goes at the pod's outcome, before the Job controller's
+		// Complete), then a pod starts.
+		var exitToSucceeded, operator, createToFirstLine []time.Duration
 		for i := 1; i < len(ljs); i++ {
-			prev, next := s.rec.History().Job(ljs[i-1].Status.JobName), s.rec.History().Job(ljs[i].Status.JobName)
+			h := s.rec.History()
+			prev, next := h.Job(ljs[i-1].Status.JobName), h.Job(ljs[i].Status.JobName)
+			prevDone := h.WorkEnded(prev.Name)
 			_, prevEnd := logSpan(d.jobLog(ctx, s.ns, prev.Name))
 			nextStart, _ := logSpan(d.jobLog(ctx, s.ns, next.Name))
-			Expect(next.Added).To(BeTemporally(">=", prev.Complete), "Job %s created before %s completed", next.Name, prev.Name)
-			exitToComplete = append(exitToComplete, prev.Complete.Sub(prevEnd))
-			operator = append(operator, next.Added.Sub(prev.Complete))
+			Expect(next.Added).To(BeTemporally(">=", prevDone), "Job %s created before %s's pod ended", next.Name, prev.Name)
+			exitToSucceeded = append(exitToSucceeded, prevDone.Sub(prevEnd))
+			operator = append(operator, next.Added.Sub(prevDone))
 			createToFirstLine = append(createToFirstLine, nextStart.Sub(next.Added))
 		}
-		measure("in-cluster: of that gap, last line -> Job seen Complete %s; Complete -> next Job seen (the operator) %s; next Job seen -> its container's first line %s",
-			durationStats(exitToComplete), durationStats(operator), durationStats(createToFirstLine))
+		measure("in-cluster: of that gap, last line -> pod seen Succeeded %s; Succeeded -> next Job seen (the operator) %s; next Job seen -> its container's first line %s",
+			durationStats(exitToSucceeded), durationStats(operator), durationStats(createToFirstLine))
 
 		// `kubectl logs job/<name>`, as a user would read it.
 		out, err := utils.Run(exec.Command(kubectlBin(), "--kubeconfig", suite.kubeconfig, "-n", s.ns, "logs", "job/"+ljs[0].Status.JobName))

@@ -99,6 +99,18 @@ func (r *recorder) job(j *batchv1.Job, now time.Time) {
 	}
 }
 
+// pod stamps when the pod of a recorded Job was first seen Succeeded.
+func (r *recorder) pod(p *corev1.Pod, now time.Time) {
+	if p.Status.Phase != corev1.PodSucceeded {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if run := r.runs[p.Labels[batchv1.JobNameLabel]]; run != nil && run.PodSucceeded.IsZero() {
+		run.PodSucceeded = now
+	}
+}
+
 // newRun starts the run of a Job seen for the first time, or, for a guarded Job, the first time it
 // is seen able to run. A plain Job's lock is its own name; a LockedJob's Job carries its lock and
 // fence from its creation. A guarded Job is created suspended and waits until the operator

@@ -267,8 +267,8 @@ func (b *bench) startController(ctx context.Context, s scenario, ns string) (*su
 	return op, nil
 }
 
-// record creates the scenario's namespace ns and starts the watches that record its Jobs and, for
-// LockedJobs, the LockedJobs (each also handed to also, if set), until stop is called.
+// record creates the scenario's namespace ns and starts the watches that record its Jobs, their
+// pods and, for LockedJobs, the LockedJobs (each also handed to also, if set), until stop is called.
 func (b *bench) record(ctx context.Context, s scenario, ns string, also func(*batchv1alpha1.LockedJob)) (rec *recorder, stop func(), err error) {
 	if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: s.namespaceLabels()}}); err != nil {
 		return nil, nil, fmt.Errorf("create namespace %s: %w", ns, err)
@@ -277,6 +277,13 @@ func (b *bench) record(ctx context.Context, s scenario, ns string, also func(*ba
 	wctx, stop := context.WithCancel(ctx)
 	if err := startWatch(wctx, b.k8s, &batchv1.JobList{}, ns, rec, func(o client.Object, now time.Time) {
 		rec.job(o.(*batchv1.Job), now)
+	}); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	// Pods for when each Job's work ended (measure.Run.Ended), for every system alike.
+	if err := startWatch(wctx, b.k8s, &corev1.PodList{}, ns, rec, func(o client.Object, now time.Time) {
+		rec.pod(o.(*corev1.Pod), now)
 	}); err != nil {
 		stop()
 		return nil, nil, err

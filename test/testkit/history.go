@@ -118,6 +118,26 @@ func (h History) Job(name string) JobRecord {
 	return JobRecord{Name: name}
 }
 
+// WorkEnded is when the named Job's work was first seen over: the last of its pods seen stopped,
+// which is when a LockedJob's lock may go (before the Job's condition, see docs/design.md, "Release
+// at the outcome"); for a Job without pods seen, its condition (zero if neither was seen).
+func (h History) WorkEnded(job string) time.Time {
+	var end time.Time
+	for _, p := range h.PodsOf(job) {
+		stopped := p.Stopped()
+		if stopped.IsZero() {
+			return time.Time{} // a pod still runs
+		}
+		if stopped.After(end) {
+			end = stopped
+		}
+	}
+	if end.IsZero() {
+		return h.Job(job).Finished()
+	}
+	return end
+}
+
 // JobByUID returns the Job with that UID.
 func (h History) JobByUID(uid string) (JobRecord, bool) {
 	for _, j := range h.Jobs {

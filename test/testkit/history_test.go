@@ -81,6 +81,9 @@ func TestJournalStampsFirstTransitions(t *testing.T) {
 	if p[0].JobUID != "uid-a" || p[0].Running != at(40) || p[0].Terminating != at(60) || p[0].Stopped() != at(90) || p[0].Deleted != at(95) {
 		t.Errorf("pod stamped %+v (stopped %v)", p[0], p[0].Stopped())
 	}
+	if h.WorkEnded("a") != at(90) {
+		t.Errorf("Job a's work ended %v; want its pod's stop, before the Job's Complete", h.WorkEnded("a"))
+	}
 	if p[0].HasSlot || p[0].Fence != 0 {
 		t.Errorf("pod without annotations reads slot %v, fence %d", p[0].HasSlot, p[0].Fence)
 	}
@@ -185,6 +188,9 @@ func TestHistoryQueries(t *testing.T) {
 	}
 	if pods := h.PodsOf("a-1"); len(pods) != 2 || pods[0].Name != "a-1-x" {
 		t.Errorf("PodsOf(a-1) = %+v, want a-1-x first (added first)", pods)
+	}
+	if end := h.WorkEnded("b-1"); !end.IsZero() {
+		t.Errorf("WorkEnded(b-1) = %v while its pod runs", end)
 	}
 	if gone, ok := h.PodsGone("a-1"); !ok || gone != at(90) {
 		t.Errorf("PodsGone(a-1) = %v, %v; want the last deletion", gone, ok)

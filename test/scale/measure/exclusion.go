@@ -17,6 +17,10 @@ type Run struct {
 	// guarded Job is created suspended and unsuspended with its fence once its lock is held.
 	Created   time.Time
 	Completed time.Time
+	// PodSucceeded is when the Job's pod was first seen Succeeded (zero if never), about a second
+	// before the Job controller writes Complete: a LockedJob's lock goes then (docs/design.md,
+	// "Release at the outcome").
+	PodSucceeded time.Time
 	// Queued is when the Job's LockedJob was first seen Waiting, or a guarded Job first seen
 	// (suspended, waiting for its lock) (zero if never): a successor that waited before its
 	// predecessor finished is a handoff, not a claimant that came late.
@@ -24,6 +28,15 @@ type Run struct {
 	// Submitted is when the object the Job runs for was first seen: the LockedJob, or the Job
 	// itself (plain, guarded, or in Kueue's queue).
 	Submitted time.Time
+}
+
+// Ended is when the Job's work was first seen over: its pod Succeeded, else its terminal condition
+// (zero if neither). Exclusion and handoffs are judged from it, alike for every system.
+func (r Run) Ended() time.Time {
+	if !r.PodSucceeded.IsZero() && (r.Completed.IsZero() || r.PodSucceeded.Before(r.Completed)) {
+		return r.PodSucceeded
+	}
+	return r.Completed
 }
 
 // byLock groups runs per lock, each group in the order the watch saw the Jobs appear.
@@ -40,7 +53,7 @@ func byLock(runs []Run) map[string][]Run {
 
 // CheckExclusion returns every breach of mutual exclusion: per lock, in the order the Jobs
 // appeared, each fence must be higher than the one before, and a Job may appear only after its
-// predecessor was seen finished. A predecessor never seen finished overlaps everything after it.
+// predecessor was seen finished (Ended). A predecessor never seen finished overlaps everything after it.
 func CheckExclusion(runs []Run) []string {
 	var out []string
 	groups := byLock(runs)
@@ -51,11 +64,11 @@ func CheckExclusion(runs []Run) []string {
 			if cur.Fence <= prev.Fence {
 				out = append(out, fmt.Sprintf("lock %s: Job %s (fence %d) ran after %s (fence %d)", lock, cur.Job, cur.Fence, prev.Job, prev.Fence))
 			}
-			switch {
-			case prev.Completed.IsZero():
+			switch ended := prev.Ended(); {
+			case ended.IsZero():
 				out = append(out, fmt.Sprintf("lock %s: Job %s appeared while %s had not finished", lock, cur.Job, prev.Job))
-			case cur.Created.Before(prev.Completed):
-				out = append(out, fmt.Sprintf("lock %s: Job %s appeared %s before %s finished", lock, cur.Job, prev.Completed.Sub(cur.Created), prev.Job))
+			case cur.Created.Before(ended):
+				out = append(out, fmt.Sprintf("lock %s: Job %s appeared %s before %s finished", lock, cur.Job, ended.Sub(cur.Created), prev.Job))
 			}
 		}
 	}
@@ -63,17 +76,18 @@ func CheckExclusion(runs []Run) []string {
 }
 
 // HandoffGaps returns, for every Job that followed another of its lock, the time from the
-// predecessor seen finished to the Job seen created. Breaches (negative or open gaps) are left to
+// predecessor seen finished (Ended) to the Job seen created. Breaches (negative or open gaps) are left to
 // CheckExclusion.
 func HandoffGaps(runs []Run) []time.Duration {
 	var out []time.Duration
 	for _, rs := range byLock(runs) {
 		for i := 1; i < len(rs); i++ {
 			prev, cur := rs[i-1], rs[i]
-			if prev.Completed.IsZero() || cur.Created.Before(prev.Completed) || cur.Fence <= prev.Fence {
+			ended := prev.Ended()
+			if ended.IsZero() || cur.Created.Before(ended) || cur.Fence <= prev.Fence {
 				continue
 			}
-			out = append(out, cur.Created.Sub(prev.Completed))
+			out = append(out, cur.Created.Sub(ended))
 		}
 	}
 	return out
@@ -87,11 +101,12 @@ func QueuedHandoffGaps(runs []Run) []time.Duration {
 	for _, rs := range byLock(runs) {
 		for i := 1; i < len(rs); i++ {
 			prev, cur := rs[i-1], rs[i]
-			if prev.Completed.IsZero() || cur.Created.Before(prev.Completed) || cur.Fence <= prev.Fence ||
-				cur.Queued.IsZero() || cur.Queued.After(prev.Completed) {
+			ended := prev.Ended()
+			if ended.IsZero() || cur.Created.Before(ended) || cur.Fence <= prev.Fence ||
+				cur.Queued.IsZero() || cur.Queued.After(ended) {
 				continue
 			}
-			out = append(out, cur.Created.Sub(prev.Completed))
+			out = append(out, cur.Created.Sub(ended))
 		}
 	}
 	return out

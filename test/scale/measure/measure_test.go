@@ -148,6 +148,28 @@ func TestCheckExclusionAcceptsCleanChains(t *testing.T) {
 	}
 }
 
+// TestExclusionFromThePodsOutcome: a Job's work ends when its pod succeeds, before its Complete; a
+// successor between the two is a handoff, not a breach, and its gap counts from the pod.
+func TestExclusionFromThePodsOutcome(t *testing.T) {
+	runs := []Run{
+		{Lock: "a", Job: "a1", Fence: 3, Created: at(0), PodSucceeded: at(1), Completed: at(2)},
+		{Lock: "a", Job: "a2", Fence: 4, Created: at(1.2), Completed: at(3)}, // its pod was never seen
+	}
+	if v := CheckExclusion(runs); len(v) != 0 {
+		t.Fatalf("violations: %v", v)
+	}
+	if gaps := HandoffGaps(runs); len(gaps) != 1 || gaps[0] != 200*time.Millisecond {
+		t.Errorf("gaps = %v, want [200ms] from the pod's success", gaps)
+	}
+	if e := runs[1].Ended(); !e.Equal(at(3)) {
+		t.Errorf("a run without its pod seen ended %v, want its Complete", e)
+	}
+	runs[1].Created = at(0.9) // before a1's pod succeeded
+	if v := CheckExclusion(runs); len(v) != 1 {
+		t.Errorf("violations = %v, want the one before the pod's outcome", v)
+	}
+}
+
 func TestCheckExclusionFindsEveryBreach(t *testing.T) {
 	cases := map[string][]Run{
 		"fence not increasing": {
