@@ -654,3 +654,21 @@ func locksJSON(now time.Time, ns string) (got struct{ Items []LockView }, stdout
 	Expect(json.Unmarshal([]byte(res.stdout), &got)).To(Succeed())
 	return got, res.stdout
 }
+
+var _ = Describe("kubectl lockedjob why, after a release at the pod's outcome", func() {
+	It("says the LockedJob released its lock while its phase waits for the Job's condition", func() {
+		now := time.Now().Truncate(time.Second)
+		ns := newNamespace()
+		lj := createLockedJob(ns, "done", "outcome")
+		st := runningStatus(4, now.Add(-time.Minute), now.Add(-30*time.Second), "done-4")
+		st.ReleasedAt = at(now.Add(-2 * time.Second))
+		st.Conditions[0] = cond(batchv1alpha1.ConditionLockAcquired, metav1.ConditionFalse, batchv1alpha1.ReasonReleased, "Lock released", now.Add(-2*time.Second))
+		setStatus(lj, st)
+
+		res := runPlugin(now, "why", "done", "-n", ns, "--events", "0")
+		Expect(res.code).To(Equal(ExitOK), res.stderr)
+		Expect(res.stdout).To(ContainSubstring(fmt.Sprintf(
+			"It is Running: its pod succeeded and it released the lock 2s ago (%s); its phase follows when its Job finishes.\n", rfc3339(now.Add(-2*time.Second)))))
+		Expect(res.stderr).To(BeEmpty(), "no warning that status and Redis disagree")
+	})
+})

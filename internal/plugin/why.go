@@ -57,6 +57,9 @@ type Explanation struct {
 	// annotation batch.lockedjob.dev/slot); the fencing token
 	// orders it against the earlier holders of this slot.
 	Slot *int32 `json:"slot,omitempty"`
+	// ReleasedAt is when a Running LockedJob gave its lock back at its pod's outcome, before its
+	// Job's condition (which its phase waits for).
+	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
 	// PermitsUnsupported says it waits because its lock declares more than one permit and the
 	// operator's Redis is Redlock, which admits one holder per lock (condition LockAcquired, reason
 	// PermitsUnsupported).
@@ -144,7 +147,11 @@ func explainLockedJob(ctx context.Context, c client.Reader, key client.ObjectKey
 		Priority: lj.Spec.Lock.Priority, Phase: lj.Status.Phase, Message: lj.Status.Message,
 		FencingToken: lj.Status.FencingToken, Slot: lj.Status.Slot,
 	}
-	warnings, err := e.explainLock(ctx, c, self, lj.Status.Phase == batchv1alpha1.PhaseWaiting, lj.Status.Phase == batchv1alpha1.PhaseRunning)
+	running := lj.Status.Phase == batchv1alpha1.PhaseRunning
+	if running && lj.Status.ReleasedAt != nil {
+		e.ReleasedAt, running = lj.Status.ReleasedAt, false // it holds nothing any more
+	}
+	warnings, err := e.explainLock(ctx, c, self, lj.Status.Phase == batchv1alpha1.PhaseWaiting, running)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -183,6 +183,14 @@ func (e *Explanation) writePermitsUnsupported(b *strings.Builder) {
 }
 
 func (e *Explanation) writeRunning(b *strings.Builder, now time.Time) {
+	if e.ReleasedAt != nil {
+		fmt.Fprintf(b, "It is Running: its pod succeeded and it released the lock %s ago (%s); its phase follows when its Job finishes.\n",
+			since(now, e.ReleasedAt), e.ReleasedAt.UTC().Format(time.RFC3339))
+		if j := e.Job; j != nil {
+			e.writeJob(b, j)
+		}
+		return
+	}
 	if e.Kind == locks.KindJob {
 		b.WriteString("Its guard is Held: the operator holds the lock for it")
 	} else {
