@@ -2,11 +2,17 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -32,7 +38,11 @@ type RecorderOptions struct {
 //
 // It runs informers, not bare watches: after an API server restart a watch may resume from a
 // resourceVersion the new server no longer serves, and an informer then lists again and reports
-// what changed meanwhile.
+// what changed meanwhile. Their lists and watches are tried again every few milliseconds while the
+// API server does not answer (unbackedOff), so a recorder is back on the stream within that of the
+// server's return, not after a reflector's backoff of up to seconds: an operator that reacts to a
+// pod's success on its own stream must not release and see the next holder start before the
+// recorder sees that pod end.
 type Recorder struct {
 	keep func(namespace string) bool
 
@@ -48,8 +58,14 @@ func NewRecorder(ctx context.Context, cs kubernetes.Interface, o RecorderOptions
 		opts = append(opts, informers.WithNamespace(o.Namespace))
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, opts...)
-	jobs := factory.Batch().V1().Jobs().Informer()
-	pods := factory.Core().V1().Pods().Informer()
+	jobs := factory.InformerFor(&batchv1.Job{}, func(cs kubernetes.Interface, _ time.Duration) cache.SharedIndexInformer {
+		c := cs.BatchV1().Jobs(o.Namespace)
+		return unbackedOffInformer(cs, &batchv1.Job{}, c.List, c.Watch)
+	})
+	pods := factory.InformerFor(&corev1.Pod{}, func(cs kubernetes.Interface, _ time.Duration) cache.SharedIndexInformer {
+		c := cs.CoreV1().Pods(o.Namespace)
+		return unbackedOffInformer(cs, &corev1.Pod{}, c.List, c.Watch)
+	})
 	if _, err := jobs.AddEventHandler(handler(stamped(r, (*journal).onJob))); err != nil {
 		return nil, fmt.Errorf("recorder: watch Jobs: %w", err)
 	}
@@ -109,4 +125,54 @@ func handler[T any](on func(watch.EventType, T)) cache.ResourceEventHandlerFuncs
 			}
 		},
 	}
+}
+
+// retryEvery is how often a recorder asks an API server that does not answer again.
+const retryEvery = 10 * time.Millisecond
+
+// unbackedOffInformer is an informer of one kind whose lists and watches wait for an API server
+// that does not answer (a refused connection, a 5xx, a 429) by asking again every retryEvery,
+// instead of failing to the reflector, which backs off from 0.8 s, doubling, with jitter. Any other
+// answer (an expired resourceVersion among them, so the reflector lists again) passes through.
+func unbackedOffInformer[L runtime.Object](cs kubernetes.Interface, obj runtime.Object,
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFrom func(context.Context, metav1.ListOptions) (watch.Interface, error),
+) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return untilAnswered(ctx, func() (runtime.Object, error) { return list(ctx, o) })
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return untilAnswered(ctx, func() (watch.Interface, error) { return watchFrom(ctx, o) })
+		},
+	}
+	// A fake clientset says it does not stream the initial list (WatchList); the reflector then lists.
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, cs), obj, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+}
+
+// untilAnswered calls call until the API server answers it (unanswered), or ctx ends.
+func untilAnswered[T any](ctx context.Context, call func() (T, error)) (T, error) {
+	for {
+		v, err := call()
+		if err == nil || !unanswered(err) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(retryEvery):
+		}
+	}
+}
+
+// unanswered reports whether err says the API server was not there to answer: no status from it
+// (a refused or broken connection), or one that asks to come back (5xx, 429).
+func unanswered(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	code := status.Status().Code
+	return code >= 500 || code == 429
 }

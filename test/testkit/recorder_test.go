@@ -1,11 +1,16 @@
 package testkit
 
 import (
+	"errors"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -49,5 +54,46 @@ func TestRecorderKeepsItsNamespaces(t *testing.T) {
 			t.Fatalf("after 5s the recorder holds %+v", h)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestUntilAnswered: a recorder asks again while the API server is not there (a refused
+// connection, a 503, a 429) and passes every answer through, an expired resourceVersion (410) too,
+// which makes its reflector list afresh.
+func TestUntilAnswered(t *testing.T) {
+	gr := schema.GroupResource{Resource: "pods"}
+	for _, tc := range []struct {
+		name  string
+		fails []error
+		calls int
+		err   error
+	}{
+		{name: "refused, then answered", fails: []error{syscall.ECONNREFUSED, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}, calls: 3},
+		{name: "unavailable, then answered", fails: []error{apierrors.NewServiceUnavailable("starting"), apierrors.NewTooManyRequests("busy", 1)}, calls: 3},
+		{name: "expired passes through", fails: []error{apierrors.NewResourceExpired("too old")}, calls: 1, err: apierrors.NewResourceExpired("too old")},
+		{name: "forbidden passes through", fails: []error{apierrors.NewForbidden(gr, "", errors.New("no"))}, calls: 1, err: apierrors.NewForbidden(gr, "", errors.New("no"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			got, err := untilAnswered(t.Context(), func() (int, error) {
+				calls++
+				if calls <= len(tc.fails) {
+					return 0, tc.fails[calls-1]
+				}
+				return 7, nil
+			})
+			if calls != tc.calls {
+				t.Fatalf("calls = %d, want %d", calls, tc.calls)
+			}
+			if tc.err != nil {
+				if err == nil || err.Error() != tc.err.Error() {
+					t.Fatalf("err = %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != 7 {
+				t.Fatalf("got %d, %v; want 7, nil", got, err)
+			}
+		})
 	}
 }
