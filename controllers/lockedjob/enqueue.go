@@ -82,8 +82,7 @@ func ended(o client.Object) bool {
 // Priorities in the controller's work queue (controller-runtime's priority queue; default 0). Under a
 // burst the queue holds thousands of passes: the ones that a lock or a running Job waits on go first.
 const (
-	// priorityUrgent: a lock handed to a waiter, or free with a waiter that joined at its head
-	// (either is held for nobody until the waiter claims it),
+	// priorityUrgent: a lock handed to a waiter (it is held for nobody until the waiter claims it),
 	// or a lock lost or at risk (the Job must stop).
 	priorityUrgent = 100
 	// priorityJobEnded: a Job finished; its pass releases the lock and hands it on.

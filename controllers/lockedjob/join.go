@@ -37,11 +37,9 @@ import (
 //
 // The first pass of a LockedJob comes after its join has answered: until then its passes do
 // nothing (the joiner enqueues it when done), so a join never lands behind a pass that went on, took
-// the lock and released it. One whose lock is free for it goes at priorityUrgent, as a handoff
-// does: that lock waits for this pass and nobody else (at the default priority, the first holders
-// of a burst's locks waited behind the handoffs of the locks that had started: first Job per lock
-// p50 22 s). One that stood behind a holder has the rest of its first pass at low priority, after
-// the passes that release and hand over locks.
+// the lock and released it. One that stood behind a holder has the rest of its first pass at low
+// priority: the passes that release and hand over locks go first, and so do the first passes of the
+// LockedJobs whose lock is free.
 
 const (
 	// joinWorkers is how many joins run at once: each is one script of well under a millisecond
@@ -167,7 +165,7 @@ func (j *joiner) serve(ctx context.Context, a joinAsk) {
 
 // join stands lj in its lock's queue and returns the priority of its first pass: low when it
 // stands behind a holder or another waiter (the wait book then knows it, so the queue keeper keeps
-// it in line and a handoff to it is timed), urgent when its lock is free for it, the default when
+// it in line and a handoff to it is timed), the default when its lock is free for it, or when
 // anything went wrong: the first pass then asks Redis as it always did.
 func (r *LockedJobReconciler) join(ctx context.Context, lj *batchv1alpha1.LockedJob) int {
 	claimant := locks.ClaimantOf(lj)
@@ -181,11 +179,8 @@ func (r *LockedJobReconciler) join(ctx context.Context, lj *batchv1alpha1.Locked
 	err = r.Locks.Join(rctx, claim, ttlOf(lj), r.Config.Identity.QueueScore(claimant), r.Config.waiterLiveness())
 	cancel()
 	qe, queued := errors.AsType[*lockbook.QueuedError](err)
-	switch {
-	case !queued:
+	if !queued || qe.Free {
 		return 0
-	case qe.Free:
-		return priorityUrgent
 	}
 	r.waiting.Waiting(claim.Holder, client.ObjectKeyFromObject(lj), claim.Key, r.Clock.Now(), handler.LowPriority)
 	return handler.LowPriority

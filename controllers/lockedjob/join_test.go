@@ -24,7 +24,7 @@ import (
 // first pass waits for that join and then goes at low priority. The holder's release hands the
 // lock straight to it, and its next pass adds the finalizer, claims the lock with the handoff's
 // fence and creates the Job. One deleted before its first pass leaves the queue, and one whose lock
-// is free has its first pass at once (priorityUrgent), which takes the lock.
+// is free has its first pass at the default priority, which takes the lock.
 func TestJoinAtCreate(t *testing.T) {
 	ctx := context.Background()
 	free := unit.LockedJob("free", "uid-free")
@@ -102,10 +102,10 @@ func TestJoinAtCreate(t *testing.T) {
 		t.Fatalf("the queue after c was deleted: %v (%v), want it empty", members, err)
 	}
 
-	// A LockedJob whose lock (another one) is free joins as well (the answer says free) and goes first: the lock waits for it.
+	// A LockedJob whose lock (another one) is free joins as well (the answer says free) and goes first.
 	created("free")
 	r.joins.serve(ctx, <-r.joins.in)
-	next("free", priorityUrgent)
+	next("free", 0)
 	pass("free")
 	if lj := get("free"); lj.Status.Phase != batchv1alpha1.PhaseRunning {
 		t.Fatalf("free after its first pass: %+v, want Running", lj.Status)
