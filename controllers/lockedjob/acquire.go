@@ -106,7 +106,6 @@ func (r *LockedJobReconciler) startWaiting(ctx context.Context, p *pass, now tim
 	tell(lj, pending())
 	if err := r.validateJob(ctx, p); err != nil {
 		if isRefusal(err) {
-			r.leaveJoinedQueue(ctx, p)
 			r.failJobInvalid(p, err)
 			return true, nil
 		}

@@ -31,7 +31,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -130,7 +129,6 @@ type LockedJobReconciler struct {
 
 	waiting waitbook.Book
 	permits locks.PermitReader
-	joins   *joiner // nil until SetupWithManager
 }
 
 // pass is one run of Reconcile: the object as read, what it observed, and the status it records.
@@ -159,16 +157,12 @@ type pass struct {
 // Reconcile observes the LockedJob, its lock and its Job, decides the next step of the state
 // machine (see decide), acts, and records status in one optimistic patch at the end.
 func (r *LockedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
-	if r.joins.joining(req.NamespacedName) {
-		return ctrl.Result{}, nil // the joiner enqueues it once its join has answered (join.go)
-	}
 	lj := &batchv1alpha1.LockedJob{}
 	if err := r.Get(ctx, req.NamespacedName, lj); err != nil {
 		if apierrors.IsNotFound(err) {
-			// Gone: whatever the book still knows of it (a pass that raced the last one) is moot,
-			// and a place it joined before its first pass is given up.
+			// Gone: whatever the book still knows of it (a pass that raced the last one) is moot.
 			r.Locks.ForgetObject(locks.KindLockedJob, req.NamespacedName)
-			r.leaveQueues(ctx, r.waiting.DoneObject(req.NamespacedName))
+			r.waiting.DoneObject(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -216,8 +210,7 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	r.waiting.Count = lockedJobsWaiting
 	keeper := &waitbook.Keeper{Locks: r.Locks, Waiting: &r.waiting, Liveness: r.Config.waiterLiveness(),
 		Timeout: r.Config.RedisTimeout, Named: namedLockedJob, Wake: handed}
-	r.joins = newJoiner(r)
-	for _, runnable := range []manager.Runnable{waker, keeper, r.joins} {
+	for _, runnable := range []manager.Runnable{waker, keeper} {
 		if err := mgr.Add(runnable); err != nil {
 			return err
 		}
@@ -228,8 +221,7 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	}
 	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1alpha1.LockedJob{}, handler.OnlyControllerOwner())
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&batchv1alpha1.LockedJob{}, builder.WithPredicates(r.joins.notJoinable())).
-		Watches(&batchv1alpha1.LockedJob{}, r.joins.onCreate()).
+		For(&batchv1alpha1.LockedJob{}).
 		Watches(&batchv1.Job{}, jobEndedFirst(owner)).
 		WatchesRawSource(source.Kind(pods, &corev1.Pod{}, podSucceededFirst())).
 		WatchesRawSource(source.Channel(r.Locks.Events(locks.KindLockedJob), enqueueAt(priorityUrgent))).

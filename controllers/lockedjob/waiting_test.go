@@ -27,7 +27,6 @@ import (
 	"github.com/lockedjob/lockedjob/controllers/internal/unit"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis (#13): after a handoff, one lineup read
@@ -35,13 +34,32 @@ import (
 // and only the head keeps re-checking on the short backoff.
 func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	ctx := context.Background()
+	book, lockClient, rc := unit.Locks(t)
+	id := locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
 	const n = 13
 	var objs []client.Object
 	for i := range n {
 		objs = append(objs, unit.LockedJob(fmt.Sprintf("lj%02d", i), types.UID(fmt.Sprintf("uid-%02d", i))))
 	}
-	q := newQueueRig(t, objs...)
-	r, api, lockClient, rc, id, get, pass := q.r, q.api, q.lockClient, q.rc, q.id, q.get, q.pass
+	api := withWakeupIndexes(fake.NewClientBuilder().WithScheme(unit.Scheme(t)).
+		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(objs...), id).Build()
+	r := &LockedJobReconciler{Client: api, APIReader: api, Scheme: api.Scheme(), Locks: book,
+		Recorder: &unit.Events{}, Clock: clock.RealClock{}, Config: Config{Identity: id}}
+	r.Config.defaults()
+	get := func(name string) *batchv1alpha1.LockedJob {
+		lj := &batchv1alpha1.LockedJob{}
+		if err := api.Get(ctx, types.NamespacedName{Namespace: "ns", Name: name}, lj); err != nil {
+			t.Fatal(err)
+		}
+		return lj
+	}
+	pass := func(name string) ctrl.Result {
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})
+		if err != nil {
+			t.Fatalf("reconcile %s: %v", name, err)
+		}
+		return res
+	}
 
 	var holder string
 	waiters := map[string]string{} // queue member -> LockedJob
@@ -168,45 +186,4 @@ func TestJobEndedPassesGoFirst(t *testing.T) {
 	if req.Name != "ended" || priority != priorityJobEnded {
 		t.Fatalf("first out: %s at priority %d, want ended at %d", req.Name, priority, priorityJobEnded)
 	}
-}
-
-// queueRig is a reconciler over a fake API server holding objs and a real Redis, with the index the
-// release waker reads, for tests that queue several LockedJobs on one lock.
-type queueRig struct {
-	r          *LockedJobReconciler
-	api        client.WithWatch
-	lockClient *redislock.Client
-	rc         *redis.Client
-	id         locks.Identity
-	get        func(name string) *batchv1alpha1.LockedJob // the LockedJob in namespace ns
-	pass       func(name string) ctrl.Result              // one Reconcile of it, which must not fail
-}
-
-func newQueueRig(t *testing.T, objs ...client.Object) *queueRig {
-	t.Helper()
-	book, lockClient, rc := unit.Locks(t)
-	id := locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}
-	api := withWakeupIndexes(fake.NewClientBuilder().WithScheme(unit.Scheme(t)).
-		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(objs...), id).Build()
-	r := &LockedJobReconciler{Client: api, APIReader: api, Scheme: api.Scheme(), Locks: book,
-		Recorder: &unit.Events{}, Clock: clock.RealClock{}, Config: Config{Identity: id}}
-	r.Config.defaults()
-	q := &queueRig{r: r, api: api, lockClient: lockClient, rc: rc, id: id}
-	q.get = func(name string) *batchv1alpha1.LockedJob {
-		t.Helper()
-		lj := &batchv1alpha1.LockedJob{}
-		if err := api.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: name}, lj); err != nil {
-			t.Fatal(err)
-		}
-		return lj
-	}
-	q.pass = func(name string) ctrl.Result {
-		t.Helper()
-		res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})
-		if err != nil {
-			t.Fatalf("reconcile %s: %v", name, err)
-		}
-		return res
-	}
-	return q
 }

@@ -125,22 +125,16 @@ func (b *Book) Done(member string) {
 	b.counted()
 }
 
-// Standing is a member the book forgot while it stood in line for the lock named Key.
-type Standing struct{ Member, Key string }
-
-// DoneObject forgets an object that is gone, whatever its member was, and returns what it forgot,
-// for the caller to take out of their queues.
-func (b *Book) DoneObject(obj types.NamespacedName) (forgot []Standing) {
+// DoneObject forgets an object that is gone, whatever its member was.
+func (b *Book) DoneObject(obj types.NamespacedName) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for m, w := range b.set {
 		if w.obj == obj {
 			delete(b.set, m)
-			forgot = append(forgot, Standing{Member: m, Key: w.key})
 		}
 	}
 	b.counted()
-	return forgot
 }
 
 // Wake makes member's next pass ask Redis, and drops any hint: the lock may be its now.
