@@ -158,6 +158,38 @@ func TestCheckerPodRunningPastItsLease(t *testing.T) {
 	}
 }
 
+// TestCheckerPodSeenStoppedJustAfterTheRelease: a release at the pod's success
+// ends the lease a moment before the recorder sees that success; up to
+// stopSeenLate that is the two watches, past it (or for a pod seen only
+// deleted) it is a pod that ran on.
+func TestCheckerPodSeenStoppedJustAfterTheRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		endMS   int
+		stopped bool
+		past    time.Duration
+	}{
+		{name: "seen Succeeded 1 ms after the release", endMS: 1801, stopped: true},
+		{name: "seen Succeeded at the bound", endMS: 1850, stopped: true},
+		{name: "seen Succeeded past the bound", endMS: 1851, stopped: true, past: 51 * time.Millisecond},
+		{name: "seen deleted 1 ms after the release", endMS: 1801, past: time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := clean()
+			h.Leases = []lease{{Holder: holder("a", "ns", "x"), Start: at(0), End: at(1800)}}
+			h.Pods[0].End, h.Pods[0].Stopped = at(tc.endMS), tc.stopped
+			v := check("partition", h, false)
+			want := 0
+			if tc.past > 0 {
+				want = 1
+			}
+			if v.RanPast != want || v.LongestPast != tc.past || v.Failed() != (want > 0) {
+				t.Fatalf("ran past = %d (%s), failures %v; want %d (%s)", v.RanPast, v.LongestPast, v.Failures, want, tc.past)
+			}
+		})
+	}
+}
+
 func TestCheckerNextAcquisitionEndsALease(t *testing.T) {
 	h := clean()
 	// No lease seen in Redis, but y's Job appeared at 1900, before x's pod

@@ -55,14 +55,14 @@ func (c *cluster) history(namespace string, now time.Time) ([]jobEntry, []podSpa
 		if p.Running.IsZero() {
 			continue
 		}
-		end := now
+		end, stopped := now, false
 		for _, t := range []time.Time{p.Stopped(), p.Deleted} {
 			if !t.IsZero() && t.Before(end) {
-				end = t
+				end, stopped = t, t.Equal(p.Stopped())
 			}
 		}
 		span := podSpan{Cluster: c.name, Namespace: p.Namespace, Name: p.Name, JobUID: p.JobUID, Fence: p.Fence,
-			Slot: p.Slot, Start: p.Running, End: end, Terminating: p.Terminating}
+			Slot: p.Slot, Start: p.Running, End: end, Terminating: p.Terminating, Stopped: stopped}
 		if j, ok := h.JobByUID(p.JobUID); ok {
 			span.Job, span.JobFence = j.Name, j.Fence
 			span.Claimant, _ = claimantOf(j)
