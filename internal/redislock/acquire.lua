@@ -6,6 +6,7 @@
 -- KEYS[2] meta key     (string: holder metadata, same TTL as the lock)
 -- KEYS[3] fence key    (integer: the last fencing token handed out; no TTL)
 -- ARGV[1] token   ARGV[2] ttl in ms   ARGV[3] metadata ("" = none)   ARGV[4] attempt id
+-- ARGV[5] (Redlock only) the least fencing token to hand out, the client's proposal (see clock.lua)
 -- Returns {1, fence, 0} for a fresh grant, {1, fence, 1} for a re-adoption (the lock already held
 -- our token: a restarted holder, or an earlier attempt applied late), and {0, 0, holder} when not
 -- acquired: holder is the holder's metadata, or false when the holder stored none. Waiters learn
@@ -18,7 +19,7 @@ if redis.call('EXISTS', KEYS[1] .. ':permits') == 1 then
 end
 -- The common case first: a free lock.
 if redis.call('SET', KEYS[1], ARGV[1] .. '\0' .. ARGV[4], 'NX', 'PX', ARGV[2]) then
-  return grantFresh()
+  return grantFresh(ARGV[5])
 end
 if holds(redis.call('GET', KEYS[1]), ARGV[1]) then
   return readopt()

@@ -13,6 +13,9 @@ import (
 // attemptAcquire makes one acquisition attempt on every node; the lease is counted from start.
 func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *acquireOptions) (*Lock, error) {
 	var buf oneReply
+	if !c.handsOff() {
+		c.lead.propose(o)
+	}
 	replies := c.sendAcquire(ctx, k, ttl, o, buf[:])
 
 	// fresh are the nodes that granted the lock to this attempt, readopted those where it already
@@ -66,7 +69,10 @@ func (c *Client) sendAcquire(ctx context.Context, k keys, ttl time.Duration, o *
 		}
 		if o.queueMember != "" {
 			return c.runAcquire(ctx, n, scriptAcquireQueued, k, k.withQueue(),
-				o.tokenArg, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds(), joinArg(o.join))
+				o.tokenArg, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds(), joinArg(o.join), o.proposalArg)
+		}
+		if o.proposalArg != nil {
+			return c.runAcquire(ctx, n, scriptAcquire, k, k.withFence(), o.tokenArg, ttlMs, o.metadata, o.attempt, o.proposalArg)
 		}
 		return c.runAcquire(ctx, n, scriptAcquire, k, k.withFence(), o.tokenArg, ttlMs, o.metadata, o.attempt)
 	})
@@ -93,10 +99,13 @@ const (
 )
 
 // acquireTally is what an attempt's replies say, but for which nodes granted or failed (see
-// attemptAcquire): the fences of the grants, a semaphore's slot, and, for a refusal, how many
-// nodes were busy, the place in the queue and the holder.
+// attemptAcquire): the fences of the grants, how many granting nodes handed out the highest of them
+// (each keeps the fence it answered as its counter), a semaphore's slot, and, for a refusal, how
+// many nodes were busy, the place in the queue and the holder.
 type acquireTally struct {
 	freshFence, readoptedFence int64
+	highest                    int64
+	atHighest                  int
 	slot                       int // a semaphore's: only on one deployment, so one node answers
 	busy, position             int
 	holder                     string
@@ -133,11 +142,23 @@ func (t *acquireTally) count(c *Client, i int, r nodeReply) (nodeOutcome, error)
 	case g.readopted:
 		t.slot = g.slot
 		t.readoptedFence = max(t.readoptedFence, g.fence)
+		t.granted(g.fence)
 		return nodeReadopted, nil
 	default:
 		t.slot = g.slot
 		t.freshFence = max(t.freshFence, g.fence)
+		t.granted(g.fence)
 		return nodeFresh, nil
+	}
+}
+
+// granted counts a granting node's fence towards the highest and how many nodes answered it.
+func (t *acquireTally) granted(fence int64) {
+	switch {
+	case fence > t.highest:
+		t.highest, t.atHighest = fence, 1
+	case fence == t.highest:
+		t.atHighest++
 	}
 }
 
@@ -158,7 +179,7 @@ func (c *Client) refusal(o *acquireOptions, t *acquireTally, granted int, errs [
 // and checks that the lease outlived the attempt. When either fails, it undoes the attempt first.
 func (c *Client) settleGrant(ctx context.Context, start time.Time, key string, k keys, ttl time.Duration, o *acquireOptions,
 	t *acquireTally, fresh, readopted []int, undo func()) (*Lock, error) {
-	fence, isReadoption, err := c.settleFence(ctx, k, o.token, fresh, readopted, t.freshFence, t.readoptedFence)
+	fence, isReadoption, err := c.settleFence(ctx, k, o, t, fresh, readopted)
 	if err != nil {
 		undo()
 		return nil, err
@@ -183,22 +204,28 @@ func (c *Client) settleGrant(ctx context.Context, start time.Time, key string, k
 // A re-adoption needs a quorum of nodes that still held our token: they all store the fence of the
 // acquisition being re-adopted, so it keeps that fence, and nodes that granted afresh (one that lost
 // its data) are raised to it and keep the lock. With fewer, it is a fresh acquisition: the highest
-// token among the granting nodes, written back to them so every later quorum hands out a higher one.
-func (c *Client) settleFence(ctx context.Context, k keys, token string, fresh, readopted []int, freshFence, readoptedFence int64) (fence int64, isReadoption bool, err error) {
+// token among the granting nodes. A quorum of nodes must keep it, so every later quorum hands out a
+// higher one: when fewer than a quorum answered it (their counters are what they answered), it is
+// written back to the granting nodes.
+func (c *Client) settleFence(ctx context.Context, k keys, o *acquireOptions, t *acquireTally, fresh, readopted []int) (fence int64, isReadoption bool, err error) {
 	if len(readopted) >= c.quorum {
 		if len(fresh) > 0 {
 			// Best effort: the re-adopting quorum already holds the fence, and the fresh nodes'
 			// counters (started from their clocks) are normally above it anyway.
-			_ = c.raiseFence(ctx, k, token, readoptedFence, fresh, len(fresh))
+			_ = c.raiseFence(ctx, k, o.token, t.readoptedFence, fresh, len(fresh))
 		}
-		return readoptedFence, true, nil
+		return t.readoptedFence, true, nil
 	}
-	fence = max(freshFence, readoptedFence)
+	fence = max(t.freshFence, t.readoptedFence)
 	if len(c.nodes) == 1 {
 		return fence, false, nil
 	}
+	c.lead.learn(o, fence)
+	if t.atHighest >= c.quorum {
+		return fence, false, nil // the nodes agreed on the proposal, or their counters did
+	}
 	granted := append(slices.Clone(fresh), readopted...)
-	if err := c.raiseFence(ctx, k, token, fence, granted, c.quorum); err != nil {
+	if err := c.raiseFence(ctx, k, o.token, fence, granted, c.quorum); err != nil {
 		return 0, false, err
 	}
 	return fence, false, nil

@@ -30,6 +30,10 @@ type acquireOptions struct {
 	// attempt is this attempt's random id: the grant mark that lets a failed attempt undo only what
 	// it created (undo.lua), and, queued, the id in the ticket a handoff honours.
 	attempt string
+	// proposal is the fencing token a Redlock attempt proposes to its nodes (see fenceLead), read
+	// from the clock at proposedAt (µs); proposalArg is it as a script argument, nil when none.
+	proposal, proposedAt int64
+	proposalArg          any
 }
 
 // WithToken acquires with the given token instead of a random one. Acquiring a lock that is held

@@ -5,6 +5,7 @@
 -- ARGV[1..4] as in acquire.lua
 -- ARGV[5] waiter  ARGV[6] score       ARGV[7] waiter liveness in ms
 -- ARGV[8] "1": join only (Client.Join): stand in line, but take nothing, not even a free lock
+-- ARGV[9] (Redlock only) the least fencing token to hand out, as in acquire.lua
 -- Returns {1, fence, 0} for a fresh grant, {1, fence, 1} for a re-adoption (as acquire.lua; a
 -- lock a release handed to this waiter is one), and {0, position, holder} when not acquired:
 -- position is the waiter's place in the queue; holder is the holder's metadata, or false when the
@@ -45,4 +46,4 @@ end
 
 redis.call('SET', KEYS[1], ARGV[1] .. '\0' .. ARGV[4], 'PX', ARGV[2])
 forget(ARGV[5])
-return grantFresh()
+return grantFresh(ARGV[9])

@@ -37,6 +37,7 @@ type Client struct {
 	memberMACs   sync.Pool // of hash.Hash keyed with memberSecret: queued waiters acquire in a loop
 
 	late lateReleases // undos of failed attempts on nodes that did not answer (see releaseLate)
+	lead fenceLead    // Redlock: how far ahead of the clock to propose fencing tokens
 }
 
 // Option configures a Client.

@@ -10,10 +10,10 @@ end
 
 -- grantFresh finishes a fresh grant, once the caller wrote the lock with this attempt's mark (token
 -- NUL attempt id, see holder.lua), so undoing a failed attempt removes only what it created
--- (undo.lua).
-local function grantFresh()
+-- (undo.lua). floor is the token the caller proposed, or nil (see nextFence).
+local function grantFresh(floor)
   setMeta()
-  return {1, nextFence(KEYS[3]), 0}
+  return {1, nextFence(KEYS[3], floor), 0}
 end
 
 -- readopt renews a lock that already holds the caller's token. Nobody else can have been handed a

@@ -40,7 +40,13 @@ func single(t testing.TB, opts ...Option) (*Client, *redisserver.Server, *redis.
 func redlock(t testing.TB, n int, opts ...Option) (*Client, []*redisserver.Server) {
 	t.Helper()
 	srvs := redisserver.StartN(t, n)
-	clients := make([]redis.UniversalClient, n)
+	return redlockOn(t, srvs, opts...), srvs
+}
+
+// redlockOn returns a new Redlock client over srvs, as another process would have.
+func redlockOn(t testing.TB, srvs []*redisserver.Server, opts ...Option) *Client {
+	t.Helper()
+	clients := make([]redis.UniversalClient, len(srvs))
 	for i, s := range srvs {
 		clients[i] = s.Client(t)
 	}
@@ -48,7 +54,7 @@ func redlock(t testing.TB, n int, opts ...Option) (*Client, []*redisserver.Serve
 	if err != nil {
 		t.Fatalf("NewRedlock: %v", err)
 	}
-	return c, srvs
+	return c
 }
 
 // eventually polls cond until it holds or timeout passes.

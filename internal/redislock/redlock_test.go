@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -86,7 +87,8 @@ func TestRedlock(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Acquire with one paused node: %v", err)
 				}
-				// Acquire makes two fan-outs (acquire, fence); each waits at most 1.5 node timeouts.
+				// Acquire makes at most two fan-outs (acquire, and the fence write-back when the nodes
+				// disagree); each waits at most 1.5 node timeouts.
 				if limit := 3*nodeTimeout + 200*time.Millisecond; took > limit {
 					t.Fatalf("Acquire took %v with a paused node, want under %v", took, limit)
 				}
@@ -144,7 +146,9 @@ func TestRedlock(t *testing.T) {
 }
 
 // TestRedlockFenceSurvivesDivergentCounters: nodes whose counters disagree (one far ahead, as after
-// a partition) still yield strictly increasing tokens across holders whose quorums differ.
+// a partition) still yield strictly increasing tokens across holders whose quorums differ. Each
+// holder is a client of its own, as in separate processes: one client's proposals learn how far
+// ahead the nodes run (see TestRedlockFenceProposal), and must not be what keeps the order.
 func TestRedlockFenceSurvivesDivergentCounters(t *testing.T) {
 	c, srvs := redlock(t, 3)
 	ctx := context.Background()
@@ -159,7 +163,7 @@ func TestRedlockFenceSurvivesDivergentCounters(t *testing.T) {
 	// Holder 1 gets a quorum including the node that is ahead; holder 2's quorum excludes it.
 	for round, down := range []int{0, 2, 1, 2} {
 		srvs[down].Pause(t)
-		l := mustAcquire(t, c, key, 5*time.Second)
+		l := mustAcquire(t, redlockOn(t, srvs), key, 5*time.Second)
 		srvs[down].Resume(t)
 		if l.Fence() <= last {
 			t.Fatalf("round %d (node %d paused): fence %d after %d", round, down, l.Fence(), last)
@@ -172,6 +176,88 @@ func TestRedlockFenceSurvivesDivergentCounters(t *testing.T) {
 	if last <= far {
 		t.Fatalf("last fence %d never passed the far counter %d", last, far)
 	}
+}
+
+// TestRedlockFenceProposal: nodes that hand out the token the client proposed keep it, so a grant
+// costs one script per node; a node whose counter is ahead makes the client write the highest token
+// back to a quorum, after which its proposals are ahead of that node too.
+func TestRedlockFenceProposal(t *testing.T) {
+	c, srvs := redlock(t, 3)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	fenceKey := c.RedisKey(key) + ":fence"
+	// scriptsPerNode acquires key and returns the lock and the scripts each node ran for it.
+	scriptsPerNode := func() (*Lock, []int64) {
+		t.Helper()
+		before := make([]int64, len(srvs))
+		for i, s := range srvs {
+			before[i] = evalCalls(t, s.Client(t))
+		}
+		l := mustAcquire(t, c, key, 5*time.Second)
+		ran := make([]int64, len(srvs))
+		for i, s := range srvs {
+			ran[i] = evalCalls(t, s.Client(t)) - before[i]
+		}
+		return l, ran
+	}
+	// keeping counts the nodes whose counter is at least fence: a quorum must be.
+	keeping := func(fence int64) int {
+		t.Helper()
+		n := 0
+		for _, s := range srvs {
+			v, err := s.Client(t).Get(ctx, fenceKey).Int64()
+			if err != nil {
+				t.Fatalf("%s: %v", s.Addr(), err)
+			}
+			if v >= fence {
+				n++
+			}
+		}
+		return n
+	}
+	release := func(l *Lock) {
+		t.Helper()
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+	}
+	release(mustAcquire(t, c, key, 5*time.Second)) // every node loads the scripts
+
+	l, ran := scriptsPerNode()
+	if !slices.Equal(ran, []int64{1, 1, 1}) {
+		t.Fatalf("scripts per node for an agreed grant: %v, want one each", ran)
+	}
+	if n := keeping(l.Fence()); n != 3 {
+		t.Fatalf("%d of 3 nodes keep the agreed fence %d", n, l.Fence())
+	}
+	release(l)
+
+	// One node's counter far ahead of every clock, as after a partition: its token is the highest.
+	far := time.Now().Add(time.Hour).UnixMicro()
+	if err := srvs[1].Client(t).Set(ctx, fenceKey, far, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, ran = scriptsPerNode()
+	if l.Fence() <= far {
+		t.Fatalf("fence %d, want above the far counter %d", l.Fence(), far)
+	}
+	if !slices.Equal(ran, []int64{2, 2, 2}) {
+		t.Fatalf("scripts per node when one node is ahead: %v, want the grant and the write-back on each", ran)
+	}
+	if n := keeping(l.Fence()); n < 2 {
+		t.Fatalf("%d of 3 nodes keep the fence %d, want a quorum", n, l.Fence())
+	}
+	last := l.Fence()
+	release(l)
+
+	l, ran = scriptsPerNode()
+	if l.Fence() <= last {
+		t.Fatalf("fence %d after %d", l.Fence(), last)
+	}
+	if !slices.Equal(ran, []int64{1, 1, 1}) {
+		t.Fatalf("scripts per node after the lead was learnt: %v, want one each", ran)
+	}
+	release(l)
 }
 
 func TestRedlockKeeper(t *testing.T) {
