@@ -93,10 +93,12 @@ func (c *Client) onNodesInto(ctx context.Context, which []int, buf []nodeReply,
 	}
 	// Buffered, so a straggler we stopped waiting for can still send and exit.
 	ch := make(chan indexed, len(which))
+	// One deadline serves every node of the fan-out: they start together. It is cancelled once we
+	// stop waiting, by when it has passed for every node that did not answer.
+	nctx, cancel := context.WithTimeout(ctx, c.nodeTimeout)
+	defer cancel()
 	for j, i := range which {
 		go func() {
-			nctx, cancel := context.WithTimeout(ctx, c.nodeTimeout)
-			defer cancel()
 			v, err := call(nctx, c.nodes[i])
 			ch <- indexed{j, nodeReply{v, err}}
 		}()
