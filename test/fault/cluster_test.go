@@ -161,6 +161,32 @@ func (c *cluster) killAPIServer() error {
 	})
 }
 
+// pauseControllerManager SIGSTOPs the cluster's kube-controller-manager, so no Job controller acts,
+// and returns once every thread of it is stopped; resumeControllerManager lets it go on.
+func (c *cluster) pauseControllerManager() error {
+	pid, err := c.local().PID("kube-controller-manager")
+	if err != nil {
+		return fmt.Errorf("cluster %s: %w", c.name, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stop kube-controller-manager %d: %w", pid, err)
+	}
+	return poll(10*time.Second, func() (bool, string) {
+		return utils.ProcessStopped(pid), fmt.Sprintf("kube-controller-manager %d not stopped", pid)
+	})
+}
+
+func (c *cluster) resumeControllerManager() error {
+	pid, err := c.local().PID("kube-controller-manager")
+	if err != nil {
+		return fmt.Errorf("cluster %s: %w", c.name, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		return fmt.Errorf("resume kube-controller-manager %d: %w", pid, err)
+	}
+	return nil
+}
+
 // restartAPIServer starts the cluster's kube-apiserver again and waits until
 // it is ready.
 func (c *cluster) restartAPIServer() error {

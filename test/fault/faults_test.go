@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,6 +35,7 @@ func scenarios() []scenario {
 		{name: "redis-restart", overlapAllowed: true, run: redisRestart},
 		{name: "job-deleted", run: jobDeleted(lockedJobs)},
 		{name: "apiserver-a-down", run: apiserverDown},
+		{name: "kcm-a-sigstop-pod-succeeds", run: jobControllerPaused},
 		{name: "operator-a-sigstop", overlapAllowed: true, run: operatorPause(lockedJobs)},
 		{name: "guarded-baseline", run: guardedBaseline, verify: heldThroughout},
 		{name: "guarded-blackhole-a", run: proxyFault(guardedJobs, "a", func() { env.proxies["a"].Blackhole() })},
@@ -174,6 +176,49 @@ func apiserverDown(r *run) (time.Time, error) {
 	if env.operators["a"].exited() {
 		// Kept as a crash by the checker; overlaps then follow from it.
 		r.allowOverlap = true
+	}
+	return time.Now(), nil
+}
+
+// jobControllerPaused SIGSTOPs cluster a's kube-controller-manager while a1's pod runs, so the pod
+// succeeds with no Job controller to mark a1's Job Complete. The operator releases at the pod's
+// outcome (reconcile.OutcomeSettled), so b1 runs meanwhile; the scenario fails if it does not, or
+// if a1's Job is Complete by then (the release would not have come from the pod). Once resumed, the
+// Job controller finishes a1's Job and must start no pod of it: the checker would see that pod run
+// beside b1's.
+func jobControllerPaused(r *run) (time.Time, error) {
+	a, b := env.clusters["a"], env.clusters["b"]
+	if err := r.holderAndWaiter(5*time.Second, testkit.LockedJobOptions{}); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.pauseControllerManager(); err != nil {
+		return time.Time{}, err
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = a.resumeControllerManager()
+		}
+	}()
+	if err := r.waitRunning(b, "b1"); err != nil {
+		return time.Time{}, fmt.Errorf("while cluster a's Job controller was stopped: %w", err)
+	}
+	job, err := lockedJobs.holderJob(r)
+	if err != nil {
+		return time.Time{}, err
+	}
+	j := &batchv1.Job{}
+	if err := a.k8s.Get(r.ctx, client.ObjectKey{Namespace: r.ns, Name: job}, j); err != nil {
+		return time.Time{}, fmt.Errorf("get Job %s: %w", job, err)
+	}
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return time.Time{}, fmt.Errorf("Job %s is %s although its controller was stopped: the release was not the pod's", job, c.Type)
+		}
+	}
+	resumed = true
+	if err := a.resumeControllerManager(); err != nil {
+		return time.Time{}, err
 	}
 	return time.Now(), nil
 }
