@@ -91,6 +91,10 @@ verify: manifests generate helm-chart dashboards ## Fail if generated files (CRD
 	@git diff --exit-code -- config/crd config/rbac config/webhook config/grafana api dist/chart || { echo "generated files changed: run 'make manifests generate helm-chart dashboards' and commit"; exit 1; }
 	go test -count=1 ./test/generate/
 
+.PHONY: verify-model
+verify-model: ## Explore the lock protocol's models exhaustively within their bounds and check that every mutation (a fixed defect put back) is found (internal/model, docs/model.md); test-unit runs it too.
+	go test -count=1 -v ./internal/model/
+
 .PHONY: redis
 redis: ## Make sure redis-server is installed (installs the Debian package when root).
 	@bash hack/ensure-redis.sh
