@@ -3,7 +3,7 @@ package model
 import "testing"
 
 // redlockBounds: node 1's counter ahead of the others (as after a partition); no proposal, or one
-// above every counter; client 1 may retry once (two attempts each would be over 30 million states).
+// above every counter; client 1 may retry once (two attempts each: over 25 million states).
 var redlockBounds = RedlockConfig{Attempts: [2]int{2, 1}, Proposals: []int8{0, 6}, Counters: [3]int8{0, 3, 0}}
 
 func TestRedlockAsBuilt(t *testing.T) {
