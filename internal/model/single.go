@@ -31,6 +31,9 @@ const (
 	// FenceFromCounterOnly: the fence is counter + 1, without the clock term (issue 9, the
 	// fence that repeats after a failover lost the counter's last write).
 	FenceFromCounterOnly
+	// ShortfallUndoesReadoption: WithWaitReplicas undoes a re-adoption whose WAIT fell short, as it
+	// undoes a fresh grant (issue 9: the lock deleted from under the holder that re-adopted it).
+	ShortfallUndoesReadoption
 )
 
 // SingleConfig bounds the single-deployment model and says which faults it may take.
@@ -45,8 +48,14 @@ type SingleConfig struct {
 	// Pause lets Redis expire a holder's lock while the holder still believes its lease valid (a
 	// process paused past its ttl after it checked the lease). A pause before that check is
 	// caught by it, and is the model's "validity ends" step.
-	Pause    bool
-	Mutation SingleMutation
+	Pause bool
+	// Readopt lets a holder acquire again with its token while its work runs, as an operator
+	// that restarted re-adopts the locks of its running Jobs; it counts against Attempts.
+	Readopt bool
+	// WaitReplicas: every acquire script is followed by WAIT, which may fall short; a fresh grant
+	// that fell short is undone and fails, a re-adoption fails and keeps the lock.
+	WaitReplicas bool
+	Mutation     SingleMutation
 }
 
 type lockValue struct {
@@ -75,6 +84,7 @@ const (
 	noReply reply = iota
 	busyReply
 	grantedReply
+	failedReply // an error that is no refusal: the WAIT fell short
 )
 
 type singleClient struct {
@@ -86,6 +96,7 @@ type singleClient struct {
 	got      reply // the reply to the attempt it waits for, once that attempt's script ran
 	gotFence int16
 	fence    int16 // the held fence
+	via      int8  // the attempt whose lease the holder's validity counts from
 	valid    bool  // holds, and believes its lease valid
 }
 
@@ -138,10 +149,10 @@ func (s SingleState) clientSteps(cfg SingleConfig, i int, add func(string, Singl
 		n.c[i].undo |= bit(c.attempt)
 		n.c[i].pc = next(c, cfg)
 		add(fmt.Sprintf("c%d gives up on attempt %d (no reply) and undoes it late", id, c.attempt), n)
-	case c.pc == waiting && c.got == busyReply:
+	case c.pc == waiting && (c.got == busyReply || c.got == failedReply):
 		n := s
 		n.c[i].pc = next(c, cfg)
-		add(fmt.Sprintf("c%d is refused", id), n)
+		add(fmt.Sprintf("c%d is refused or fails", id), n)
 	case c.pc == waiting && c.got == grantedReply && c.over&bit(c.attempt) != 0:
 		n := s
 		n.c[i].undo |= bit(c.attempt)
@@ -149,9 +160,15 @@ func (s SingleState) clientSteps(cfg SingleConfig, i int, add func(string, Singl
 		add(fmt.Sprintf("c%d finds its lease ran out while acquiring, and undoes the attempt", id), n)
 	case c.pc == waiting && c.got == grantedReply:
 		n := s
-		n.c[i].pc, n.c[i].fence, n.c[i].valid = holding, c.gotFence, true
+		n.c[i].pc, n.c[i].fence, n.c[i].valid, n.c[i].via = holding, c.gotFence, true, c.attempt
 		add(fmt.Sprintf("c%d holds with fence %d", id, c.gotFence), n)
 	case c.pc == holding && c.valid:
+		if cfg.Readopt && int(c.attempt) < cfg.Attempts {
+			n := s
+			n.c[i].attempt++
+			n.c[i].inflight |= bit(n.c[i].attempt)
+			add(fmt.Sprintf("c%d restarts and re-adopts with attempt %d while its work runs", id, n.c[i].attempt), n)
+		}
 		if n := s.write(i); n != s {
 			add(fmt.Sprintf("c%d writes to the store with fence %d", id, c.fence), n)
 		}
@@ -186,13 +203,20 @@ func (s SingleState) serverSteps(cfg SingleConfig, i int, add func(string, Singl
 		if c.over&bit(k) == 0 {
 			n := s
 			n.c[i].over |= bit(k)
-			if c.pc == holding && c.valid && k == c.attempt {
+			if c.pc == holding && c.valid && k == c.via {
 				n.c[i].pc, n.c[i].valid = done, false
 			}
 			add(fmt.Sprintf("c%d's validity for attempt %d ends", id, k), n)
 		}
 		if c.inflight&bit(k) != 0 {
-			add(fmt.Sprintf("acquire script of c%d attempt %d runs", id, k), s.acquire(cfg, i, k))
+			label := fmt.Sprintf("acquire script of c%d attempt %d runs", id, k)
+			n := s.acquire(cfg, i, k)
+			add(label, n)
+			if cfg.WaitReplicas {
+				if f, ok := s.shortfall(cfg, n, i, k); ok {
+					add(label+", and its WAIT falls short", f)
+				}
+			}
 		}
 		if c.undo&bit(k) != 0 {
 			add(fmt.Sprintf("undo script of c%d attempt %d runs", id, k), s.runUndo(cfg, i, k))
@@ -266,10 +290,35 @@ func (s SingleState) acquire(cfg SingleConfig, i int, k int8) SingleState {
 	default:
 		got = busyReply
 	}
-	if c := &n.c[i]; c.pc == waiting && c.attempt == k {
+	switch c := &n.c[i]; {
+	case c.pc == waiting && c.attempt == k:
 		c.got, c.gotFence = got, fence
+	case c.pc == holding && c.attempt == k && got == busyReply:
+		c.pc, c.valid = done, false // its re-adoption found the lock gone: it stops its work
+	case c.pc == holding && c.attempt == k && c.over&bit(k) == 0:
+		c.via = k // re-adopted in time: the lease now counts from this attempt
 	}
 	return n
+}
+
+// shortfall is n, the state after client i's attempt k's acquire script, when the WAIT after it
+// fell short (runAcquire): a fresh grant is undone, a re-adoption kept; either way the attempt
+// fails. ok is false when the script granted nothing, so there is nothing to fall short of.
+func (s SingleState) shortfall(cfg SingleConfig, n SingleState, i int, k int8) (SingleState, bool) {
+	id := int8(i + 1)
+	l := n.primary.lock
+	if l.owner != id {
+		return n, false
+	}
+	readopted := s.primary.lock.owner == id
+	if !readopted || cfg.Mutation == ShortfallUndoesReadoption {
+		n.primary.lock = lockValue{}
+	}
+	if c := &n.c[i]; c.pc == waiting && c.attempt == k {
+		c.got = failedReply
+	}
+	n.c[i].via = s.c[i].via // a re-adoption that failed gave the holder no new lease
+	return n, true
 }
 
 // runUndo runs undo.lua for client i's attempt k on the primary.

@@ -74,3 +74,15 @@ func TestSingleMutations(t *testing.T) {
 		expect(t, SingleInit(), SingleNext(cfg), SingleCheck(false), "b")
 	})
 }
+
+func TestSingleReadoptionWithWaitReplicas(t *testing.T) {
+	cfg := SingleConfig{Attempts: 2, Ticks: 1, Readopt: true, WaitReplicas: true}
+	t.Run("as built: a, b and c", func(t *testing.T) {
+		expect(t, SingleInit(), SingleNext(cfg), SingleCheck(true), "")
+	})
+	t.Run("mutation: a shortfall undoes the re-adoption", func(t *testing.T) {
+		m := cfg
+		m.Mutation = ShortfallUndoesReadoption
+		expect(t, SingleInit(), SingleNext(m), SingleCheck(true), "a")
+	})
+}
