@@ -31,7 +31,8 @@ import (
 // The per-lock view (docs/design.md, "Semaphores and the per-lock view"): a declared Lock or
 // ClusterLock shows its lock as Redis holds it. Its status is read from Redis when a LockedJob of
 // the lock changes, and every Resync for what nobody here announces (an expiry, another cluster's
-// holder); it is written only when it changed, at most once per MinInterval per lock.
+// holder); it is written only when it changed: at once after a quiet time, and once a burst of
+// changes has spent WriteBurst writes, at most once per MinInterval (writeBudget).
 
 // +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks;clusterlocks,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=batch.lockedjob.dev,resources=locks/status;clusterlocks/status,verbs=get;update;patch
@@ -51,7 +52,7 @@ type LockViewReconciler struct {
 	Member string
 
 	mu      sync.Mutex
-	written map[types.NamespacedName]time.Time // last status write, by object (namespace "" for ClusterLock)
+	written map[types.NamespacedName]writeBudget // by object (namespace "" for ClusterLock)
 	// behind are the clients of the Redis that announce an older lock protocol than
 	// lockbook.SemaphoreProtocol, as of the last announcement; nil before the first (see announce).
 	behind *[]lockbook.Announced
@@ -70,8 +71,12 @@ type LockViewReconciler struct {
 // Timing is how often the view writes, reads Redis again and announces; zero values take the
 // defaults.
 type Timing struct {
-	// MinInterval is the least time between two status writes of one lock (default 5s).
+	// MinInterval is the least time between two status writes of one lock once a burst has spent
+	// its WriteBurst (default 1s).
 	MinInterval time.Duration
+	// WriteBurst is how many status writes of one lock may follow each other at once after a
+	// quiet time (default 3): a handoff is shown when it happens, a burst of changes is coalesced.
+	WriteBurst int
 	// Resync is how often a declared lock is read again when nothing announced a change (default 2m).
 	Resync time.Duration
 	// Announce is how often the process announces its lock protocol (default 30s); an announcement
@@ -87,7 +92,10 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.MinInterval = sreconcile.DurationOr(r.MinInterval, 5*time.Second)
+	r.MinInterval = sreconcile.DurationOr(r.MinInterval, time.Second)
+	if r.WriteBurst <= 0 {
+		r.WriteBurst = 3
+	}
 	r.Resync = sreconcile.DurationOr(r.Resync, 2*time.Minute)
 	r.RedisTimeout = sreconcile.DurationOr(r.RedisTimeout, 2*time.Second)
 	r.Announce = sreconcile.DurationOr(r.Announce, 30*time.Second)
@@ -95,7 +103,7 @@ func (r *LockViewReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		host, _ := os.Hostname()
 		r.Member = r.Identity.ClusterID + "/" + host
 	}
-	r.written = map[types.NamespacedName]time.Time{}
+	r.written = map[types.NamespacedName]writeBudget{}
 	r.announced = make(chan struct{})
 	r.orphanLocks, r.orphanClusterLocks = make(chan event.GenericEvent), make(chan event.GenericEvent)
 	if kind := sreconcile.UnservedKind(mgr, "Lock", "ClusterLock"); kind != "" {
@@ -201,21 +209,44 @@ func (r *LockViewReconciler) reconcileClusterLock(ctx context.Context, req recon
 	return r.refresh(ctx, l, &l.Status, key, "", admitted)
 }
 
+// writeBudget is one lock's allowance of status writes, a token bucket: WriteBurst writes, one
+// more earned per MinInterval. A view whose lock changed after a quiet time has a write to spend
+// at once; only a burst of changes waits.
+type writeBudget struct {
+	spent float64   // writes spent and not yet earned back, as of at
+	at    time.Time // of the last write
+}
+
+// left is how many writes b has at now, of burst.
+func (b writeBudget) left(now time.Time, every time.Duration, burst int) float64 {
+	earned := float64(now.Sub(b.at)) / float64(every)
+	return float64(burst) - max(b.spent-earned, 0)
+}
+
 // writeWait is how long the view of id must wait before its next status write.
 func (r *LockViewReconciler) writeWait(id types.NamespacedName) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	last, ok := r.written[id]
+	b, ok := r.written[id]
 	if !ok {
 		return 0
 	}
-	return max(r.MinInterval-r.Clock.Since(last), 0)
+	left := b.left(r.Clock.Now(), r.MinInterval, r.WriteBurst)
+	if left >= 1 {
+		return 0
+	}
+	return time.Duration((1 - left) * float64(r.MinInterval))
 }
 
 func (r *LockViewReconciler) wrote(id types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.written[id] = r.Clock.Now()
+	now := r.Clock.Now()
+	left := float64(r.WriteBurst)
+	if b, ok := r.written[id]; ok {
+		left = b.left(now, r.MinInterval, r.WriteBurst)
+	}
+	r.written[id] = writeBudget{spent: float64(r.WriteBurst) - left + 1, at: now}
 }
 
 // forget drops what is known of a deleted object, so a new one of the same name starts afresh.

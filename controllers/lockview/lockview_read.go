@@ -24,8 +24,8 @@ import (
 
 // The view as a reader: what Redis holds of a declared lock, written to its status.
 
-// refresh reads the lock from Redis into *status and writes it when it changed, no sooner than
-// MinInterval after the last write. namespace is the Lock's, "" for a ClusterLock; admitted is how
+// refresh reads the lock from Redis into *status and writes it when it changed and its write
+// budget allows (writeWait). namespace is the Lock's, "" for a ClusterLock; admitted is how
 // many Redis admits at once now (see settlePermits).
 func (r *LockViewReconciler) refresh(ctx context.Context, obj client.Object, status *batchv1alpha1.LockViewStatus, key, namespace string, admitted int) (reconcile.Result, error) {
 	id := client.ObjectKeyFromObject(obj)

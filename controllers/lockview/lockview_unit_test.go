@@ -8,7 +8,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -144,5 +146,47 @@ func TestHolderNamesItsWorkload(t *testing.T) {
 				t.Errorf("holder = %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestWriteBudget: after a quiet time a lock's view writes a change at once, WriteBurst times in a
+// row; a longer burst waits one MinInterval per write, and a quiet time earns the writes back.
+func TestWriteBudget(t *testing.T) {
+	fc := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	r := &LockViewReconciler{Clock: fc, Timing: Timing{MinInterval: time.Second, WriteBurst: 3},
+		written: map[types.NamespacedName]writeBudget{}}
+	id := types.NamespacedName{Namespace: "ns", Name: "l"}
+	write := func() time.Duration {
+		t.Helper()
+		wait := r.writeWait(id)
+		if wait == 0 {
+			r.wrote(id)
+		}
+		return wait
+	}
+	for i := range 3 {
+		if wait := write(); wait != 0 {
+			t.Fatalf("write %d of a burst after a quiet time waits %v", i+1, wait)
+		}
+	}
+	if wait := write(); wait != time.Second {
+		t.Fatalf("the fourth write at once waits %v, want 1s", wait)
+	}
+	fc.SetTime(fc.Now().Add(400 * time.Millisecond))
+	if wait := write(); wait != 600*time.Millisecond {
+		t.Fatalf("0.4 s later it waits %v, want 0.6s", wait)
+	}
+	fc.SetTime(fc.Now().Add(600 * time.Millisecond))
+	if wait := write(); wait != 0 {
+		t.Fatalf("one interval after the burst a write waits %v", wait)
+	}
+	fc.SetTime(fc.Now().Add(time.Minute)) // a quiet time: the whole burst is back, no more
+	for i := range 3 {
+		if wait := write(); wait != 0 {
+			t.Fatalf("write %d after a quiet minute waits %v", i+1, wait)
+		}
+	}
+	if wait := write(); wait == 0 {
+		t.Fatal("a quiet time earned more than WriteBurst writes")
 	}
 }
