@@ -146,15 +146,25 @@ func (c *cluster) stop() error {
 	return nil
 }
 
+// signal sends sig to one of the cluster's components (its PID from the cluster dir's pids/) and
+// returns the PID.
+func (c *cluster) signal(component string, sig syscall.Signal) (int, error) {
+	pid, err := c.local().PID(component)
+	if err != nil {
+		return 0, fmt.Errorf("cluster %s: %w", c.name, err)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return 0, fmt.Errorf("cluster %s: %v to %s %d: %w", c.name, sig, component, pid, err)
+	}
+	return pid, nil
+}
+
 // killAPIServer SIGKILLs the cluster's kube-apiserver, like a crashed control
 // plane node, and waits until it is gone.
 func (c *cluster) killAPIServer() error {
-	pid, err := c.local().PID("kube-apiserver")
+	pid, err := c.signal("kube-apiserver", syscall.SIGKILL)
 	if err != nil {
-		return fmt.Errorf("cluster %s: %w", c.name, err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill kube-apiserver %d: %w", pid, err)
+		return err
 	}
 	return poll(30*time.Second, func() (bool, string) {
 		return !utils.ProcessAlive(pid), fmt.Sprintf("kube-apiserver %d still alive", pid)
@@ -164,12 +174,9 @@ func (c *cluster) killAPIServer() error {
 // pauseControllerManager SIGSTOPs the cluster's kube-controller-manager, so no Job controller acts,
 // and returns once every thread of it is stopped; resumeControllerManager lets it go on.
 func (c *cluster) pauseControllerManager() error {
-	pid, err := c.local().PID("kube-controller-manager")
+	pid, err := c.signal("kube-controller-manager", syscall.SIGSTOP)
 	if err != nil {
-		return fmt.Errorf("cluster %s: %w", c.name, err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("stop kube-controller-manager %d: %w", pid, err)
+		return err
 	}
 	return poll(10*time.Second, func() (bool, string) {
 		return utils.ProcessStopped(pid), fmt.Sprintf("kube-controller-manager %d not stopped", pid)
@@ -177,14 +184,8 @@ func (c *cluster) pauseControllerManager() error {
 }
 
 func (c *cluster) resumeControllerManager() error {
-	pid, err := c.local().PID("kube-controller-manager")
-	if err != nil {
-		return fmt.Errorf("cluster %s: %w", c.name, err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		return fmt.Errorf("resume kube-controller-manager %d: %w", pid, err)
-	}
-	return nil
+	_, err := c.signal("kube-controller-manager", syscall.SIGCONT)
+	return err
 }
 
 // restartAPIServer starts the cluster's kube-apiserver again and waits until
