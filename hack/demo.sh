@@ -445,7 +445,7 @@ apply_samples() {
 	k apply -n "${NS}" -k "${SAMPLES_DIR}"
 }
 
-# watch_samples T0_NANOS: print `kubectl get lj -o wide` with a timestamp each time a
+# watch_samples T0_NANOS: print `kubectl get lj` with a timestamp each time a
 # LockedJob's state changes (phase, holder, blocked-by, fence, queue, job,
 # message; not the Age clock). Works without a TTY. Returns when all
 # samples Succeeded; exits with the manager's log tail on failure or timeout.
@@ -459,7 +459,7 @@ watch_samples() {
 		guarded="$(k get job "${GUARDED}" -n "${NS}" -o jsonpath='{.spec.suspend}|{.metadata.annotations.batch\.lockedjob\.dev/guard}|{.metadata.annotations.batch\.lockedjob\.dev/fencing-token}' 2>/dev/null || true)"
 		if sig="$(k get lj -n "${NS}" -o jsonpath="${sigpath}" 2>/dev/null)${guarded}" && [[ "${sig}" != "${last}" ]]; then
 			last="${sig}"
-			table="$(k get lj -n "${NS}" -o wide 2>&1 || true)"$'\n\n'"$(k get job "${GUARDED}" -n "${NS}" -o custom-columns="${GUARDED_COLUMNS}" 2>&1 || true)"$'\n\n'"$(k get locks -n "${NS}" 2>&1 || true)"
+			table="$(k get lj -n "${NS}" 2>&1 || true)"$'\n\n'"$(k get job "${GUARDED}" -n "${NS}" -o custom-columns="${GUARDED_COLUMNS}" 2>&1 || true)"$'\n\n'"$(k get locks -n "${NS}" 2>&1 || true)"
 			printf '\n--- %s  +%ss after apply\n%s\n' "$(date +%H:%M:%S.%1N)" "$(since "${t0}")" "${table}"
 			phases="$(awk -F'|' 'NF > 1 { print $2 }' <<<"${sig}")"
 			# The guarded Job has ended once its guard says Released (or Lost, Unguarded).
