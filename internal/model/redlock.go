@@ -144,8 +144,8 @@ func (s RedlockState) acquire(mutation RedlockMutation, i int, k int8, node int)
 	var r int8
 	switch nd.owner {
 	case 0:
-		r = max(nd.counter+1, c.proposalFor(k, s))
-		if p := c.proposalFor(k, s); p > 0 && mutation == ProposalOverridesCounter {
+		r = max(nd.counter+1, c.proposalFor(k))
+		if p := c.proposalFor(k); p > 0 && mutation == ProposalOverridesCounter {
 			r = p
 		}
 		nd.owner, nd.mark, nd.counter = id, k, r
@@ -165,7 +165,7 @@ func (s RedlockState) acquire(mutation RedlockMutation, i int, k int8, node int)
 // that runs after its attempt was decided carried a proposal the model no longer keeps (keeping it
 // would multiply the states for nothing), so it proposes none: the lowest, which leaves the node's
 // counter lowest and later tokens least raised, the harder case for (b).
-func (c *rlClient) proposalFor(k int8, _ RedlockState) int8 {
+func (c *rlClient) proposalFor(k int8) int8 {
 	if c.pc == waiting && k == c.attempt {
 		return c.proposal
 	}

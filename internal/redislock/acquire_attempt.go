@@ -216,7 +216,7 @@ func (c *Client) settleFence(ctx context.Context, k keys, o *acquireOptions, t *
 		}
 		return t.readoptedFence, true, nil
 	}
-	fence = max(t.freshFence, t.readoptedFence)
+	fence = t.highest // of the fresh and re-adopted grants
 	if len(c.nodes) == 1 {
 		return fence, false, nil
 	}
