@@ -37,7 +37,8 @@ help: ## Display this help.
 
 .PHONY: manifests
 manifests: controller-gen ## Generate ClusterRole, CustomResourceDefinition and MutatingWebhookConfiguration objects.
-	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true,maxDescLen=0 paths="./api/..." paths="./controllers/..." paths="./internal/locks/..." output:crd:artifacts:config=config/crd/bases
+	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true paths="./api/..." paths="./controllers/..." paths="./internal/locks/..." output:crd:artifacts:config=config/crd/bases
+	go run ./hack/crddesc config/crd/bases/*.yaml
 	"$(CONTROLLER_GEN)" webhook paths="./internal/webhook/..." output:webhook:artifacts:config=config/webhook
 
 # The header hack/boilerplate.go.txt carries a fixed year, as kubebuilder's `init` writes it: a year

@@ -145,7 +145,7 @@ type JobTemplate struct {
 	// spec is the Job's spec (batch/v1 JobSpec). The operator sets suspend to false and, unless set
 	// here, podReplacementPolicy to Failed. All pods of one Job (parallelism > 1, indexed Jobs)
 	// share one fencing token: they run under one holder, and the store protected by the token cannot
-	// tell them apart.
+	// tell them apart. `kubectl explain job.spec` describes its fields.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="!has(self.manualSelector) || !self.manualSelector",message="spec.jobTemplate.spec.manualSelector must not be true: the operator finds the Job's pods by the labels the Job API sets",fieldPath=".manualSelector"
 	// +kubebuilder:validation:XValidation:rule="!has(self.selector)",message="spec.jobTemplate.spec.selector must not be set: the Job API generates it",fieldPath=".selector"
