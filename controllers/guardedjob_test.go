@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"maps"
 	"strconv"
 	"time"
 
@@ -93,6 +94,23 @@ func createPodOf(job *batchv1.Job) *corev1.Pod {
 	return pod
 }
 
+// podOfGuardedJob creates a pod of the held Job as the Job controller makes it from the template:
+// controlled by the Job, with the template's labels, which bring it into the reconciler's pod
+// cache; then gives it the phase the kubelet would write.
+func podOfGuardedJob(job *batchv1.Job, name string, phase corev1.PodPhase, finalizers ...string) *corev1.Pod {
+	GinkgoHelper()
+	labels := map[string]string{batchv1.ControllerUidLabel: string(job.UID), batchv1.JobNameLabel: job.Name}
+	maps.Copy(labels, job.Spec.Template.Labels)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: name, Labels: labels, Finalizers: finalizers,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "work", Image: "busybox"}}},
+	}
+	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+	setPhase(pod, phase)
+	return pod
+}
+
 // completeJob writes the status the Job controller writes when a Job succeeds.
 func completeJob(job *batchv1.Job) {
 	GinkgoHelper()
@@ -169,6 +187,60 @@ var _ = Describe("Guarded Jobs", func() {
 		Expect(done.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)))
 		Expect(done.Finalizers).NotTo(ContainElement(batchv1alpha1.FinalizerReleaseLock))
 		Expect(jobEvents(first)).To(ContainElement(MatchRegexp(`^JobComplete: Job first completed; released lock db \(fencing token %d\)$`, fence1)))
+	})
+
+	It("hands the lock on when the held Job's pod succeeds, before the Job's condition (issue 27, part 6)", func() {
+		ns := newNamespace()
+		first := createJob(newGuardedJob(ns, "first", "db"))
+		held, fence1 := waitHeld(first)
+		Expect(held.Spec.PodReplacementPolicy).To(HaveValue(Equal(batchv1.TerminatingOrFailed)), "the Job API's default, left alone")
+		Expect(held.Spec.Template.Labels).To(HaveKeyWithValue(batchv1alpha1.LabelGuardedJobPod, "true"), "written with the unsuspend")
+		second := createJob(newGuardedJob(ns, "second", "db"))
+		stillSuspended(second)
+
+		podOfGuardedJob(held, "first-a", corev1.PodFailed)
+		pod := podOfGuardedJob(held, "first-b", corev1.PodRunning)
+		stillSuspended(second) // a failed pod and a running one end nothing
+
+		setPhase(pod, corev1.PodSucceeded)
+		_, fence2 := waitHeld(second)
+		Expect(fence2).To(BeNumerically(">", fence1))
+		done := getJob(first)
+		Expect(done.Status.Conditions).To(BeEmpty(), "released before the Job controller's condition")
+		Expect(done.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)))
+		Expect(done.Finalizers).NotTo(ContainElement(batchv1alpha1.FinalizerReleaseLock))
+		Expect(jobEvents(first)).To(ContainElement(MatchRegexp(`^Released: The pod of Job first succeeded; released lock db \(fencing token %d\)$`, fence1)))
+
+		completeJob(first)
+		Consistently(func(g Gomega) {
+			g.Expect(getJob(second).Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardHeld)))
+			g.Expect(jobEvents(first)).NotTo(ContainElement(HavePrefix("JobComplete: ")), "released once")
+		}).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	})
+
+	It("waits for the Job's condition when the succeeded pod had been deleted (a replacement may have been due)", func() {
+		ns := newNamespace()
+		first := createJob(newGuardedJob(ns, "first", "db"))
+		held, _ := waitHeld(first)
+		second := createJob(newGuardedJob(ns, "second", "db"))
+		pod := podOfGuardedJob(held, "first-a", corev1.PodRunning, "example.com/keep")
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		Expect(pod.DeletionTimestamp).NotTo(BeNil())
+		setPhase(pod, corev1.PodSucceeded)
+		stillSuspended(second)
+
+		completeJob(first)
+		waitHeld(second)
+		Expect(jobEvents(first)).To(ContainElement(HavePrefix("JobComplete: Job first completed; released lock db")))
+		Eventually(func() error {
+			p := &corev1.Pod{}
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), p); err != nil {
+				return err
+			}
+			p.Finalizers = nil
+			return k8sClient.Update(ctx, p)
+		}).Should(Succeed())
 	})
 
 	It("excludes a LockedJob and a guarded Job of one lock name, with fences rising across both", func() {

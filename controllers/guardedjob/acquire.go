@@ -65,10 +65,11 @@ func (r *GuardedJobReconciler) wait(ctx context.Context, p *pass, notAcquired er
 }
 
 // unsuspend lets the Job run under the lock, in one optimistic write: the fence, lock, holder and
-// slot in the pod template (whose env vars the admission gate pointed at those annotations), the
-// record in the Job's annotations, the finalizer, and suspend false. A pod can start only after
-// this write, so none ever runs without the fence, nor with an older one; a pass that read a stale
-// Job writes nothing. The merge patch carries the whole finalizer list, the others' included.
+// slot in the pod template (whose env vars the admission gate pointed at those annotations) with
+// the label of the reconciler's pod cache, the record in the Job's annotations, the finalizer, and
+// suspend false. A pod can start only after this write, so none ever runs without the fence, nor
+// with an older one; a pass that read a stale Job writes nothing. The merge patch carries the
+// whole finalizer list, the others' included.
 func (r *GuardedJobReconciler) unsuspend(ctx context.Context, p *pass) error {
 	lock := p.obs.holding
 	fence, slot := strconv.FormatInt(lock.Fence(), 10), strconv.Itoa(lock.Slot())
@@ -90,6 +91,12 @@ func (r *GuardedJobReconciler) unsuspend(ctx context.Context, p *pass) error {
 		tmpl.Annotations[batchv1alpha1.AnnotationLock] = p.claimant.Lock.Name
 		tmpl.Annotations[batchv1alpha1.AnnotationHolder] = p.claim.Holder
 		tmpl.Annotations[batchv1alpha1.AnnotationSlot] = slot
+		// A suspended Job that never started may change its pod template's labels: the pods carry
+		// it, and the reconciler's pod cache holds them (podCache).
+		if tmpl.Labels == nil {
+			tmpl.Labels = map[string]string{}
+		}
+		tmpl.Labels[batchv1alpha1.LabelGuardedJobPod] = "true"
 		job.Spec.Suspend = ptr.To(false)
 	})
 	if err != nil {

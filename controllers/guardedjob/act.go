@@ -36,7 +36,7 @@ func (r *GuardedJobReconciler) act(ctx context.Context, p *pass, st step) (res c
 	case stepReleaseAfterLoss:
 		res, err = r.releaseAfterLoss(ctx, p)
 		return res, false, err
-	case stepFinish:
+	case stepFinish, stepReleaseAtOutcome:
 		return ctrl.Result{}, false, r.finish(ctx, p)
 	case stepReadopt, stepDeleteReadopt:
 		return r.readopt(ctx, p)

@@ -24,6 +24,9 @@ type observation struct {
 	holding  *lockbook.Lock // the book's lock, healthy or at risk
 	lost     error          // the book's record of a loss (or a lease at risk)
 	released bool           // the book released the lock after the Job ended
+	// settled: the Job has not finished, but its pods say nothing of it can run again
+	// (sreconcile.OutcomeSettled), so its lock may go before the Job controller's condition.
+	settled bool
 }
 
 // step is what one pass does; decide picks exactly one. Some steps lead to another in the same
@@ -38,6 +41,7 @@ const (
 	stepLoseLock                     // the book reports a loss: stop the Job by policy, record Lost
 	stepReleaseAfterLoss             // Lost: once its pods are gone, release what is ours, drop the finalizer
 	stepFinish                       // the Job ended: release once its pods stopped, record Released
+	stepReleaseAtOutcome             // its pod succeeded, its condition is still to come: release now, record Released
 	stepReadopt                      // the record says held, the book does not (a restart): re-adopt
 	stepScopeNotAllowed              // Cluster scope from an untrusted namespace: no Redis, tell
 	stepAcquire                      // suspended, not holding: acquire with the queue, or wait
@@ -48,7 +52,7 @@ const (
 )
 
 var stepNames = [...]string{"Idle", "Invalid", "Done", "Unguarded", "LoseLock", "ReleaseAfterLoss", "Finish",
-	"Readopt", "ScopeNotAllowed", "Acquire", "Unsuspend", "Running", "DeleteReadopt", "DeleteRelease"}
+	"ReleaseAtOutcome", "Readopt", "ScopeNotAllowed", "Acquire", "Unsuspend", "Running", "DeleteReadopt", "DeleteRelease"}
 
 func (s step) String() string { return stepNames[s] }
 
@@ -71,6 +75,9 @@ func decide(o observation) step {
 		return stepLoseLock
 	case o.fenced && o.finished:
 		return stepFinish
+	case o.fenced && o.settled:
+		// Before re-adoption: after a restart the lock is released by its token.
+		return stepReleaseAtOutcome
 	case !o.fenced && !o.suspended:
 		// Labelled, running, and we never unsuspended it: no gate, a label added later, or someone
 		// else unsuspended it. Never a holder.

@@ -25,15 +25,21 @@ import (
 // Job ends, apply the on-lock-lost policy when it is lost, and never hold for a Job that runs
 // without us.
 
-// finish releases the lock of a Job that completed or failed, then records Released and drops the
-// finalizer in one write. Its terminal condition says none of its pods runs (reconcile.JobFinished),
-// so no pod is listed: the release is on the handoff's path. A release that finds the lock not ours
-// means it was lost during the run: the record says Lost, never Released.
+// finish releases the lock of a Job that completed or failed, or whose pods settled its outcome
+// before its condition came (p.obs.settled), then records Released and drops the finalizer in one
+// write. Its terminal condition (reconcile.JobFinished), or its settled pods
+// (reconcile.OutcomeSettled), say none of its pods runs or will, so no pod is listed from the API
+// server: the release is on the handoff's path. A release that finds the lock not ours means it
+// was lost during the run: the record says Lost, never Released. After a release at the pod's
+// outcome the Job's own condition, when it comes, is the Job controller's to tell.
 func (r *GuardedJobReconciler) finish(ctx context.Context, p *pass) error {
 	fence := guard.RecordedFence(p.job)
 	state, eventType, reason := batchv1alpha1.GuardReleased, corev1.EventTypeNormal, batchv1alpha1.ReasonJobComplete
 	ok, msg := reconcile.JobOutcome(p.job)
-	if !ok {
+	switch {
+	case !p.obs.finished:
+		reason, msg = batchv1alpha1.ReasonReleased, fmt.Sprintf("The pod of Job %s succeeded", p.job.Name)
+	case !ok:
 		eventType, reason = corev1.EventTypeWarning, batchv1alpha1.ReasonJobFailed
 	}
 	msg = fmt.Sprintf("%s; released lock %s (fencing token %d)", msg, p.claimant.Lock.Name, fence)

@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers/internal/guard"
@@ -52,10 +53,14 @@ type GuardedJobReconciler struct {
 	Jobs cache.Cache
 	// APIReader reads uncached: pods, and a Job the cache does not have (yet).
 	APIReader client.Reader
-	Recorder  events.EventRecorder
-	Locks     *lockbook.Book
-	Config    Config
-	Clock     clock.PassiveClock
+	// Pods reads the pods of the Jobs it unsuspended from the reconciler's own cache
+	// (sreconcile.NewPodCache, selected by guardedPods), which SetupWithManager makes; when nil, a
+	// lock waits for the Job's condition.
+	Pods     client.Reader
+	Recorder events.EventRecorder
+	Locks    *lockbook.Book
+	Config   Config
+	Clock    clock.PassiveClock
 
 	permits locks.PermitReader
 	// waiting is the wait book of this reconciler's waiters (guard.Holdings.Asks and Wait).
@@ -76,7 +81,7 @@ type pass struct {
 }
 
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile observes the guarded Job and its lock, decides the next step (see decide), and acts.
@@ -93,7 +98,10 @@ func (r *GuardedJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	log := ctrl.LoggerFrom(ctx).WithValues("Job", klog.KObj(job))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	p := r.observe(job)
+	p, err := r.observe(ctx, job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if p.drift != "" {
 		r.event(job, corev1.EventTypeWarning, batchv1alpha1.ReasonGuardInvalid, "Reconcile", "%s", p.drift)
 	}
@@ -141,11 +149,20 @@ func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	if err := indexLockKey(ctx, jobs, r.Config.Identity, r.Locks); err != nil {
 		return err
 	}
+	pods, err := sreconcile.NewPodCache(ctx, mgr, "guarded job", guardedPods())
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(pods); err != nil {
+		return fmt.Errorf("add guarded job pod cache: %w", err)
+	}
+	r.Pods = pods
 	r.permits = sreconcile.PermitReader(mgr)
 	return guard.Complete(mgr, &batchv1.Job{}, guard.Wiring{
 		Name: "guardedjob", Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindJob, Objects: jobs,
 		Named: namedJob, Waiters: r.waiters, Stop: r.stopWorkload,
 		Waiting: &r.waiting, Config: &r.Config,
+		Sources: []source.Source{source.Kind(pods, &corev1.Pod{}, podSucceeded())},
 		Permits: r.permits, Workers: r.Config.MaxConcurrentReconciles,
 	}, r)
 }

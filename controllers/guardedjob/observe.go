@@ -17,9 +17,10 @@ import (
 // Observing: what a pass reads before it decides (the Job's record, the lock book) and, in the
 // steps that need it, the Job's pods.
 
-// observe builds the pass: who the Job is to the lock, and what the Job and the book say. It reads
-// nothing from Redis or the API server.
-func (r *GuardedJobReconciler) observe(job *batchv1.Job) *pass {
+// observe builds the pass: who the Job is to the lock, what the Job and the book say, and, for a
+// Job that runs under the lock, whether its pods settled its outcome. It reads nothing from Redis
+// or the API server.
+func (r *GuardedJobReconciler) observe(ctx context.Context, job *batchv1.Job) (*pass, error) {
 	p := &pass{job: job}
 	id := r.Config.Identity
 	claimant, err := locks.ClaimantOfJob(job)
@@ -27,7 +28,7 @@ func (r *GuardedJobReconciler) observe(job *batchv1.Job) *pass {
 		claimant, p.drift = held.Over(locks.KindJob, job, claimant, err)
 	} else if err != nil {
 		p.obs.invalid = err
-		return p
+		return p, nil
 	}
 	p.claimant = claimant
 	p.claim = lockbook.Claim{Key: id.LockKey(claimant), Token: id.Token(claimant), Holder: id.Holder(claimant), Slot: guard.RecordedSlot(job), Fence: guard.RecordedFence(job)}
@@ -45,7 +46,20 @@ func (r *GuardedJobReconciler) observe(job *batchv1.Job) *pass {
 		lost:         book.Lost,
 		released:     book.Released,
 	}
-	return p
+	if r.Pods != nil && mayHoldRunning(p.obs) && reconcile.SettlesOnPods(job) {
+		pods, err := reconcile.PodsOfJob(ctx, r.Pods, job)
+		if err != nil {
+			return nil, err
+		}
+		p.obs.settled = reconcile.OutcomeSettled(job, pods)
+	}
+	return p, nil
+}
+
+// mayHoldRunning reports a Job that may run under a lock it still holds: only then is there a lock
+// to give back at the pod's outcome.
+func mayHoldRunning(o observation) bool {
+	return o.fenced && !o.deleting && !o.finished && !o.released && o.lost == nil && o.guard == batchv1alpha1.GuardHeld
 }
 
 // runningPods counts the pods of the Job that have not stopped (activePods).

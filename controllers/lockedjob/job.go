@@ -48,7 +48,7 @@ func buildJob(lj *batchv1alpha1.LockedJob, name string, fence int64, holder stri
 	job.Annotations[batchv1alpha1.AnnotationLockedJob] = lj.Name
 	job.Spec.Template.Annotations = merged(job.Spec.Template.Annotations, lockInfo)
 	// The pods carry the same two names, so the operator's pod cache holds them and a pod's outcome
-	// wakes its LockedJob (NewPodCache).
+	// wakes its LockedJob (reconcile.NewPodCache).
 	job.Spec.Template.Labels = merged(job.Spec.Template.Labels, map[string]string{batchv1alpha1.LabelLockedJob: job.Labels[batchv1alpha1.LabelLockedJob]})
 	job.Spec.Template.Annotations[batchv1alpha1.AnnotationLockedJob] = lj.Name
 

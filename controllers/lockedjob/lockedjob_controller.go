@@ -123,7 +123,7 @@ type LockedJobReconciler struct {
 	Locks     *lockbook.Book
 	Config    Config
 	Clock     clock.PassiveClock
-	// Pods reads the pods of the operator's Jobs from the reconciler's own cache (NewPodCache),
+	// Pods reads the pods of the operator's Jobs from the reconciler's own cache (reconcile.NewPodCache),
 	// which SetupWithManager makes.
 	Pods client.Reader
 
@@ -234,14 +234,11 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		Complete(r)
 }
 
-// podCache makes the cache of the operator's pods (NewPodCache), indexed by their Job, adds it to
-// the manager and reads pods from it.
+// podCache makes the cache of the operator's pods (reconcile.NewPodCache, selected by the label
+// buildJob puts in the pod template), adds it to the manager and reads pods from it.
 func (r *LockedJobReconciler) podCache(ctx context.Context, mgr ctrl.Manager) (cache.Cache, error) {
-	pods, err := NewPodCache(mgr)
+	pods, err := reconcile.NewPodCache(ctx, mgr, "lockedjob", ownJobs())
 	if err != nil {
-		return nil, err
-	}
-	if err := indexPodsByJob(ctx, pods); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(pods); err != nil {

@@ -54,7 +54,7 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 		p.obs.jobCreated = true
 	}
 	if job != nil && r.Pods != nil && mayHoldRunning(p.obs) && reconcile.SettlesOnPods(job) {
-		pods, err := r.podsOfJob(ctx, job)
+		pods, err := reconcile.PodsOfJob(ctx, r.Pods, job)
 		if err != nil {
 			return err
 		}

@@ -41,12 +41,11 @@ func JobOutcome(job *batchv1.Job) (bool, string) {
 
 // SettlesOnPods reports whether the Job's outcome can be read off its pods before the Job
 // controller writes its condition (see OutcomeSettled): a Job of the built-in controller, running
-// (not suspended, not being deleted, not finished), of one pod at a time to one completion, whose
-// failed pods are replaced only once they are terminal. Any other shape waits for the condition.
+// (not suspended, not being deleted, not finished), of one pod at a time to one completion. Any
+// other shape waits for the condition.
 func SettlesOnPods(job *batchv1.Job) bool {
 	spec := job.Spec
 	return atMostOne(spec.Completions) && atMostOne(spec.Parallelism) &&
-		spec.PodReplacementPolicy != nil && *spec.PodReplacementPolicy == batchv1.Failed &&
 		(spec.ManagedBy == nil || *spec.ManagedBy == batchv1.JobControllerName) &&
 		(spec.Suspend == nil || !*spec.Suspend) &&
 		job.DeletionTimestamp.IsZero() && !JobFinished(job)
@@ -55,7 +54,8 @@ func SettlesOnPods(job *batchv1.Job) bool {
 func atMostOne(n *int32) bool { return n == nil || *n == 1 }
 
 // OutcomeSettled reports whether nothing of the Job can run again although it has not finished
-// yet: it SettlesOnPods, one of the pods it controls has Succeeded, and every pod it controls (of
+// yet: it SettlesOnPods, one of the pods it controls has Succeeded (and, unless its failed pods
+// are replaced only once terminal, that pod was never deleted), and every pod it controls (of
 // pods, which may hold others) is Succeeded or Failed. Its lock may then be released before the
 // Job controller's Complete, which comes a second or more later (it batches pod updates, records
 // the pod, removes its tracking finalizer, and only then adds the condition).
@@ -63,15 +63,19 @@ func atMostOne(n *int32) bool { return n == nil || *n == 1 }
 // Why no pod of it can run after that: a terminal phase is final (the API refuses a change out of
 // it), so the succeeded pod runs nothing again. The Job controller creates a pod only while fewer
 // pods have succeeded than the Job needs (one) and fewer are active than parallelism (one); a
-// controller that has seen the success creates none, and one that has not sees that pod still
-// active, which also creates none. With podReplacementPolicy Failed no pod is created beside one
-// that is terminating, so at most one pod of the Job is ever not terminal, and it is the one that
+// controller that has seen the success creates none, and one working on an older view must see
+// that pod active, which also creates none. Active is where the replacement policy matters: with
+// podReplacementPolicy Failed a pod counts as active until it is terminal; with TerminatingOrFailed
+// (the Job API's default without a podFailurePolicy, what most guarded Jobs have) a pod stops
+// counting once it has a deletionTimestamp. A deletionTimestamp is never taken away, so a
+// succeeded pod that has none now had none in any view of it: every view saw it running or
 // succeeded. Its tracking finalizer keeps the pod until the controller has counted it. The check
 // that every pod is terminal only restates that; it costs nothing.
 func OutcomeSettled(job *batchv1.Job, pods []corev1.Pod) bool {
 	if !SettlesOnPods(job) {
 		return false
 	}
+	replacedWhenTerminal := job.Spec.PodReplacementPolicy != nil && *job.Spec.PodReplacementPolicy == batchv1.Failed
 	succeeded := false
 	for i := range pods {
 		pod := &pods[i]
@@ -80,7 +84,7 @@ func OutcomeSettled(job *batchv1.Job, pods []corev1.Pod) bool {
 		}
 		switch pod.Status.Phase {
 		case corev1.PodSucceeded:
-			succeeded = true
+			succeeded = succeeded || replacedWhenTerminal || pod.DeletionTimestamp.IsZero()
 		case corev1.PodFailed:
 		default:
 			return false

@@ -35,6 +35,12 @@ func TestOutcomeSettled(t *testing.T) {
 	const ours = types.UID("job-uid")
 	succeeded, failed, running := pod("a", corev1.PodSucceeded, ours), pod("b", corev1.PodFailed, ours), pod("c", corev1.PodRunning, ours)
 	var deleted = metav1.Now()
+	deletedPod := func(p corev1.Pod) corev1.Pod {
+		p = *p.DeepCopy()
+		p.DeletionTimestamp = &deleted
+		return p
+	}
+	replacedWhileTerminating := func(j *batchv1.Job) { j.Spec.PodReplacementPolicy = ptr.To(batchv1.TerminatingOrFailed) }
 	for name, tc := range map[string]struct {
 		job  *batchv1.Job
 		pods []corev1.Pod
@@ -55,11 +61,17 @@ func TestOutcomeSettled(t *testing.T) {
 		"a succeeded pod of another Job": {job: job(), pods: []corev1.Pod{pod("x", corev1.PodSucceeded, "other")}, want: false},
 		"two completions":                {job: job(func(j *batchv1.Job) { j.Spec.Completions = ptr.To[int32](2) }), pods: []corev1.Pod{succeeded}, want: false},
 		"parallelism 2":                  {job: job(func(j *batchv1.Job) { j.Spec.Parallelism = ptr.To[int32](2) }), pods: []corev1.Pod{succeeded}, want: false},
-		"replacement while terminating":  {job: job(func(j *batchv1.Job) { j.Spec.PodReplacementPolicy = ptr.To(batchv1.TerminatingOrFailed) }), pods: []corev1.Pod{succeeded}, want: false},
-		"replacement policy not stored":  {job: job(func(j *batchv1.Job) { j.Spec.PodReplacementPolicy = nil }), pods: []corev1.Pod{succeeded}, want: false},
-		"another controller manages it":  {job: job(func(j *batchv1.Job) { j.Spec.ManagedBy = ptr.To("example.com/other") }), pods: []corev1.Pod{succeeded}, want: false},
-		"suspended":                      {job: job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), pods: []corev1.Pod{succeeded}, want: false},
-		"being deleted":                  {job: job(func(j *batchv1.Job) { j.DeletionTimestamp = &deleted }), pods: []corev1.Pod{succeeded}, want: false},
+		"replaced while terminating, the pod never deleted":    {job: job(replacedWhileTerminating), pods: []corev1.Pod{succeeded}, want: true},
+		"replacement policy not stored, the pod never deleted": {job: job(func(j *batchv1.Job) { j.Spec.PodReplacementPolicy = nil }), pods: []corev1.Pod{succeeded}, want: true},
+		"replaced while terminating, a failed pod deleted":     {job: job(replacedWhileTerminating), pods: []corev1.Pod{deletedPod(failed), succeeded}, want: true},
+		"replaced once terminal, the succeeded pod deleted":    {job: job(), pods: []corev1.Pod{deletedPod(succeeded)}, want: true},
+		// A view from before its success saw it terminating, not active: a replacement may come.
+		"replaced while terminating, the succeeded pod deleted": {job: job(replacedWhileTerminating), pods: []corev1.Pod{deletedPod(succeeded)}, want: false},
+		"replacement policy not stored, the pod deleted":        {job: job(func(j *batchv1.Job) { j.Spec.PodReplacementPolicy = nil }), pods: []corev1.Pod{deletedPod(succeeded)}, want: false},
+		"replaced while terminating, a pod still terminating":   {job: job(replacedWhileTerminating), pods: []corev1.Pod{deletedPod(running), succeeded}, want: false},
+		"another controller manages it":                         {job: job(func(j *batchv1.Job) { j.Spec.ManagedBy = ptr.To("example.com/other") }), pods: []corev1.Pod{succeeded}, want: false},
+		"suspended":                                             {job: job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), pods: []corev1.Pod{succeeded}, want: false},
+		"being deleted":                                         {job: job(func(j *batchv1.Job) { j.DeletionTimestamp = &deleted }), pods: []corev1.Pod{succeeded}, want: false},
 		"finished already: the condition tells it": {job: job(func(j *batchv1.Job) {
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 		}), pods: []corev1.Pod{succeeded}, want: false},
