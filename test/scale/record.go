@@ -92,7 +92,7 @@ func (r *recorder) job(j *batchv1.Job, now time.Time) {
 	}
 	for _, c := range j.Status.Conditions {
 		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
-			run.Completed = now
+			run.Completed, run.CompletedRV = now, resourceVersion(j)
 			r.succeeded[j.Name] = c.Type == batchv1.JobComplete
 			return
 		}
@@ -107,7 +107,7 @@ func (r *recorder) pod(p *corev1.Pod, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if run := r.runs[p.Labels[batchv1.JobNameLabel]]; run != nil && run.PodSucceeded.IsZero() {
-		run.PodSucceeded = now
+		run.PodSucceeded, run.PodSucceededRV = now, resourceVersion(p)
 	}
 }
 
@@ -117,7 +117,7 @@ func (r *recorder) pod(p *corev1.Pod, now time.Time) {
 // unsuspends it under the lock in one write that also carries the fence: its run starts then, and
 // it was queued from its creation. Until then ok is false, and nothing but the wait is recorded.
 func (r *recorder) newRun(j *batchv1.Job, guarded bool, now time.Time) (run *measure.Run, ok bool) {
-	run = &measure.Run{Lock: j.Name, Job: j.Name, Created: now}
+	run = &measure.Run{Lock: j.Name, Job: j.Name, Created: now, CreatedRV: resourceVersion(j)}
 	fence, fenced := j.Annotations[batchv1alpha1.AnnotationFencingToken]
 	if queue := j.Labels[kueuerun.QueueNameLabel]; queue != "" {
 		return r.newKueueRun(j, queue, run, now)
@@ -368,4 +368,13 @@ func drain(ctx context.Context, w watch.Interface, rec *recorder, handle func(cl
 			}
 		}
 	}
+}
+
+// resourceVersion is the object's resource version as a number (measure.Run), 0 if it is none.
+func resourceVersion(o metav1.Object) uint64 {
+	rv, err := strconv.ParseUint(o.GetResourceVersion(), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return rv
 }

@@ -28,15 +28,44 @@ type Run struct {
 	// Submitted is when the object the Job runs for was first seen: the LockedJob, or the Job
 	// itself (plain, guarded, or in Kueue's queue).
 	Submitted time.Time
+
+	// The resource versions of the writes Created, Completed and PodSucceeded saw (0 if unknown).
+	// Two watches deliver their events in no common order, so a pod's Succeeded may arrive a
+	// moment after the successor's Job that was written after it; the API server's resource
+	// versions are one sequence over all objects (comparable since Kubernetes 1.35, KEP-5504),
+	// and where both are known they order the writes themselves.
+	CreatedRV, CompletedRV, PodSucceededRV uint64
 }
 
 // Ended is when the Job's work was first seen over: its pod Succeeded, else its terminal condition
 // (zero if neither). Exclusion and handoffs are judged from it, alike for every system.
 func (r Run) Ended() time.Time {
+	t, _ := r.ended()
+	return t
+}
+
+// ended is Ended with the resource version of the write it saw.
+func (r Run) ended() (time.Time, uint64) {
 	if !r.PodSucceeded.IsZero() && (r.Completed.IsZero() || r.PodSucceeded.Before(r.Completed)) {
-		return r.PodSucceeded
+		return r.PodSucceeded, r.PodSucceededRV
 	}
-	return r.Completed
+	return r.Completed, r.CompletedRV
+}
+
+// startedAfter reports whether cur became able to run after prev was over: by the order of the
+// two writes where their resource versions are known, else by when the watches saw them.
+func startedAfter(prev, cur Run) bool {
+	ended, rv := prev.ended()
+	if rv != 0 && cur.CreatedRV != 0 {
+		return cur.CreatedRV > rv
+	}
+	return !cur.Created.Before(ended)
+}
+
+// gap is the time from prev seen over to cur seen able to run, never below zero: writes in order
+// may reach the watches a moment out of it.
+func gap(prev, cur Run) time.Duration {
+	return max(cur.Created.Sub(prev.Ended()), 0)
 }
 
 // byLock groups runs per lock, each group in the order the watch saw the Jobs appear.
@@ -67,7 +96,7 @@ func CheckExclusion(runs []Run) []string {
 			switch ended := prev.Ended(); {
 			case ended.IsZero():
 				out = append(out, fmt.Sprintf("lock %s: Job %s appeared while %s had not finished", lock, cur.Job, prev.Job))
-			case cur.Created.Before(ended):
+			case !startedAfter(prev, cur):
 				out = append(out, fmt.Sprintf("lock %s: Job %s appeared %s before %s finished", lock, cur.Job, ended.Sub(cur.Created), prev.Job))
 			}
 		}
@@ -83,11 +112,10 @@ func HandoffGaps(runs []Run) []time.Duration {
 	for _, rs := range byLock(runs) {
 		for i := 1; i < len(rs); i++ {
 			prev, cur := rs[i-1], rs[i]
-			ended := prev.Ended()
-			if ended.IsZero() || cur.Created.Before(ended) || cur.Fence <= prev.Fence {
+			if prev.Ended().IsZero() || !startedAfter(prev, cur) || cur.Fence <= prev.Fence {
 				continue
 			}
-			out = append(out, cur.Created.Sub(ended))
+			out = append(out, gap(prev, cur))
 		}
 	}
 	return out
@@ -102,11 +130,11 @@ func QueuedHandoffGaps(runs []Run) []time.Duration {
 		for i := 1; i < len(rs); i++ {
 			prev, cur := rs[i-1], rs[i]
 			ended := prev.Ended()
-			if ended.IsZero() || cur.Created.Before(ended) || cur.Fence <= prev.Fence ||
+			if ended.IsZero() || !startedAfter(prev, cur) || cur.Fence <= prev.Fence ||
 				cur.Queued.IsZero() || cur.Queued.After(ended) {
 				continue
 			}
-			out = append(out, cur.Created.Sub(ended))
+			out = append(out, gap(prev, cur))
 		}
 	}
 	return out

@@ -170,6 +170,30 @@ func TestExclusionFromThePodsOutcome(t *testing.T) {
 	}
 }
 
+// TestExclusionByResourceVersion: where the writes' resource versions are known they decide the
+// order, not the watches' arrival times, in both directions.
+func TestExclusionByResourceVersion(t *testing.T) {
+	runs := []Run{
+		{Lock: "a", Job: "a1", Fence: 3, Created: at(0), CreatedRV: 10, PodSucceeded: at(1.0001), PodSucceededRV: 20},
+		// Seen 100µs before a1's pod, written after it.
+		{Lock: "a", Job: "a2", Fence: 4, Created: at(1), CreatedRV: 21, Completed: at(3), CompletedRV: 30},
+	}
+	if v := CheckExclusion(runs); len(v) != 0 {
+		t.Errorf("violations = %v: the writes were in order", v)
+	}
+	if gaps := HandoffGaps(runs); len(gaps) != 1 || gaps[0] != 0 {
+		t.Errorf("gaps = %v, want [0]: in order, seen a moment out of it", gaps)
+	}
+	runs[1].Created, runs[1].CreatedRV = at(1.5), 19 // seen after, written before
+	if v := CheckExclusion(runs); len(v) != 1 {
+		t.Errorf("violations = %v, want the one written before a1's pod succeeded", v)
+	}
+	runs[0].PodSucceededRV = 0 // unknown: the times decide
+	if v := CheckExclusion(runs); len(v) != 0 {
+		t.Errorf("violations = %v, want none by the times", v)
+	}
+}
+
 func TestCheckExclusionFindsEveryBreach(t *testing.T) {
 	cases := map[string][]Run{
 		"fence not increasing": {
