@@ -57,6 +57,7 @@ import (
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 	"github.com/lockedjob/lockedjob/internal/redislock"
+	"github.com/lockedjob/lockedjob/internal/version"
 	"github.com/lockedjob/lockedjob/internal/webhook"
 	// +kubebuilder:scaffold:imports
 )
@@ -74,6 +75,10 @@ func init() {
 
 func main() {
 	o, zapOpts := parseFlags()
+	if o.showVersion {
+		fmt.Println("lockedjob manager " + version.Get().String())
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
 		setupLog.Error(err, "Manager stopped with an error")
@@ -117,7 +122,8 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	leaseNamespace := leaseNamespaceOf(o)
-	setupLog.Info("Starting manager", "namespace", leaseNamespace, "clusterID", identity.ClusterID, "redisNodes", lockClient.Nodes())
+	info := version.Get()
+	setupLog.Info("Starting manager", "version", info.Version, "commit", info.Commit, "built", info.Date, "namespace", leaseNamespace, "clusterID", identity.ClusterID, "redisNodes", lockClient.Nodes())
 	if o.statusInterval != 0 {
 		setupLog.Info("--status-interval is deprecated and ignored: renewals are no longer written to status")
 	}

@@ -17,6 +17,7 @@ type options struct {
 	metricsAddr, probeAddr string
 	pprofAddr              string
 	secureMetrics          bool
+	showVersion            bool
 	leaderElect            bool
 	leaseDuration          time.Duration
 	renewDeadline          time.Duration
@@ -113,6 +114,7 @@ func parseFlags() (options, zap.Options) {
 	flag.StringVar(&o.webhook.SecretName, "webhook-secret-name", webhook.DefaultSecretName, "Secret in --namespace that holds the guard webhook's CA and serving certificate, rotated by the manager.")
 	flag.StringVar(&o.webhook.ServiceName, "webhook-service-name", webhook.DefaultServiceName, "Service in --namespace in front of the guard webhook (the certificate's name).")
 	flag.StringVar(&o.webhook.ConfigurationName, "webhook-configuration-name", webhook.DefaultConfigurationName, "MutatingWebhookConfiguration whose caBundle the manager writes.")
+	flag.BoolVar(&o.showVersion, "version", false, "Print the operator's version, commit and build date, and exit.")
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()

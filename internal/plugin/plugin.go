@@ -133,6 +133,6 @@ LockedJob finished (wait) and creates one from the command line (run). It needs 
 	cmd.SetOut(s.streams.Out)
 	cmd.SetErr(s.streams.ErrOut)
 	cmd.SetIn(s.streams.In)
-	cmd.AddCommand(newLocksCommand(s), newWhyCommand(s), newWaitCommand(s), newRunCommand(s))
+	cmd.AddCommand(newLocksCommand(s), newWhyCommand(s), newWaitCommand(s), newRunCommand(s), newVersionCommand(s))
 	return cmd
 }
