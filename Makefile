@@ -101,7 +101,7 @@ redis: ## Make sure redis-server is installed (installs the Debian package when 
 	@bash hack/ensure-redis.sh
 
 .PHONY: test
-test: test-unit test-race test-e2e test-fault test-kind ## Run every test: lock library on real Redis, envtest, local cluster, the race detector, end to end, faults, end to end on kind.
+test: test-unit test-release test-race test-e2e test-fault test-kind ## Run every test: lock library on real Redis, envtest, local cluster, the release build, the race detector, end to end, faults, end to end on kind.
 
 # The builds that take long the first time, in three lanes that share the cores: while one lane
 # downloads modules, links (one core) or unpacks Debian packages, another compiles. Cold on 2 cores:
@@ -174,13 +174,22 @@ demo-down: ## Stop everything the demo started (and only that).
 
 ##@ Build
 
+# What the binaries say they are (internal/version: --version, the start-up log,
+# lockedjob_build_info, `kubectl lockedjob version`). VERSION is a release's (empty: "devel"); the
+# commit and its date come from git, not the clock, so two builds of one commit are the same.
+VERSION ?=
+VERSION_PKG := github.com/lockedjob/lockedjob/internal/version
+GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+GIT_DATE := $(shell git log -1 --format=%cI 2>/dev/null)
+VERSION_LDFLAGS := -X $(VERSION_PKG).commit=$(GIT_COMMIT) -X $(VERSION_PKG).date=$(GIT_DATE)$(if $(VERSION), -X $(VERSION_PKG).version=$(VERSION))
+
 .PHONY: build
 build: manifests generate ## Build the manager binary.
-	go build -o bin/manager ./cmd/manager
+	go build -ldflags '$(VERSION_LDFLAGS)' -o bin/manager ./cmd/manager
 
 .PHONY: plugin
 plugin: ## Build the kubectl plugin bin/kubectl-lockedjob (`kubectl lockedjob ...` once it is on PATH; docs/plugin.md).
-	go build -o bin/kubectl-lockedjob ./cmd/kubectl-lockedjob
+	go build -ldflags '$(VERSION_LDFLAGS)' -o bin/kubectl-lockedjob ./cmd/kubectl-lockedjob
 
 # RUN_NAMESPACE: the operator's namespace for `make run` (lease, token-key Secret); the operator
 # does not take it from the kubeconfig.
@@ -224,7 +233,7 @@ images: image image-pause image-fencedwriter ## Write every image tarball: manag
 define go-image
 @[ -d "$(1)" ] || { echo "$(1) does not exist: nothing to build into $(2)"; exit 1; }
 @mkdir -p "$(IMAGES_DIR)/bin"
-CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags '-s -w' -o "$(IMAGES_DIR)/bin/$(notdir $(1))" $(1)
+CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags '-s -w $(VERSION_LDFLAGS)' -o "$(IMAGES_DIR)/bin/$(notdir $(1))" $(1)
 "$(IMGTOOL)" -tag "$(2)" -out "$(3)" -entrypoint '["/$(notdir $(1))"]' -user 65532:65532 -workdir / \
 	nonroot-etc ca-certs "file:$(IMAGES_DIR)/bin/$(notdir $(1)):/$(notdir $(1)):0755"
 endef
@@ -272,6 +281,17 @@ UNDEPLOY_OVERLAY = $(if $(filter config/local,$(patsubst %/,%,$(DEPLOY_OVERLAY))
 undeploy: manifests kustomize ## Remove everything `make deploy` applied (CRD included: its LockedJobs go with it); give it the DEPLOY_OVERLAY deploy had.
 	IMG="$(IMG)" DEPLOY_OVERLAY="$(UNDEPLOY_OVERLAY)" KUSTOMIZE="$(KUSTOMIZE)" bash hack/deploy-overlay.sh "$(DEPLOY_DIR)/undeploy"
 	"$(KUSTOMIZE)" build "$(DEPLOY_DIR)/undeploy" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
+
+# RELEASE_DIR: where `make release` writes. REGISTRY: where its images are named (nothing is pushed).
+RELEASE_DIR ?= dist/release
+REGISTRY ?= ghcr.io/lockedjob
+.PHONY: release
+release: manifests kustomize helm imgtool ## Write release VERSION (vX.Y.Z) of the current commit into RELEASE_DIR, offline and reproducibly: install.yaml, the Helm chart, the image tarballs, the kubectl plugin archives, the krew manifest, SHA256SUMS.
+	VERSION="$(VERSION)" REGISTRY="$(REGISTRY)" KUSTOMIZE="$(KUSTOMIZE)" HELM="$(HELM)" IMGTOOL="$(IMGTOOL)" bash hack/release.sh "$(RELEASE_DIR)"
+
+.PHONY: test-release
+test-release: manifests kustomize helm imgtool ## Build one release twice from the current commit: byte-identical, complete, naming itself (hack/release-check.sh).
+	KUSTOMIZE="$(KUSTOMIZE)" HELM="$(HELM)" IMGTOOL="$(IMGTOOL)" $(WHY_FAILED) release bash hack/release-check.sh
 
 .PHONY: build-installer
 build-installer: manifests generate kustomize ## Write dist/install.yaml: everything config/default installs, image IMG (input of `make helm-chart`).
