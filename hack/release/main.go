@@ -109,7 +109,7 @@ func normalize(in, out string, t time.Time) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: a failed close loses nothing
 	gz, err := gzip.NewReader(f)
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
