@@ -120,7 +120,7 @@ func (l *guardedLane) guardedJobs(ctx context.Context, lock string) []batchv1.Jo
 // expectRanGuarded checks what the gate and the operator left on a guarded Job that ran and ended:
 // it is Complete and Released, without the operator's finalizer; its pods were given the fence
 // by the pod template's annotations, which its containers read through the gate's env; and it
-// has the Events of its acquisition and its end. It returns the run, with its fence.
+// has the Events of its acquisition and of its release. It returns the run, with its fence.
 func (l *guardedLane) expectRanGuarded(j batchv1.Job, writes int) writerRun {
 	GinkgoHelper()
 	Expect(jobComplete(j)).To(BeTrue(), "guarded Job %s did not complete: %v", j.Name, jobConditions(j))
@@ -138,7 +138,9 @@ func (l *guardedLane) expectRanGuarded(j batchv1.Job, writes int) writerRun {
 		Expect(p.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationFencingToken, strconv.FormatInt(fence, 10)), "pod %s", p.Name)
 	}
 	Eventually(func() []string { return l.s.eventReasons("Job", j.Name) }).WithTimeout(20*time.Second).
-		Should(ContainElements(batchv1alpha1.ReasonAcquired, batchv1alpha1.ReasonJobComplete), "Events of guarded Job %s", j.Name)
+		Should(And(ContainElement(batchv1alpha1.ReasonAcquired),
+			// Released when the lock went at the pod's success, JobComplete when the Job's condition came first.
+			ContainElement(BeElementOf(batchv1alpha1.ReasonReleased, batchv1alpha1.ReasonJobComplete))), "Events of guarded Job %s", j.Name)
 	return writerRun{Job: j.Name, Fence: fence, Writes: writes}
 }
 
