@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"maps"
 	"strconv"
 	"time"
@@ -111,6 +112,20 @@ func podOfGuardedJob(job *batchv1.Job, name string, phase corev1.PodPhase, final
 	return pod
 }
 
+// waitReleased waits for the record and the Event of a guarded Job's end: the release lets the
+// successor in first, the record's write and the Event (through the recorder's buffer) follow.
+func waitReleased(job *batchv1.Job, event string) *batchv1.Job {
+	GinkgoHelper()
+	var done *batchv1.Job
+	Eventually(func(g Gomega) {
+		done = getJob(job)
+		g.Expect(done.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)))
+		g.Expect(done.Finalizers).NotTo(ContainElement(batchv1alpha1.FinalizerReleaseLock))
+		g.Expect(jobEvents(job)).To(ContainElement(MatchRegexp(event)))
+	}).Should(Succeed())
+	return done
+}
+
 // completeJob writes the status the Job controller writes when a Job succeeds.
 func completeJob(job *batchv1.Job) {
 	GinkgoHelper()
@@ -183,10 +198,7 @@ var _ = Describe("Guarded Jobs", func() {
 		completeJob(first)
 		_, fence2 := waitHeld(second)
 		Expect(fence2).To(BeNumerically(">", fence1))
-		done := getJob(first)
-		Expect(done.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)))
-		Expect(done.Finalizers).NotTo(ContainElement(batchv1alpha1.FinalizerReleaseLock))
-		Expect(jobEvents(first)).To(ContainElement(MatchRegexp(`^JobComplete: Job first completed; released lock db \(fencing token %d\)$`, fence1)))
+		waitReleased(first, fmt.Sprintf(`^JobComplete: Job first completed; released lock db \(fencing token %d\)$`, fence1))
 	})
 
 	It("hands the lock on when the held Job's pod succeeds, before the Job's condition (issue 27, part 6)", func() {
@@ -205,11 +217,8 @@ var _ = Describe("Guarded Jobs", func() {
 		setPhase(pod, corev1.PodSucceeded)
 		_, fence2 := waitHeld(second)
 		Expect(fence2).To(BeNumerically(">", fence1))
-		done := getJob(first)
+		done := waitReleased(first, fmt.Sprintf(`^Released: The pod of Job first succeeded; released lock db \(fencing token %d\)$`, fence1))
 		Expect(done.Status.Conditions).To(BeEmpty(), "released before the Job controller's condition")
-		Expect(done.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)))
-		Expect(done.Finalizers).NotTo(ContainElement(batchv1alpha1.FinalizerReleaseLock))
-		Expect(jobEvents(first)).To(ContainElement(MatchRegexp(`^Released: The pod of Job first succeeded; released lock db \(fencing token %d\)$`, fence1)))
 
 		completeJob(first)
 		Consistently(func(g Gomega) {
@@ -232,7 +241,7 @@ var _ = Describe("Guarded Jobs", func() {
 
 		completeJob(first)
 		waitHeld(second)
-		Expect(jobEvents(first)).To(ContainElement(HavePrefix("JobComplete: Job first completed; released lock db")))
+		waitReleased(first, `^JobComplete: Job first completed; released lock db`)
 		Eventually(func() error {
 			p := &corev1.Pod{}
 			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), p); err != nil {
@@ -278,7 +287,7 @@ var _ = Describe("Guarded Jobs", func() {
 		Expect(got.Spec.Suspend).To(HaveValue(BeTrue()))
 		Expect(got.Annotations).NotTo(HaveKey(batchv1alpha1.AnnotationHolder))
 		Expect(rdb.Keys(ctx, "*"+lock+"*").Val()).To(BeEmpty(), "no Redis call names the lock")
-		Expect(jobEvents(refused)).To(ContainElement(ContainSubstring("ScopeNotAllowed: Lock " + lock + " has scope Cluster")))
+		Eventually(func() []string { return jobEvents(refused) }).Should(ContainElement(ContainSubstring("ScopeNotAllowed: Lock " + lock + " has scope Cluster")))
 	})
 
 	It("releases the lock of a deleted held Job, and lets the Job go", func() {
@@ -377,7 +386,8 @@ var _ = Describe("Guarded Jobs", func() {
 		Expect(got.Annotations).NotTo(HaveKey(batchv1alpha1.AnnotationFencingToken))
 		Expect(got.Finalizers).NotTo(ContainElement(batchv1alpha1.FinalizerReleaseLock))
 		Expect(got.Spec.Suspend).To(HaveValue(BeFalse()), "left running")
-		Expect(jobEvents(job)).To(ContainElement(HavePrefix("Unguarded: ")))
+		// The Event follows the record's write, through the recorder's buffer.
+		Eventually(func() []string { return jobEvents(job) }).Should(ContainElement(HavePrefix("Unguarded: ")))
 
 		// The lock stays free for a Job that asks for it properly.
 		_, fence := waitHeld(createJob(newGuardedJob(ns, "proper", "db")))

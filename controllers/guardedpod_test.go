@@ -213,7 +213,7 @@ var _ = Describe("Guarded Pods", func() {
 		got := getPod(pod)
 		Expect(got.Annotations).NotTo(HaveKey(batchv1alpha1.AnnotationFencingToken))
 		Expect(got.Finalizers).To(BeEmpty())
-		Expect(podEvents(pod)).To(ContainElement(HavePrefix("Unguarded: ")))
+		Eventually(func() []string { return podEvents(pod) }).Should(ContainElement(HavePrefix("Unguarded: "))) // the Event follows the record
 
 		_, fence := waitPodHeld(createPod(newGuardedPod(ns, "proper", "db")))
 		Expect(fence).To(BeNumerically(">", 0), "the lock stays free for a Pod that asks for it properly")
