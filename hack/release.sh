@@ -66,13 +66,12 @@ grep -q "repository: ${REGISTRY}/manager" "${WORK}/chart/values.yaml" ||
 release normalize -mtime "${MTIME}" "${WORK}/helm/lockedjob-${VERSION#v}.tgz" "${OUT}/lockedjob-${VERSION#v}.tgz"
 
 log "images"
-for cmd in manager fencedwriter; do
-	img="${MANAGER_IMG}"
-	[[ "${cmd}" == fencedwriter ]] && img="${WORKLOAD_IMG}"
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "${LDFLAGS}" -o "${WORK}/bin/${cmd}" "./cmd/${cmd}"
-	"${IMGTOOL}" -tag "${img}" -out "${OUT}/lockedjob-${cmd}_${VERSION}.tar" -entrypoint "[\"/${cmd}\"]" -user 65532:65532 -workdir / \
-		nonroot-etc ca-certs "file:${WORK}/bin/${cmd}:/${cmd}:0755" >/dev/null
-done
+# The Makefile's own image build (go-image), with this release's names and version; it takes the
+# commit and its date from git as this script does, and SOURCE_DATE_EPOCH for the image's times.
+make -s image image-fencedwriter IMG="${MANAGER_IMG}" FENCEDWRITER_IMG="${WORKLOAD_IMG}" VERSION="${VERSION}" \
+	IMAGES_DIR="${WORK}/images" IMGTOOL="${IMGTOOL}" >/dev/null
+cp "${WORK}/images/manager.tar" "${OUT}/lockedjob-manager_${VERSION}.tar"
+cp "${WORK}/images/fencedwriter.tar" "${OUT}/lockedjob-fencedwriter_${VERSION}.tar"
 
 log "the kubectl plugin"
 for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
