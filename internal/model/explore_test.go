@@ -49,3 +49,26 @@ func TestExploreRefusesToPassPastItsLimit(t *testing.T) {
 		t.Fatal("an exploration cut at its limit passed")
 	}
 }
+
+// TestExploreLive: in the toy model every state reaches (3, 3); a goal that only (0, 0) meets
+// cannot be reached again once a counter moved, and a model that stops short of its goal
+// deadlocks.
+func TestExploreLive(t *testing.T) {
+	never := func(counter) string { return "" }
+	if _, v, err := ExploreLive(counter{}, counterNext, never, func(s counter) bool { return s == counter{3, 3} }, "toy live", 100); err != nil || v != nil {
+		t.Fatalf("(3, 3) is reachable from every state: %v %v", err, v)
+	}
+	_, v, err := ExploreLive(counter{}, counterNext, never, func(s counter) bool { return s == counter{} }, "toy live", 100)
+	if err != nil || v == nil || v.Property != "toy live" || len(v.Trail) != 1 {
+		t.Fatalf("want the state one step from (0, 0) reported, got %v %v", err, v)
+	}
+	stuck := func(s counter) []Step[counter] {
+		if s.a == 0 {
+			return []Step[counter]{{"a+1", counter{1, 0}}}
+		}
+		return nil
+	}
+	if _, v, err := ExploreLive(counter{}, stuck, never, func(s counter) bool { return s == counter{3, 3} }, "toy live", 100); err != nil || v == nil {
+		t.Fatalf("a deadlock short of the goal passed: %v %v", err, v)
+	}
+}
