@@ -43,9 +43,17 @@ func JobOutcome(job *batchv1.Job) (bool, string) {
 // controller writes its condition (see OutcomeSettled): a Job of the built-in controller, running
 // (not suspended, not being deleted, not finished), of one pod at a time to one completion. Any
 // other shape waits for the condition.
+//
+// The one completion must be stated (the API defaults it to 1 when neither completions nor
+// parallelism is given) and fixed (NonIndexed: an Indexed Job's completions may grow with its
+// parallelism). Parallelism may be raised at any time, and a Job controller that has not yet seen
+// the success then wants min(parallelism, completions - succeeded) = 1 pod active: the one that
+// succeeded, which it sees running. Without completions it would want parallelism pods, and
+// create a second beside the one it still sees running, after the lock went.
 func SettlesOnPods(job *batchv1.Job) bool {
 	spec := job.Spec
-	return atMostOne(spec.Completions) && atMostOne(spec.Parallelism) &&
+	return spec.Completions != nil && *spec.Completions == 1 && atMostOne(spec.Parallelism) &&
+		(spec.CompletionMode == nil || *spec.CompletionMode == batchv1.NonIndexedCompletion) &&
 		(spec.ManagedBy == nil || *spec.ManagedBy == batchv1.JobControllerName) &&
 		(spec.Suspend == nil || !*spec.Suspend) &&
 		job.DeletionTimestamp.IsZero() && !JobFinished(job)

@@ -18,7 +18,9 @@ func TestOutcomeSettled(t *testing.T) {
 	job := func(edit ...func(*batchv1.Job)) *batchv1.Job {
 		j := &batchv1.Job{
 			ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns", UID: types.UID("job-uid")},
-			Spec:       batchv1.JobSpec{PodReplacementPolicy: ptr.To(batchv1.Failed), Suspend: ptr.To(false)},
+			// As the API defaults a Job that gives neither completions nor parallelism.
+			Spec: batchv1.JobSpec{Completions: ptr.To[int32](1), Parallelism: ptr.To[int32](1),
+				PodReplacementPolicy: ptr.To(batchv1.Failed), Suspend: ptr.To(false)},
 		}
 		for _, e := range edit {
 			e(j)
@@ -48,7 +50,7 @@ func TestOutcomeSettled(t *testing.T) {
 	}{
 		"one pod succeeded":                            {job: job(), pods: []corev1.Pod{succeeded}, want: true},
 		"a failed pod, then its replacement succeeded": {job: job(), pods: []corev1.Pod{failed, succeeded}, want: true},
-		"completions and parallelism 1, said":          {job: job(func(j *batchv1.Job) { j.Spec.Completions, j.Spec.Parallelism = ptr.To[int32](1), ptr.To[int32](1) }), pods: []corev1.Pod{succeeded}, want: true},
+		"NonIndexed, said":                             {job: job(func(j *batchv1.Job) { j.Spec.CompletionMode = ptr.To(batchv1.NonIndexedCompletion) }), pods: []corev1.Pod{succeeded}, want: true},
 		"the built-in controller named":                {job: job(func(j *batchv1.Job) { j.Spec.ManagedBy = ptr.To(batchv1.JobControllerName) }), pods: []corev1.Pod{succeeded}, want: true},
 		"a pod of another Job does not count":          {job: job(), pods: []corev1.Pod{succeeded, pod("x", corev1.PodRunning, "other")}, want: true},
 
@@ -61,6 +63,11 @@ func TestOutcomeSettled(t *testing.T) {
 		"a succeeded pod of another Job": {job: job(), pods: []corev1.Pod{pod("x", corev1.PodSucceeded, "other")}, want: false},
 		"two completions":                {job: job(func(j *batchv1.Job) { j.Spec.Completions = ptr.To[int32](2) }), pods: []corev1.Pod{succeeded}, want: false},
 		"parallelism 2":                  {job: job(func(j *batchv1.Job) { j.Spec.Parallelism = ptr.To[int32](2) }), pods: []corev1.Pod{succeeded}, want: false},
+		// A work-queue Job: a controller that has not seen the success wants parallelism pods, so a
+		// raise of it would start a second pod.
+		"completions not stored": {job: job(func(j *batchv1.Job) { j.Spec.Completions = nil }), pods: []corev1.Pod{succeeded}, want: false},
+		// An Indexed Job's completions grow with its parallelism.
+		"Indexed, one completion":                              {job: job(func(j *batchv1.Job) { j.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion) }), pods: []corev1.Pod{succeeded}, want: false},
 		"replaced while terminating, the pod never deleted":    {job: job(replacedWhileTerminating), pods: []corev1.Pod{succeeded}, want: true},
 		"replacement policy not stored, the pod never deleted": {job: job(func(j *batchv1.Job) { j.Spec.PodReplacementPolicy = nil }), pods: []corev1.Pod{succeeded}, want: true},
 		"replaced while terminating, a failed pod deleted":     {job: job(replacedWhileTerminating), pods: []corev1.Pod{deletedPod(failed), succeeded}, want: true},
