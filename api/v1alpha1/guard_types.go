@@ -28,11 +28,19 @@ const (
 	// A label, not an annotation, so the admission policies select guarded Jobs without running
 	// CEL on every Job of the cluster.
 	LabelGuardLock = "batch.lockedjob.dev/lock"
-	// LabelGuardedJobPod marks the pods of a guarded Job the operator unsuspended ("true"): it adds
-	// the label to the pod template in the unsuspend write, so its cache of those pods is selected
-	// on the API server and the lock can go at the pod's outcome. Not LabelGuardLock, which would
-	// make each pod ask for the lock its Job holds.
+	// LabelGuardedJobPod marks the pods of a guarded Job whose lock the operator holds, so that each
+	// reconciler's cache of them is selected on the API server and the lock can go at the pod's
+	// outcome. Its value says who let the Job run: GuardedJobPodUnsuspended (the operator adds the
+	// label to the pod template in its unsuspend write) or GuardedJobPodKueue (Kueue writes it from
+	// the podSetUpdates of the operator's AdmissionCheck). Not LabelGuardLock, which would make each
+	// pod ask for the lock its Job holds.
 	LabelGuardedJobPod = "batch.lockedjob.dev/guarded-job"
+	// GuardedJobPodUnsuspended is LabelGuardedJobPod's value on the pods of a guarded Job the
+	// operator unsuspended.
+	GuardedJobPodUnsuspended = "true"
+	// GuardedJobPodKueue is LabelGuardedJobPod's value on the pods of a Job Kueue admitted under the
+	// operator's AdmissionCheck.
+	GuardedJobPodKueue = "kueue"
 
 	// SchedulingGateGuard is the scheduling gate the admission policy adds to a guarded Pod (a Pod
 	// labelled LabelGuardLock that no batch/v1 Job controls) at creation, and the operator removes, in the write that gives

@@ -96,7 +96,7 @@ func (r *GuardedJobReconciler) unsuspend(ctx context.Context, p *pass) error {
 		if tmpl.Labels == nil {
 			tmpl.Labels = map[string]string{}
 		}
-		tmpl.Labels[batchv1alpha1.LabelGuardedJobPod] = "true"
+		tmpl.Labels[batchv1alpha1.LabelGuardedJobPod] = batchv1alpha1.GuardedJobPodUnsuspended
 		job.Spec.Suspend = ptr.To(false)
 	})
 	if err != nil {

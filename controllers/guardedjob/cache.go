@@ -6,19 +6,12 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
-	sreconcile "github.com/lockedjob/lockedjob/controllers/internal/reconcile"
 	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
@@ -79,24 +72,10 @@ func indexLockKey(ctx context.Context, c cache.Cache, id locks.Identity, book *l
 	return nil
 }
 
-// guardedPods selects the pods of the guarded Jobs the operator unsuspended (LabelGuardedJobPod,
-// which unsuspend puts in the pod template). Pods of a Job Kueue admitted, or unsuspended by an
-// earlier version, do not carry it: their locks wait for the Job's condition.
+// guardedPods selects the pods of the guarded Jobs the operator unsuspended (LabelGuardedJobPod
+// GuardedJobPodUnsuspended, which unsuspend puts in the pod template). Pods of a Job Kueue admitted
+// carry the label's other value and are the Kueue check's (controllers/kueuecheck); pods of a Job
+// unsuspended by an earlier version carry none, and their locks wait for the Job's condition.
 func guardedPods() labels.Selector {
-	return labels.SelectorFromSet(labels.Set{batchv1alpha1.LabelGuardedJobPod: "true"})
-}
-
-// podSucceeded wakes the Job whose pod just succeeded (its controller): its pass may release the
-// lock at the pod's outcome (sreconcile.OutcomeSettled).
-func podSucceeded() handler.TypedEventHandler[*corev1.Pod, reconcile.Request] {
-	return handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			pod := e.ObjectNew
-			ref := metav1.GetControllerOf(pod)
-			if ref == nil || ref.Kind != "Job" || !sreconcile.Succeeded(e.ObjectOld, pod) {
-				return
-			}
-			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}})
-		},
-	}
+	return labels.SelectorFromSet(labels.Set{batchv1alpha1.LabelGuardedJobPod: batchv1alpha1.GuardedJobPodUnsuspended})
 }

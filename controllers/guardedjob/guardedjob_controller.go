@@ -162,7 +162,7 @@ func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		Name: "guardedjob", Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindJob, Objects: jobs,
 		Named: namedJob, Waiters: r.waiters, Stop: r.stopWorkload,
 		Waiting: &r.waiting, Config: &r.Config,
-		Sources: []source.Source{source.Kind(pods, &corev1.Pod{}, podSucceeded())},
+		Sources: []source.Source{source.Kind(pods, &corev1.Pod{}, sreconcile.JobOfSucceededPod())},
 		Permits: r.permits, Workers: r.Config.MaxConcurrentReconciles,
 	}, r)
 }

@@ -71,7 +71,8 @@ func (r *KueueCheckReconciler) record(ctx context.Context, p *pass) error {
 }
 
 // admit sets our check Ready with the fence, lock, holder and slot for every pod set of the
-// Workload; Kueue writes them into the Job's pod template as it unsuspends it. It waits while
+// Workload, and the label of our pod cache; Kueue writes them into the Job's pod template as it
+// unsuspends it. It waits while
 // pods of an earlier admission still run (an eviction Kueue has not finished).
 func (r *KueueCheckReconciler) admit(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	if stopped, err := r.stopped(ctx, p); err != nil || !stopped {
@@ -84,9 +85,12 @@ func (r *KueueCheckReconciler) admit(ctx context.Context, p *pass) (ctrl.Result,
 		batchv1alpha1.AnnotationHolder:       p.claim.Holder,
 		batchv1alpha1.AnnotationSlot:         strconv.Itoa(lock.Slot()),
 	}
+	// The label puts the Job's pods in this reconciler's pod cache (kueuePods), so the lock can go
+	// at the pod's outcome.
+	podLabels := map[string]any{batchv1alpha1.LabelGuardedJobPod: batchv1alpha1.GuardedJobPodKueue}
 	var updates []any
 	for _, name := range podSetNames(p.workload) {
-		updates = append(updates, map[string]any{"name": name, "annotations": annotations})
+		updates = append(updates, map[string]any{"name": name, "annotations": annotations, "labels": podLabels})
 	}
 	msg := fmt.Sprintf("Holding lock %s with fencing token %d%s", p.claimant.Lock.Name, lock.Fence(), guard.SlotPhrase(lock))
 	if err := r.setCheck(ctx, p.workload, p.check, stateReady, msg, updates); err != nil {

@@ -31,6 +31,9 @@ type observation struct {
 	holding  *lockbook.Lock // the book's lock, healthy or at risk
 	lost     error          // the book's record of a loss (or a lease at risk)
 	released bool           // the book released the lock
+	// settled: the Job has not finished, but its pods say nothing of it can run again
+	// (reconcile.OutcomeSettled), so its lock may go before the Job controller's condition.
+	settled bool
 }
 
 // step is what one pass does; decide picks exactly one. Acquire → record → admit follow in one
@@ -51,7 +54,7 @@ const (
 	stepReadopt                      // the record says held, the book does not (a restart): re-adopt
 	stepLoseLock                     // the book reports a loss: set the check Retry, record Lost
 	stepReleaseAfterLoss             // Lost: once the Job is stopped, give back what is ours
-	stepRelease                      // held, no longer admitted or ended: release once the Job is stopped
+	stepRelease                      // held, no longer admitted, ended or its pod succeeded: release once the Job is stopped
 	stepUnguarded                    // admitted without our check: it runs without the lock; tell, never hold
 )
 
@@ -119,20 +122,21 @@ func (o observation) unguarded() bool {
 }
 
 // decideHeld: the record says the Job holds the lock. It keeps it while Kueue admits the Job under
-// it; a loss sends the Workload back (Retry); an end, an eviction or a deletion releases it, each
-// only once the Job's pods stopped.
+// it; a loss sends the Workload back (Retry); an end (or its pod's success, which settles it), an
+// eviction or a deletion releases it, each only once the Job's pods stopped.
 func decideHeld(o observation) step {
 	switch {
 	case o.lost != nil:
 		return stepLoseLock
-	case o.released || (o.finished && o.holding == nil):
-		// Released and not recorded yet, or ended while the operator was away: the release by
-		// token works without the lock in hand, and finds it not ours if it was lost.
+	case o.released || ((o.finished || o.settled) && o.holding == nil):
+		// Released and not recorded yet, or ended (or its pod succeeded) while the operator was
+		// away: the release by token works without the lock in hand, and finds it not ours if it
+		// was lost.
 		return stepRelease
 	case o.holding == nil:
 		// A restart: re-adopt, so the lock is renewed while pods may still run.
 		return stepReadopt
-	case o.finished || o.deleting || !o.workload || o.workloadFinished:
+	case o.finished || o.settled || o.deleting || !o.workload || o.workloadFinished:
 		return stepRelease
 	case o.quotaReserved && o.check == stateReady:
 		return stepRunning

@@ -90,8 +90,8 @@ func (r *KueueCheckReconciler) releaseAfterLoss(ctx context.Context, p *pass) (c
 	return ctrl.Result{}, false, nil
 }
 
-// release gives the lock back once the Job is stopped (ended, evicted and suspended by Kueue, or
-// deleted and its pods gone), then records Released and drops the finalizer. A release that finds
+// release gives the lock back once the Job is stopped (ended or its pod succeeded, evicted and
+// suspended by Kueue, or deleted and its pods gone), then records Released and drops the finalizer. A release that finds
 // the lock not ours means it was lost while the Job ran: the record says Lost.
 func (r *KueueCheckReconciler) release(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	if stopped, err := r.stopped(ctx, p); err != nil || !stopped {
@@ -115,19 +115,25 @@ func (r *KueueCheckReconciler) release(ctx context.Context, p *pass) (ctrl.Resul
 	if state == batchv1alpha1.GuardLost {
 		eventType, reason = corev1.EventTypeWarning, batchv1alpha1.ReasonLockLost
 	}
-	r.event(p.job, eventType, reason, "Release", "Lock %s (fencing token %d): %s", p.claimant.Lock.Name, guard.RecordedFence(p.job), state)
+	msg := fmt.Sprintf("Lock %s (fencing token %d): %s", p.claimant.Lock.Name, guard.RecordedFence(p.job), state)
+	if p.obs.settled && state == batchv1alpha1.GuardReleased {
+		msg = fmt.Sprintf("The pod of Job %s succeeded; released lock %s (fencing token %d)", p.job.Name, p.claimant.Lock.Name, guard.RecordedFence(p.job))
+	}
+	r.event(p.job, eventType, reason, "Release", "%s", msg)
 	return ctrl.Result{}, false, nil
 }
 
-// stopped reports whether none of the Job's pods runs and none can start: the Job ended, or Kueue
-// suspended it, or it is being deleted (whose pods are deleted here, as the guarded-Job reconciler
+// stopped reports whether none of the Job's pods runs and none can start: the Job ended or its pod
+// succeeded, or Kueue suspended it, or it is being deleted (whose pods are deleted here, as the guarded-Job reconciler
 // does: nobody else stops them while our finalizer keeps the Job).
 func (r *KueueCheckReconciler) stopped(ctx context.Context, p *pass) (bool, error) {
-	if !p.obs.finished && !p.obs.suspended && !p.obs.deleting {
-		return false, nil
+	if p.obs.finished || p.obs.settled {
+		// Its terminal condition (reconcile.JobFinished), or its settled pods
+		// (reconcile.OutcomeSettled), say none of its pods runs or will.
+		return true, nil
 	}
-	if p.obs.finished {
-		return true, nil // its terminal condition says none of its pods runs (reconcile.JobFinished)
+	if !p.obs.suspended && !p.obs.deleting {
+		return false, nil
 	}
 	pods, err := guard.ActivePods(ctx, r.APIReader, p.job)
 	if err != nil {

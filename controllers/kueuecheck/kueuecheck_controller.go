@@ -17,7 +17,9 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -63,10 +65,14 @@ type KueueCheckReconciler struct {
 	Kueue client.Reader
 	// APIReader reads uncached: pods, and a Job the cache does not have (yet).
 	APIReader client.Reader
-	Recorder  events.EventRecorder
-	Locks     *lockbook.Book
-	Config    Config
-	Clock     clock.PassiveClock
+	// Pods reads the pods of the Jobs Kueue admitted under our check from the reconciler's own
+	// cache (sreconcile.NewPodCache, selected by kueuePods), which SetupWithManager makes; when nil,
+	// a lock waits for its Job's condition.
+	Pods     client.Reader
+	Recorder events.EventRecorder
+	Locks    *lockbook.Book
+	Config   Config
+	Clock    clock.PassiveClock
 
 	permits locks.PermitReader
 	waiting waitbook.Book
@@ -84,7 +90,7 @@ type pass struct {
 }
 
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads/status,verbs=patch;update
@@ -146,12 +152,21 @@ func (r *KueueCheckReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		return err
 	}
 	r.permits = sreconcile.PermitReader(mgr)
+	pods, err := sreconcile.NewPodCache(ctx, mgr, "kueue job", kueuePods())
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(pods); err != nil {
+		return fmt.Errorf("add kueue job pod cache: %w", err)
+	}
+	r.Pods = pods
 	workloads := source.Kind(mgr.GetCache(), client.Object(newObject(KindWorkload)),
 		handler.EnqueueRequestsFromMapFunc(jobOfWorkload(r.Jobs)))
 	return guard.Complete(mgr, &batchv1.Job{}, guard.Wiring{
 		Name: "kueuecheck", Locks: r.Locks, Identity: r.Config.Identity, Kind: locks.KindJob, BookKind: bookKind,
 		Objects: r.Jobs, Named: namedJob, Waiters: r.waiters, Stop: r.stopWorkload,
-		Waiting: &r.waiting, Config: &r.Config, Sources: []source.Source{workloads},
+		Waiting: &r.waiting, Config: &r.Config,
+		Sources: []source.Source{workloads, source.Kind(pods, &corev1.Pod{}, sreconcile.JobOfSucceededPod())},
 		Permits: r.permits, Workers: r.Config.MaxConcurrentReconciles,
 	}, r)
 }
@@ -179,6 +194,14 @@ func jobOfWorkload(jobs client.Reader) handler.MapFunc {
 		}
 		return []reconcile.Request{{NamespacedName: key}}
 	}
+}
+
+// kueuePods selects the pods of the Jobs Kueue admitted under our check: admit puts
+// LabelGuardedJobPod GuardedJobPodKueue in the check's podSetUpdates, and Kueue writes it into the
+// pod template as it unsuspends the Job. Pods of a Job admitted by an earlier version carry none,
+// and their locks wait for the Job's condition.
+func kueuePods() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{batchv1alpha1.LabelGuardedJobPod: batchv1alpha1.GuardedJobPodKueue})
 }
 
 // namedJob names a Job in a wake-up.

@@ -16,8 +16,9 @@ import (
 	"github.com/lockedjob/lockedjob/internal/locks"
 )
 
-// Observing: the Job's record, its Workload and our check on it (from the manager's cache), and
-// the lock book. No Redis call.
+// Observing: the Job's record, its Workload and our check on it (from the manager's cache), the
+// lock book and, for a Job that runs under the lock, whether its pods settled its outcome (from
+// the reconciler's pod cache). No Redis call.
 
 // observe builds the pass.
 func (r *KueueCheckReconciler) observe(ctx context.Context, job *batchv1.Job) (*pass, error) {
@@ -62,7 +63,21 @@ func (r *KueueCheckReconciler) observe(ctx context.Context, job *batchv1.Job) (*
 		p.obs.admitted = conditionTrue(wl, conditionAdmitted)
 		p.obs.check = stateOf(wl, check)
 	}
+	if r.Pods != nil && mayHoldRunning(p.obs) && reconcile.SettlesOnPods(job) {
+		pods, err := reconcile.PodsOfJob(ctx, r.Pods, job)
+		if err != nil {
+			return nil, err
+		}
+		p.obs.settled = reconcile.OutcomeSettled(job, pods)
+	}
 	return p, nil
+}
+
+// mayHoldRunning reports a Job that Kueue may run under a lock it still holds (our check Ready,
+// so the pod template carries our label): only then is there a lock to give back at the pod's
+// outcome.
+func mayHoldRunning(o observation) bool {
+	return o.held && o.check == stateReady && !o.deleting && !o.finished && !o.released && o.lost == nil
 }
 
 // workloadOfJob is the Workload the Job controls (Kueue makes one per Job) and the name of the

@@ -8,9 +8,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // The pods of the Jobs a reconciler holds locks for, in a cache of its own, so a held lock can go
@@ -72,4 +77,19 @@ func PodsOfJob(ctx context.Context, pods client.Reader, job *batchv1.Job) ([]cor
 // Job's outcome.
 func Succeeded(old, cur *corev1.Pod) bool {
 	return cur.Status.Phase == corev1.PodSucceeded && old.Status.Phase != corev1.PodSucceeded
+}
+
+// JobOfSucceededPod wakes the Job whose pod just succeeded (its controller), for a reconciler whose
+// requests name Jobs: its pass may release the lock at the pod's outcome (OutcomeSettled).
+func JobOfSucceededPod() handler.TypedEventHandler[*corev1.Pod, reconcile.Request] {
+	return handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			pod := e.ObjectNew
+			ref := metav1.GetControllerOf(pod)
+			if ref == nil || ref.Kind != "Job" || !Succeeded(e.ObjectOld, pod) {
+				return
+			}
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}})
+		},
+	}
 }
