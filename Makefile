@@ -290,8 +290,9 @@ release: manifests kustomize helm imgtool ## Write release VERSION (vX.Y.Z) of t
 	VERSION="$(VERSION)" REGISTRY="$(REGISTRY)" KUSTOMIZE="$(KUSTOMIZE)" HELM="$(HELM)" IMGTOOL="$(IMGTOOL)" bash hack/release.sh "$(RELEASE_DIR)"
 
 .PHONY: test-release
-test-release: manifests kustomize helm imgtool ## Build one release twice from the current commit: byte-identical, complete, naming itself (hack/release-check.sh).
-	KUSTOMIZE="$(KUSTOMIZE)" HELM="$(HELM)" IMGTOOL="$(IMGTOOL)" $(WHY_FAILED) release bash hack/release-check.sh
+test-release: manifests kustomize helm imgtool krew k8s-bin ## Build one release twice from the current commit: byte-identical, complete, naming itself, its plugin installed by krew offline (hack/release-check.sh).
+	KUSTOMIZE="$(KUSTOMIZE)" HELM="$(HELM)" IMGTOOL="$(IMGTOOL)" KREW="$(KREW)" KREW_VALIDATE="$(KREW_VALIDATE)" KUBECTL="$(KUBECTL)" \
+		$(WHY_FAILED) release bash hack/release-check.sh
 
 .PHONY: build-installer
 build-installer: manifests generate kustomize ## Write dist/install.yaml: everything config/default installs, image IMG (input of `make helm-chart`).
@@ -321,6 +322,8 @@ HELM ?= $(LOCALBIN)/helm
 ACTIONLINT ?= $(LOCALBIN)/actionlint
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 IMGTOOL ?= $(LOCALBIN)/imgtool
+KREW ?= $(LOCALBIN)/krew
+KREW_VALIDATE ?= $(LOCALBIN)/validate-krew-manifest
 
 KUSTOMIZE_VERSION ?= v5.8.1
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
@@ -329,6 +332,7 @@ KUBEBUILDER_VERSION ?= v4.16.0
 HELM_VERSION ?= v3.22.0
 ACTIONLINT_VERSION ?= v1.7.12
 GOLANGCI_LINT_VERSION ?= v2.15.0
+KREW_VERSION ?= v0.4.3
 
 .PHONY: kustomize
 kustomize: $(LOCALBIN) ## Build kustomize locally if necessary.
@@ -345,6 +349,11 @@ kubebuilder: $(LOCALBIN) ## Build kubebuilder (for its Helm plugin) locally if n
 .PHONY: helm
 helm: $(LOCALBIN) ## Build helm locally if necessary.
 	$(call go-install-tool,$(HELM),helm.sh/helm/v3/cmd/helm,$(HELM_VERSION))
+
+.PHONY: krew
+krew: $(LOCALBIN) ## Build krew and krew-index's manifest validator locally if necessary (for test-release).
+	$(call go-install-tool,$(KREW),sigs.k8s.io/krew/cmd/krew,$(KREW_VERSION))
+	$(call go-install-tool,$(KREW_VALIDATE),sigs.k8s.io/krew/cmd/validate-krew-manifest,$(KREW_VERSION))
 
 .PHONY: actionlint-bin
 actionlint-bin: $(LOCALBIN) ## Build actionlint locally if necessary.
