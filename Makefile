@@ -113,7 +113,7 @@ prebuild: ## Build, in parallel lanes, what the suites need that takes long the 
 	@$(MAKE) --no-print-directory -j3 -O prebuild-tools prebuild-cluster kueue-bin
 
 .PHONY: prebuild-tools
-prebuild-tools: controller-gen kustomize kubebuilder helm actionlint-bin golangci-lint
+prebuild-tools: controller-gen kustomize kubebuilder helm actionlint-bin golangci-lint krew
 
 .PHONY: prebuild-cluster
 prebuild-cluster:
