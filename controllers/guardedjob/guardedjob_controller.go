@@ -153,9 +153,6 @@ func (r *GuardedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(pods); err != nil {
-		return fmt.Errorf("add guarded job pod cache: %w", err)
-	}
 	r.Pods = pods
 	r.permits = sreconcile.PermitReader(mgr)
 	return guard.Complete(mgr, &batchv1.Job{}, guard.Wiring{

@@ -156,9 +156,6 @@ func (r *KueueCheckReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(pods); err != nil {
-		return fmt.Errorf("add kueue job pod cache: %w", err)
-	}
 	r.Pods = pods
 	workloads := source.Kind(mgr.GetCache(), client.Object(newObject(KindWorkload)),
 		handler.EnqueueRequestsFromMapFunc(jobOfWorkload(r.Jobs)))

@@ -235,14 +235,11 @@ func (r *LockedJobReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 }
 
 // podCache makes the cache of the operator's pods (reconcile.NewPodCache, selected by the label
-// buildJob puts in the pod template), adds it to the manager and reads pods from it.
+// buildJob puts in the pod template), and reads pods from it.
 func (r *LockedJobReconciler) podCache(ctx context.Context, mgr ctrl.Manager) (cache.Cache, error) {
 	pods, err := reconcile.NewPodCache(ctx, mgr, "lockedjob", ownJobs())
 	if err != nil {
 		return nil, err
-	}
-	if err := mgr.Add(pods); err != nil {
-		return nil, fmt.Errorf("add lockedjob pod cache: %w", err)
 	}
 	r.Pods = pods
 	return pods, nil

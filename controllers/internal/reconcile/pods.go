@@ -29,7 +29,7 @@ import (
 const fieldPodJobUID = "podJobUID"
 
 // NewPodCache is a cache of the pods the selector picks, indexed by their controlling Job (see
-// PodsOfJob). Add it to the manager before the controller that watches it.
+// PodsOfJob), added to the manager (call it before the controller that watches it is set up).
 func NewPodCache(ctx context.Context, mgr ctrl.Manager, name string, selector labels.Selector) (cache.Cache, error) {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme:           mgr.GetScheme(),
@@ -50,6 +50,9 @@ func NewPodCache(ctx context.Context, mgr ctrl.Manager, name string, selector la
 	})
 	if err != nil {
 		return nil, fmt.Errorf("index %s pods by job: %w", name, err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, fmt.Errorf("add %s pod cache: %w", name, err)
 	}
 	return c, nil
 }
