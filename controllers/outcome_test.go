@@ -64,13 +64,19 @@ var _ = Describe("A lock released at its pod's outcome", func() {
 		Expect(condition(released, batchv1alpha1.ConditionLockAcquired).Reason).To(Equal(batchv1alpha1.ReasonReleased))
 		Expect(*running.Status.FencingToken).To(BeNumerically(">", *released.Status.FencingToken))
 		Expect(released.Status.Message).To(ContainSubstring("succeeded; lock released"))
-		Expect(eventReasons(released)).To(ContainElement(batchv1alpha1.ReasonReleased))
 
 		finishJob(released, true)
 		done := waitPhase(holder, batchv1alpha1.PhaseSucceeded)
 		Expect(done.Status.ReleasedAt.Time).To(BeTemporally("==", released.Status.ReleasedAt.Time), "released once, at the pod's outcome")
 		Expect(condition(done, batchv1alpha1.ConditionComplete).Status).To(Equal(metav1.ConditionTrue))
 		Expect(fetch(waiter).Status.Phase).To(Equal(batchv1alpha1.PhaseRunning), "the next holder is not disturbed")
+		// Two Events, as for a release at the condition: status told the release when it came, and
+		// the outcome's Event tells both (the recorder sends in order, so a Released Event emitted at
+		// the pod's outcome would be stored before the last one and this would never match).
+		Eventually(func() []string { return eventReasons(holder) }).Should(ConsistOf(
+			batchv1alpha1.ReasonJobCreated, batchv1alpha1.ReasonJobComplete))
+		Expect(eventNotes(holder)).To(ContainElement(MatchRegexp(
+			`^JobComplete: .*; released lock outcome when its pod succeeded \(fencing token %d\)$`, *released.Status.FencingToken)))
 	})
 
 	It("records a Job that failed after its pod succeeded (activeDeadlineSeconds ran out in between) as Failed", func() {

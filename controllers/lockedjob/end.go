@@ -43,8 +43,15 @@ func (r *LockedJobReconciler) finish(ctx context.Context, p *pass) (next bool, e
 	if p.obs.job != nil {
 		ok, msg = reconcile.JobOutcome(p.obs.job)
 	}
-	// One Event tells the end and the release, which always come together.
-	told := fmt.Sprintf("%s; released lock %s (fencing token %d)", msg, lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken))
+	// One Event tells the end and the release, also when the release came first, at the pod's
+	// outcome (releaseAtOutcome): status told that one at once, and an Event of its own would be
+	// one more write per LockedJob for what this one says.
+	when := ""
+	if p.before.Status.ReleasedAt != nil {
+		when = " when its pod succeeded" // the only release recorded before the outcome
+	}
+	told := fmt.Sprintf("%s; released lock %s%s (fencing token %d%s)", msg, lj.Spec.Lock.Name, when,
+		derefInt64(lj.Status.FencingToken), slotPhrase(lj.Status.Slot))
 	tell(lj, jobEnded(ok, msg))
 	if ok {
 		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonJobComplete, "Finish", "%s", told)
@@ -65,8 +72,8 @@ func (r *LockedJobReconciler) finish(ctx context.Context, p *pass) (next bool, e
 // releaseAtOutcome releases the lock of a Job whose pods say it is done (reconcile.OutcomeSettled)
 // before its condition says so, which comes a second or more later: the next holder starts that
 // much sooner. The release is recorded at once, so a restart does not take the Job for one that
-// still holds its lock; the phase follows the Job's condition when it comes (stepAwaitOutcome, then
-// stepFinish).
+// still holds its lock, and kubectl shows one holder; the phase follows the Job's condition when it
+// comes (stepAwaitOutcome, then stepFinish), whose Event tells the release too.
 func (r *LockedJobReconciler) releaseAtOutcome(ctx context.Context, p *pass) (next bool, err error) {
 	lj := p.lj
 	err = r.release(ctx, p)
@@ -79,8 +86,6 @@ func (r *LockedJobReconciler) releaseAtOutcome(ctx context.Context, p *pass) (ne
 	}
 	lj.Status.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}
 	lj.Status.Message = fmt.Sprintf("The pod of Job %s succeeded; lock released; the outcome is recorded when the Job finishes", p.obs.job.Name)
-	r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonReleased, "Release", "The pod of Job %s succeeded: released lock %s (fencing token %d%s)",
-		p.obs.job.Name, lj.Spec.Lock.Name, derefInt64(lj.Status.FencingToken), slotPhrase(lj.Status.Slot))
 	return false, r.recordNow(ctx, p)
 }
 
