@@ -26,7 +26,7 @@ type observation struct {
 	released bool
 
 	job        *batchv1.Job // the Job of this acquisition, from the cache or else the API server
-	jobCreated bool         // status records the Job's UID: it was created
+	jobCreated bool         // status (or the book, newer than a stale status) has the Job's UID: it was created
 	// settled: the Job's pods say nothing of it runs again, before its condition says it ended
 	// (reconcile.OutcomeSettled); looked at only while the lock may be held.
 	settled bool

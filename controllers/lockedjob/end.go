@@ -240,18 +240,25 @@ func (r *LockedJobReconciler) stopWorkload(ctx context.Context, w lockbook.Workl
 
 // jobGone ends a LockedJob whose Job was deleted out of band (kubectl delete job, a TTL controller,
 // garbage collection). The Job is never created again: that would run the workload twice under one
-// fencing token. The lock is held until the Job's pods are gone.
+// fencing token. The lock is held until the Job's pods are gone. The outcome is recorded before the
+// release: a release whose record then lost a race left the next pass with a released lock and no
+// Job, which it took for a Job that ended, Succeeded (found by the operator model). Recorded first,
+// a lost race releases nothing, and a terminal LockedJob whose status still says held is released
+// by stepReleaseAfterEnd.
 func (r *LockedJobReconciler) jobGone(ctx context.Context, p *pass) (ctrl.Result, error) {
 	lj := p.lj
 	if wait, err := r.waitForPods(ctx, p); err != nil || wait {
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
+	msg := fmt.Sprintf("Job %s was deleted before it finished; it is not created again", lj.Status.JobName)
+	tell(lj, jobDeleted(msg))
+	if err := r.recordNow(ctx, p); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.releaseAndTell(ctx, p); err != nil && !errors.Is(err, lockbook.ErrNotHeld) {
 		return ctrl.Result{}, err
 	}
-	msg := fmt.Sprintf("Job %s was deleted before it finished; it is not created again", lj.Status.JobName)
 	lj.Status.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}
-	tell(lj, jobDeleted(msg))
 	r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonJobDeleted, "JobGone", "%s", msg)
 	return ctrl.Result{}, nil
 }

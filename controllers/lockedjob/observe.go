@@ -35,8 +35,13 @@ func (r *LockedJobReconciler) observe(ctx context.Context, p *pass) error {
 		holding:      book.Lock,
 		lost:         book.Lost,
 		released:     book.Released || lj.Status.ReleasedAt != nil,
-		jobCreated:   lj.Status.JobUID != "",
 	}
+	if lj.Status.JobUID == "" && book.JobUID != "" {
+		// The Job of this acquisition was created by a pass whose record the cache has not shown yet
+		// (or that lost a conflict): the book's is the newer word.
+		lj.Status.JobName, lj.Status.JobUID = book.Job, book.JobUID
+	}
+	p.obs.jobCreated = lj.Status.JobUID != ""
 	name := lj.Status.JobName
 	if name == "" {
 		name = book.Job // a stale object may lack what an earlier pass recorded

@@ -68,6 +68,11 @@ func (r *LockedJobReconciler) createJob(ctx context.Context, p *pass) (ctrl.Resu
 		r.event(lj, corev1.EventTypeNormal, batchv1alpha1.ReasonJobCreated, "CreateJob", "%s", msg)
 	}
 	lj.Status.JobUID = job.UID
+	// Until status has the UID, the book tells later passes that the Job was made (observe): one
+	// that read the LockedJob from before this pass's record, and finds the Job deleted meanwhile,
+	// must take it for a Job gone and wait for its pods (stepJobGone), never create it again (found
+	// by the operator model, docs/model.md).
+	r.Locks.MarkJobCreated(workloadOf(lj), job.UID)
 	p.obs.job, p.obs.jobCreated = job, true
 	return ctrl.Result{}, true, nil
 }

@@ -11,6 +11,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -374,5 +375,67 @@ func TestAStalePassWritesNoPermitsBack(t *testing.T) {
 	}
 	if _, err := lib.Acquire(ctx, key, time.Minute); !errors.Is(err, redislock.ErrNotAcquired) {
 		t.Fatalf("plain Acquire under 2 of 2 held after the stale pass: %v (the pass wrote its 3 back)", err)
+	}
+}
+
+// TestStalePassDoesNotCreateADeletedJobAgain (found by the operator model, docs/model.md): a pass
+// that read the LockedJob from before its Job's UID was recorded, and finds the Job deleted out of
+// band meanwhile, must take it for a Job gone (wait for its pods, record JobDeleted, release), not
+// for one never created: creating it again would run the workload twice under one fencing token.
+// Its record loses the race, so it releases nothing; the next pass ends it.
+func TestStalePassDoesNotCreateADeletedJobAgain(t *testing.T) {
+	var stale *batchv1alpha1.LockedJob
+	u := newUnitRig(t, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if lj, ok := obj.(*batchv1alpha1.LockedJob); ok && stale != nil {
+				stale.DeepCopyInto(lj)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*batchv1.Job); ok {
+				obj.SetUID("uid-job") // the fake API server gives none
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	running := u.runToRunning()
+	if running.Status.JobUID == "" {
+		t.Fatal("the rig records no Job UID")
+	}
+	ctx := context.Background()
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: running.Namespace, Name: running.Status.JobName}}
+	if err := u.api.Delete(ctx, job); err != nil { // kubectl delete job
+		t.Fatal(err)
+	}
+	// The cache has the object as the pass that recorded the fence left it, before the UID.
+	stale = running.DeepCopy()
+	stale.Status.JobUID, stale.ResourceVersion = "", "1"
+	u.reconcile()
+	stale = nil
+
+	jobs := &batchv1.JobList{}
+	if err := u.api.List(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) != 0 {
+		t.Fatalf("a stale pass created the deleted Job %s again", jobs.Items[0].Name)
+	}
+	// It took the Job for gone, and its record of that lost the race: it released nothing either.
+	if u.r.Locks.Holding(running.UID) == nil {
+		t.Fatal("the stale pass let the lock go before the Job's end was recorded")
+	}
+	u.reconcile()
+	if n := u.events.Count(batchv1alpha1.ReasonJobDeleted); n != 1 {
+		t.Fatalf("%d JobDeleted Events, want 1", n)
+	}
+	if u.r.Locks.Holding(running.UID) != nil {
+		t.Fatal("the lock of a Job gone is still held")
+	}
+	got := u.get()
+	if c := meta.FindStatusCondition(got.Status.Conditions, batchv1alpha1.ConditionFailed); got.Status.Phase != batchv1alpha1.PhaseFailed ||
+		c == nil || c.Reason != batchv1alpha1.ReasonJobDeleted {
+		t.Fatalf("phase %s (%+v), want Failed, JobDeleted", got.Status.Phase, got.Status.Conditions)
 	}
 }

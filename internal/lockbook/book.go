@@ -87,6 +87,9 @@ type bookEntry struct {
 	lost error
 	// released is set once the lock was released after the Job ended.
 	released bool
+	// jobUID is the Job's once it was created, so a pass that read the object from before status
+	// recorded it does not take a Job deleted since for one never made.
+	jobUID types.UID
 }
 
 // New starts a book (and its keeper) over c. Stop it when the manager stops.
@@ -130,9 +133,12 @@ func (b *Book) eventsOf(kind locks.Kind) chan event.GenericEvent {
 func (b *Book) Track(w Workload, l *Lock, interval time.Duration) error {
 	e := &bookEntry{Workload: w, lock: l}
 	b.mu.Lock()
-	if old, ok := b.entries[w.UID]; ok && old.lock != nil && old.lock.l != l.l {
-		b.keeper.Remove(old.lock.l)
-		delete(b.byLk, old.lock.l)
+	if old, ok := b.entries[w.UID]; ok {
+		e.jobUID = old.jobUID // the same workload's Job, whatever lock covers it now
+		if old.lock != nil && old.lock.l != l.l {
+			b.keeper.Remove(old.lock.l)
+			delete(b.byLk, old.lock.l)
+		}
 	}
 	b.entries[w.UID], b.byLk[l.l] = e, e
 	b.setGauge()
@@ -176,6 +182,7 @@ type Record struct {
 	Lost     error
 	Released bool
 	Job      string
+	JobUID   types.UID // MarkJobCreated
 }
 
 // RecordOf returns the book's record of the workload (the zero Record if it has none).
@@ -186,7 +193,7 @@ func (b *Book) RecordOf(uid types.UID) Record {
 	if !ok {
 		return Record{}
 	}
-	return Record{Lock: e.lock, Lost: e.lost, Released: e.released, Job: e.Job}
+	return Record{Lock: e.lock, Lost: e.lost, Released: e.released, Job: e.Job, JobUID: e.jobUID}
 }
 
 // MarkLost records that the workload's lock is lost (found gone by the reconciler), stops renewing
@@ -223,6 +230,15 @@ func (b *Book) Untrack(uid types.UID) *Lock {
 	b.mu.Unlock()
 	b.stopRenewing(l)
 	return l
+}
+
+// MarkJobCreated records the UID of the workload's Job (w.Job), once it was created or found, and
+// keeps it until Forget.
+func (b *Book) MarkJobCreated(w Workload, uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.entryFor(w)
+	e.Job, e.jobUID = w.Job, uid
 }
 
 // MarkReleased records that the workload's lock was released, until Forget.
