@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/secretfile"
 )
@@ -120,6 +121,7 @@ func newLockClient(o options) (*redislock.Client, error) {
 		redislock.WithKeyPrefix(o.keyPrefix),
 		redislock.WithReleaseNotifications(o.releaseChannel),
 		redislock.WithNodeTimeout(o.redlockNodeTimeout),
+		redislock.WithReleaseMarkRetention(lockbook.ReleaseMarkRetention),
 	}
 	if o.waitReplicas > 0 {
 		opts = append(opts, redislock.WithWaitReplicas(o.waitReplicas, o.waitReplicasTimeout))

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
@@ -146,7 +147,6 @@ func acquireAndFind(t *testing.T, o options, on, off []*redisserver.Server) {
 		t.Fatalf("lock client over %d nodes, want %d", got, len(on))
 	}
 	lock := acquireWithin(ctx, t, c, "mode-test")
-	defer func() { _ = lock.Release(context.Background()) }()
 	key := c.RedisKey("mode-test")
 	for _, s := range on {
 		if n, err := s.Client(t).Exists(ctx, key).Result(); err != nil || n != 1 {
@@ -157,6 +157,23 @@ func acquireAndFind(t *testing.T, o options, on, off []*redisserver.Server) {
 		if n, err := s.Client(t).Exists(ctx, key).Result(); err != nil || n != 0 {
 			t.Errorf("key %s on %s, which the mode must not use: exists = %d, %v; want 0", key, s.Addr(), n, err)
 		}
+	}
+	// The release leaves its mark on a single deployment (the operator's releases must, so a
+	// restart can tell its own release from a loss), and none on Redlock.
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantMarks := map[bool]int{true: 1, false: 0}[len(on) == 1]
+	marks := 0
+	for _, s := range on {
+		for _, k := range s.Client(t).Keys(ctx, key+"*").Val() {
+			if lockbook.IsReleaseMark(k) {
+				marks++
+			}
+		}
+	}
+	if marks != wantMarks {
+		t.Errorf("%d release marks after the release, want %d", marks, wantMarks)
 	}
 }
 

@@ -7,8 +7,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -176,5 +178,79 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 	}
 	if err := fc.Get(ctx, req.NamespacedName, &batchv1alpha1.LockedJob{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the LockedJob should be gone with its finalizer, got %v", err)
+	}
+}
+
+// TestAReleaseWhoseRecordACrashCutOffIsNoLoss: the operator releases a finished LockedJob's lock
+// and crashes before it writes the outcome, and the next holder takes the lock. The restarted
+// operator's release finds the lock not its own; the release mark tells it the release was its
+// own, and the LockedJob ends Succeeded. Without marks the same history ends LockLost
+// (docs/design.md, "A release whose record is lost"), which is what the mark mends.
+func TestAReleaseWhoseRecordACrashCutOffIsNoLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []redislock.Option
+		want batchv1alpha1.LockedJobPhase
+	}{
+		{"with release marks", nil, batchv1alpha1.PhaseSucceeded},
+		{"without release marks", []redislock.Option{redislock.WithReleaseMarkRetention(0)}, batchv1alpha1.PhaseLockLost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			var crashed atomic.Bool
+			u := newUnitRig(t, interceptor.Funcs{
+				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+					if crashed.Load() {
+						return errors.New("injected: the operator crashed before this write")
+					}
+					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				},
+			}, tc.opts...)
+			running := u.runToRunning()
+			completeJob(t, u.api, running.Status.JobName)
+
+			crashed.Store(true)
+			if _, err := u.r.Reconcile(ctx, u.req); err == nil {
+				t.Fatal("the finishing pass whose outcome write failed returned no error")
+			}
+			key := u.r.Config.Identity.LockKey(locks.ClaimantOf(u.lj))
+			if st, err := u.lib.Inspect(ctx, key); err != nil || st.Held {
+				t.Fatalf("setup: the finishing pass should have released the lock: %+v, %v", st, err)
+			}
+			u.restart()
+			next, err := u.lib.Acquire(ctx, key, time.Minute, redislock.WithToken("next-holder"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			crashed.Store(false)
+
+			for range 3 {
+				u.reconcile()
+				if u.get().Status.Phase.IsTerminal() {
+					break
+				}
+			}
+			if got := u.get().Status.Phase; got != tc.want {
+				t.Fatalf("phase after the restart %s, want %s", got, tc.want)
+			}
+			if st, err := u.lib.Inspect(ctx, key); err != nil || !st.Held || st.Fence != next.Fence() {
+				t.Fatalf("the next holder's lock after the restarted release: %+v, %v", st, err)
+			}
+		})
+	}
+}
+
+// completeJob marks the Job named name in namespace ns Complete, as the Job controller would.
+func completeJob(t *testing.T, api client.Client, name string) {
+	t.Helper()
+	job := &batchv1.Job{}
+	if err := api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: name}, job); err != nil {
+		t.Fatal(err)
+	}
+	job.Status.Conditions = append(job.Status.Conditions,
+		batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue},
+		batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue})
+	if err := api.Status().Update(context.Background(), job); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +32,7 @@ import (
 type unitRig struct {
 	t      *testing.T
 	api    client.WithWatch
+	client client.Client // api behind the test's interceptor: what the reconciler writes through
 	r      *LockedJobReconciler
 	lib    *redislock.Client // the book's lock client, for a test that sets Redis up
 	events *unit.Events
@@ -40,20 +40,35 @@ type unitRig struct {
 	req    ctrl.Request
 }
 
-func newUnitRig(t *testing.T, funcs interceptor.Funcs) *unitRig {
+func newUnitRig(t *testing.T, funcs interceptor.Funcs, opts ...redislock.Option) *unitRig {
 	t.Helper()
-	book, lib, _ := unit.Locks(t)
+	book, lib, _ := unit.Locks(t, opts...)
 	lj := unit.LockedJob("unit", "uid-unit")
 	api := fake.NewClientBuilder().WithScheme(unit.Scheme(t)).
 		WithStatusSubresource(&batchv1alpha1.LockedJob{}).WithObjects(lj).Build()
 	events := &unit.Events{}
+	u := &unitRig{t: t, api: api, client: interceptor.NewClient(api, funcs), lib: lib, events: events, lj: lj, req: ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}}
+	u.r = u.reconciler(book)
+	return u
+}
+
+// reconciler is the rig's reconciler over book: it writes and reads its cache through the
+// intercepted client and reads the API server directly.
+func (u *unitRig) reconciler(book *lockbook.Book) *LockedJobReconciler {
 	r := &LockedJobReconciler{
-		Client: interceptor.NewClient(api, funcs), APIReader: api, Scheme: api.Scheme(), Locks: book,
-		Recorder: events, Clock: clock.RealClock{},
+		Client: u.client, APIReader: u.api, Scheme: u.api.Scheme(), Locks: book,
+		Recorder: u.events, Clock: clock.RealClock{},
 		Config: Config{Identity: locks.Identity{ClusterID: "c", TokenKey: []byte("0123456789abcdef")}},
 	}
 	r.Config.defaults()
-	return &unitRig{t: t, api: api, r: r, lib: lib, events: events, lj: lj, req: ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lj)}}
+	return r
+}
+
+// restart is an operator crash and restart: the book stops, and a new reconciler starts with an
+// empty one.
+func (u *unitRig) restart() {
+	u.r.Locks.Stop()
+	u.r = u.reconciler(unit.Book(u.t, u.lib))
 }
 
 func (u *unitRig) reconcile() {
@@ -298,16 +313,7 @@ func TestFinishedLockedJobIsLetGo(t *testing.T) {
 		},
 	})
 	running := u.runToRunning()
-	job := &batchv1.Job{}
-	if err := u.api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: running.Status.JobName}, job); err != nil {
-		t.Fatal(err)
-	}
-	job.Status.Conditions = append(job.Status.Conditions,
-		batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue},
-		batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue})
-	if err := u.api.Status().Update(context.Background(), job); err != nil {
-		t.Fatal(err)
-	}
+	completeJob(t, u.api, running.Status.JobName)
 	u.reconcile() // finish: release, record Succeeded, forget, let go
 	got := u.get()
 	if got.Status.Phase != batchv1alpha1.PhaseSucceeded || controllerutil.ContainsFinalizer(got, finalizer) {

@@ -101,7 +101,7 @@ func TestWaitersBehindTheHeadLearnTheirPlaceWithoutAskingRedis(t *testing.T) {
 	}
 
 	head := get(byPosition[1])
-	if err := lockClient.ReleaseToken(ctx, key, id.Token(locks.ClaimantOf(get(holder)))); err != nil {
+	if err := lockClient.ReleaseToken(ctx, key, id.Token(locks.ClaimantOf(get(holder))), 0); err != nil {
 		t.Fatal(err)
 	}
 	w := &releaseWaker{locks: unit.Book(t, lockClient), identity: id, reader: api, waiting: &r.waiting, timeout: time.Second,

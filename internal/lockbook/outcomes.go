@@ -2,6 +2,7 @@ package lockbook
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/lockedjob/lockedjob/internal/redislock"
 )
@@ -46,3 +47,12 @@ const (
 	// SemaphoreProtocol is the oldest protocol under which more than one permit is safe.
 	SemaphoreProtocol = redislock.SemaphoreProtocol
 )
+
+// ReleaseMarkRetention is how long the operator's releases leave their mark in Redis
+// (redislock.WithReleaseMarkRetention): well past the time an operator takes to restart, or a
+// Sentinel to fail over, and ask again; a few keys a second at the operator's release rate.
+const ReleaseMarkRetention = 10 * time.Minute
+
+// IsReleaseMark reports whether key, a Redis key of the lock library's, is a release mark, which a
+// lock keeps after its last holder and waiter until its retention ends (redislock.IsReleaseMark).
+func IsReleaseMark(key string) bool { return redislock.IsReleaseMark(key) }

@@ -74,9 +74,9 @@ func (b *Book) Readopt(ctx context.Context, c Claim, ttl time.Duration) (*Lock, 
 func (b *Book) Release(ctx context.Context, c Claim) error {
 	var err error
 	if c.Slot != nil {
-		err = b.redis.ReleaseSlotToken(ctx, c.Key, int(*c.Slot), c.Token)
+		err = b.redis.ReleaseSlotToken(ctx, c.Key, int(*c.Slot), c.Token, c.Fence)
 	} else {
-		err = b.redis.ReleaseToken(ctx, c.Key, c.Token)
+		err = b.redis.ReleaseToken(ctx, c.Key, c.Token, c.Fence)
 	}
 	if !errors.Is(err, ErrNotHeld) || !b.lapsedUntaken(ctx, c) {
 		return err

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"crypto/rand"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +32,10 @@ type Client struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 
+	// markRetention is the release mark's retention in ms as a script argument ("0": no marks;
+	// always on Redlock, see WithReleaseMarkRetention), boxed once: every release passes it.
+	markRetention any
+
 	releases *releaseHub // the release channel's reader; nil without WithReleaseNotifications
 	// memberSecret derives the tokens of queued waiters that bring none (see memberToken).
 	memberSecret [32]byte
@@ -51,6 +56,21 @@ func WithKeyPrefix(prefix string) Option { return func(c *Client) { c.prefix = p
 // WithNodeTimeout bounds each Redlock node call (default 50ms), so a slow or paused node cannot
 // stall an acquisition past it. A single-node client relies on the caller's context instead.
 func WithNodeTimeout(d time.Duration) Option { return func(c *Client) { c.nodeTimeout = d } }
+
+// noMarks is the release scripts' argument for a release that leaves no mark.
+var noMarks any = "0"
+
+// WithReleaseMarkRetention makes every release on a single deployment leave a mark in Redis for d
+// (default: no marks). The mark lets a holder that released a lock and lost the answer (a reply
+// that did not come back, a process that restarted before it recorded the release) tell its own
+// release from a lease that ran out: Release asked again, or ReleaseToken given the fence it held,
+// answers nil, where it would answer ErrNotHeld once another holder has the lock. Each release
+// keeps one key for d (releases with one token share it), so choose d by the release rate: long
+// enough for a holder to come back and ask, short enough for the keys it keeps. Redlock leaves no
+// marks, since a node's counter need not be the quorum's fence.
+func WithReleaseMarkRetention(d time.Duration) Option {
+	return func(c *Client) { c.markRetention = strconv.FormatInt(max(d.Milliseconds(), 0), 10) }
+}
 
 // WithDrift sets the clock-drift allowance subtracted from every lease: ttl*factor + add.
 // Defaults: factor 0.01, add 2ms for Redlock and 0 for a single node.
@@ -118,6 +138,9 @@ func newClient(nodes []redis.UniversalClient, driftAdd time.Duration, opts []Opt
 	}
 	if c.notify != "" {
 		c.releases = newReleaseHub(nodes, c.notify)
+	}
+	if !c.handsOff() || c.markRetention == nil {
+		c.markRetention = noMarks
 	}
 	return c, nil
 }

@@ -117,16 +117,16 @@ func TestPlainReleaseOnALoweredSemaphore(t *testing.T) {
 		if err := c.SetPermits(ctx, key, 1); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.ReleaseToken(ctx, key, "tok-a"); err != nil {
+		if err := c.ReleaseToken(ctx, key, "tok-a", 0); err != nil {
 			t.Fatal(err)
 		}
 		wantHolders(t, c, key, "", "b", "c")
 		mustRelease(t, b)
 		wantHolders(t, c, key, "", "", "c")
-		if err := c.ReleaseToken(ctx, key, "tok-c"); !errors.Is(err, ErrNotHeld) {
+		if err := c.ReleaseToken(ctx, key, "tok-c", 0); !errors.Is(err, ErrNotHeld) {
 			t.Fatalf("ReleaseToken of slot 2 (a plain release is slot 0's): %v", err)
 		}
-		if err := c.ReleaseSlotToken(ctx, key, 2, "tok-c"); err != nil {
+		if err := c.ReleaseSlotToken(ctx, key, 2, "tok-c", 0); err != nil {
 			t.Fatal(err)
 		}
 		wantHolders(t, c, key, "w", "", "")

@@ -32,6 +32,9 @@ const (
 	permitsSuffix = ":permits"
 )
 
+// releaseMarkInfix separates a release mark's key from its lock's (releasemark.lua).
+const releaseMarkInfix = ":released:"
+
 var (
 	keySuffixes        = []string{metaSuffix, fenceSuffix}
 	queuedKeySuffixes  = []string{metaSuffix, fenceSuffix, ":queue", ":waiters", ":tickets"}
@@ -84,6 +87,15 @@ func (c *Client) keysWith(key string, suffixes []string) keys {
 }
 
 func (k keys) lock() string { return k[0] }
+
+// IsReleaseMark reports whether key, a Redis key of this library's, is a release mark: what a
+// release leaves for a retention (WithReleaseMarkRetention), so a holder that asks again can tell
+// its own release from a lease that ran out. Like a lock's fence counter, it outlives the lock's
+// holders and waiters by design; it expires by itself.
+func IsReleaseMark(key string) bool {
+	_, suffix, _ := strings.Cut(key, "}")
+	return strings.Contains(suffix, releaseMarkInfix)
+}
 
 // slot returns the keys of slot i of the semaphore whose keys (keysForPermits) are k: its lock, meta
 // and fence keys (see slots.lua), then the shared queue and permits keys, then slot 0's lock key.

@@ -94,10 +94,10 @@ func TestDequeueAndReleaseToken(t *testing.T) {
 	if err := c.Dequeue(ctx, key, "first"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.ReleaseToken(ctx, key, "wrong-token"); !errors.Is(err, ErrNotHeld) {
+	if err := c.ReleaseToken(ctx, key, "wrong-token", 0); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("ReleaseToken with a wrong token: %v, want ErrNotHeld", err)
 	}
-	if err := c.ReleaseToken(ctx, key, holder.Token()); err != nil {
+	if err := c.ReleaseToken(ctx, key, holder.Token(), 0); err != nil {
 		t.Fatalf("ReleaseToken: %v", err)
 	}
 	if _, err := acquireQueued(c, key, "second", 1, time.Minute); err != nil {

@@ -509,7 +509,7 @@ func TestBadInput(t *testing.T) {
 			_, err := c.Acquire(ctx, uniqueKey(t), time.Second, WithToken("tok\x00mark"))
 			return err
 		},
-		"NUL in released token": func() error { return c.ReleaseToken(ctx, uniqueKey(t), "tok\x00mark") },
+		"NUL in released token": func() error { return c.ReleaseToken(ctx, uniqueKey(t), "tok\x00mark", 0) },
 	}
 	for name, call := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -10,7 +10,9 @@ import (
 // Release deletes the lock if it is still ours and, with WithReleaseNotifications, tells waiters.
 // A lock acquired WithQueue goes straight to the next waiter in its queue (see WithQueue).
 // It returns ErrNotHeld if the lock had expired or was acquired by someone else in the meantime (their
-// lock is left untouched), and other errors when Redis could not answer (call it again).
+// lock is left untouched), and other errors when Redis could not answer (call it again). On a single
+// deployment, a call again after a release whose reply was lost finds the release's mark and
+// returns nil (see WithReleaseMarkRetention).
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil || l.state.Load() == stateReleased {
 		return ErrNotHeld
@@ -20,22 +22,26 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l.queued {
 		script, keys = scriptReleaseHandoff, l.keys.withQueue()
 	}
+	fence := c.markFenceArg(l.fence)
 	var buf oneReply
 	replies := c.onNodesInto(ctx, nil, buf[:], func(ctx context.Context, n redis.UniversalClient) (any, error) {
 		if sem := l.keys.semaphore(); sem != nil {
-			return runScript(ctx, n, scriptReleaseSlot, sem, l.token, c.notify, l.slot, handsOffArg(l.queued)).Result()
+			return runScript(ctx, n, scriptReleaseSlot, sem, l.token, c.notify, l.slot, handsOffArg(l.queued), c.markRetention, fence).Result()
 		}
-		v, err := runScript(ctx, n, script, keys, l.tokenArgument(), c.notify).Result()
+		v, err := runScript(ctx, n, script, keys, l.tokenArgument(), c.notify, c.markRetention, fence).Result()
 		if err != nil || !isSemaphoreReply(v) {
 			return v, err
 		}
 		// releasehandoff.lua found that the lock became a semaphore while we held it (SetPermits, or
 		// a holder WithPermits after ours) and changed nothing: release slot 0, which is what a plain
 		// lock holds, as the semaphore's. Only a single deployment hands off, so this is its one node.
-		return runScript(ctx, n, scriptReleaseSlot, c.keysForPermits(l.key), l.token, c.notify, 0, handsOffArg(true)).Result()
+		return runScript(ctx, n, scriptReleaseSlot, c.keysForPermits(l.key), l.token, c.notify, 0, handsOffArg(true), c.markRetention, fence).Result()
 	})
 	t := tallyInts(replies)
 	switch {
+	case len(replies) == 1 && replies[0].err == nil && replies[0].val == int64(releasedBefore):
+		l.state.Store(stateReleased)
+		return nil
 	case t.ok >= c.quorum || (t.ok > 0 && len(t.errs) == 0):
 		// A node we could not reach keeps its copy until the TTL ends; a majority is gone, so
 		// nobody is blocked by it.
@@ -53,26 +59,43 @@ func (l *Lock) Release(ctx context.Context) error {
 // token but has no *Lock, such as an operator that restarted. On a single deployment it hands the
 // lock to the head of its queue, as Release does for a lock acquired WithQueue; on a semaphore (see
 // WithPermits) it is ReleaseSlotToken of slot 0, the slot a plain holder holds. It returns
-// ErrNotHeld if token does not hold the lock (nothing is touched).
-func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
+// ErrNotHeld if token does not hold the lock (nothing is touched). fence is the fencing token the
+// caller's acquisition got, 0 if it does not know it: on a single deployment, a lock that token
+// released under fence before (within the release mark's retention, WithReleaseMarkRetention)
+// answers nil, since the call finds its own release done, not a lease that ran out.
+func (c *Client) ReleaseToken(ctx context.Context, key, token string, fence int64) error {
 	if err := validateRelease(key, token); err != nil {
 		return err
 	}
-	l := &Lock{client: c, key: key, keys: c.keysFor(key, c.handsOff()), token: token, queued: c.handsOff()}
+	l := &Lock{client: c, key: key, keys: c.keysFor(key, c.handsOff()), token: token, fence: fence, queued: c.handsOff()}
 	return l.Release(ctx)
 }
+
+// markFenceArg is the fence a release asks the release mark about, as a script argument: fence
+// where marks are left (a single deployment), else 0, which matches no mark and, unlike a fence,
+// costs no allocation to box.
+func (c *Client) markFenceArg(fence int64) any {
+	if c.markRetention == noMarks {
+		return int64(0)
+	}
+	return fence
+}
+
+// releasedBefore is the release scripts' answer when the token had released the lock under the
+// caller's fence already (releasemark.lua).
+const releasedBefore = 2
 
 // ReleaseSlotToken is ReleaseToken for slot of a lock acquired WithPermits: it deletes the slot if
 // token holds it and hands a slot off to the head of the queue while fewer than the lock's permits
 // are held (see WithPermits). A semaphore lives on one deployment, so on Redlock it is refused.
-func (c *Client) ReleaseSlotToken(ctx context.Context, key string, slot int, token string) error {
+func (c *Client) ReleaseSlotToken(ctx context.Context, key string, slot int, token string, fence int64) error {
 	if err := validateRelease(key, token); err != nil {
 		return err
 	}
 	if err := c.validateSlots("release slot", slot+1); err != nil {
 		return err
 	}
-	l := &Lock{client: c, key: key, keys: c.keysForPermits(key).slot(slot), slot: uint8(slot), token: token, queued: true}
+	l := &Lock{client: c, key: key, keys: c.keysForPermits(key).slot(slot), slot: uint8(slot), token: token, fence: fence, queued: true}
 	return l.Release(ctx)
 }
 

@@ -392,11 +392,11 @@ func TestGrantMarkIsNoCredential(t *testing.T) {
 		if _, err := c.Acquire(ctx, key, time.Minute, WithToken(other)); !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("Acquire with %q: %v, want ErrNotAcquired", other, err)
 		}
-		if err := c.ReleaseToken(ctx, key, other); !errors.Is(err, ErrNotHeld) {
+		if err := c.ReleaseToken(ctx, key, other, 0); !errors.Is(err, ErrNotHeld) {
 			t.Fatalf("ReleaseToken with %q: %v, want ErrNotHeld", other, err)
 		}
 	}
-	if err := c.ReleaseToken(ctx, key, raw); !errors.Is(err, ErrInvalidArgument) {
+	if err := c.ReleaseToken(ctx, key, raw, 0); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("ReleaseToken with the stored value: %v, want ErrInvalidArgument", err)
 	}
 	if v := lockHolder(t, rc, l.RedisKey()); v != "tok-long" {

@@ -71,13 +71,16 @@ var (
 	slotsSrc string
 	//go:embed slotrelease.lua
 	slotReleaseSrc string
+	// The scripts that release a lock by its token also carry releasemark.lua (the release mark).
+	//go:embed releasemark.lua
+	releaseMarkSrc string
 
 	scriptAcquire        = compose("acquire", holderSrc, clockSrc, grantSrc, acquireSrc)
 	scriptAcquireQueued  = compose("acquire queued", holderSrc, clockSrc, queueSrc, grantSrc, acquireQueuedSrc)
 	renewFullSrc         = holderSrc + renewSrc // the keeper loads it itself (renewPipeline)
 	scriptRenew          = compose("renew", renewFullSrc)
-	scriptRelease        = compose("release", holderSrc, releaseSrc)
-	scriptReleaseHandoff = compose("release handoff", holderSrc, clockSrc, queueSrc, releaseHandoffSrc)
+	scriptRelease        = compose("release", holderSrc, releaseMarkSrc, releaseSrc)
+	scriptReleaseHandoff = compose("release handoff", holderSrc, releaseMarkSrc, clockSrc, queueSrc, releaseHandoffSrc)
 	scriptInspect        = compose("inspect", inspectSrc)
 	scriptFence          = compose("fence", holderSrc, fenceSrc)
 	scriptPTTL           = compose("pttl", holderSrc, pttlSrc)
@@ -88,7 +91,7 @@ var (
 	scriptQueueState     = compose("queue state", clockSrc, queueStateSrc)
 
 	scriptAcquireSlots = compose("acquire slots", holderSrc, clockSrc, queueSrc, slotsSrc, acquireSlotsSrc)
-	scriptReleaseSlot  = compose("release slot", holderSrc, clockSrc, queueSrc, slotsSrc, slotReleaseSrc, releaseSlotSrc)
+	scriptReleaseSlot  = compose("release slot", holderSrc, releaseMarkSrc, clockSrc, queueSrc, slotsSrc, slotReleaseSrc, releaseSlotSrc)
 	scriptDequeueSlots = compose("dequeue slots", holderSrc, clockSrc, queueSrc, slotsSrc, slotReleaseSrc, dequeueSlotsSrc)
 	scriptInspectSlots = compose("inspect slots", slotsSrc, inspectSlotsSrc)
 	scriptUndoSlots    = compose("undo slots", slotsSrc, undoSlotsSrc)

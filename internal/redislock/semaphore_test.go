@@ -284,7 +284,7 @@ func TestSemaphoreRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, err := range map[string]error{
-		"ReleaseSlotToken": rl.ReleaseSlotToken(ctx, key, 1, "t"),
+		"ReleaseSlotToken": rl.ReleaseSlotToken(ctx, key, 1, "t", 0),
 		"DequeueSlots":     rl.DequeueSlots(ctx, key, "m"),
 	} {
 		if !errors.Is(err, ErrInvalidArgument) {
@@ -305,17 +305,17 @@ func TestReleaseSlotToken(t *testing.T) {
 	declare(t, c, key, 2)
 	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithMetadata("a"))
 	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithToken("tok"), WithMetadata("b"))
-	if err := c.ReleaseSlotToken(ctx, key, 0, "tok"); !errors.Is(err, ErrNotHeld) {
+	if err := c.ReleaseSlotToken(ctx, key, 0, "tok", 0); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("wrong slot: %v", err)
 	}
-	if err := c.ReleaseSlotToken(ctx, key, 1, "other"); !errors.Is(err, ErrNotHeld) {
+	if err := c.ReleaseSlotToken(ctx, key, 1, "other", 0); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("wrong token: %v", err)
 	}
-	if err := c.ReleaseSlotToken(ctx, key, 64, "tok"); !errors.Is(err, ErrInvalidArgument) {
+	if err := c.ReleaseSlotToken(ctx, key, 64, "tok", 0); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("slot 64: %v", err)
 	}
 	wantHolders(t, c, key, "a", "b")
-	if err := c.ReleaseSlotToken(ctx, key, 1, "tok"); err != nil {
+	if err := c.ReleaseSlotToken(ctx, key, 1, "tok", 0); err != nil {
 		t.Fatal(err)
 	}
 	wantHolders(t, c, key, "a", "")

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
+	"github.com/lockedjob/lockedjob/internal/redislock"
 	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 	"github.com/lockedjob/lockedjob/test/testkit"
 )
@@ -142,8 +143,9 @@ func (s *scenario) teardown(ctx context.Context) {
 
 // expectRedisClean checks that no key with the scenario's prefix is left on
 // any node, except the fence counters, which never expire by design (they keep
-// fencing tokens increasing across holders), and the running manager's
-// announcement of its lock protocol (redislock's Announce), which is no lock's.
+// fencing tokens increasing across holders), release marks, which expire by
+// themselves after their retention, and the running manager's announcement of
+// its lock protocol (redislock's Announce), which is no lock's.
 func (s *scenario) expectRedisClean(ctx context.Context) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
@@ -153,7 +155,9 @@ func (s *scenario) expectRedisClean(ctx context.Context) {
 			}
 			keys, err := c.Keys(ctx, s.prefix+"*").Result()
 			g.Expect(err).NotTo(HaveOccurred())
-			keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasSuffix(k, ":fence") || k == s.prefix+"clients" })
+			keys = slices.DeleteFunc(keys, func(k string) bool {
+				return strings.HasSuffix(k, ":fence") || redislock.IsReleaseMark(k) || k == s.prefix+"clients"
+			})
 			g.Expect(keys).To(BeEmpty(), "keys left on redis node %d (%s)", i, s.nodes[i].Addr())
 		}
 	}).WithContext(ctx).WithTimeout(20 * time.Second).Should(Succeed())

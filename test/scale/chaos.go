@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockedjob/lockedjob/internal/lockbook"
 )
 
 // supervisor runs the operator of one scenario. With a kill period (issue 28's chaos at scale) it
@@ -186,7 +188,7 @@ func (s *supervisor) stop() {
 
 // durableKeySuffixes are the keys a lock keeps in Redis after its last holder and waiter are
 // gone, by design (docs/design.md, The lock): its fence counters, so a later holder's token is
-// higher, and a semaphore's stored N.
+// higher, and a semaphore's stored N. Release marks are kept too, until they expire (durable).
 var durableKeySuffixes = []string{":fence", ":permits"}
 
 // leftKeys waits up to timeout until Redis holds nothing of the locks of namespace ns beyond
@@ -216,6 +218,9 @@ func leftKeys(ctx context.Context, rdb *redis.Client, clusterID, ns string, time
 }
 
 func durable(key string) bool {
+	if lockbook.IsReleaseMark(key) {
+		return true
+	}
 	_, suffix, _ := strings.Cut(key, "}")
 	for _, d := range durableKeySuffixes {
 		if strings.HasSuffix(suffix, d) {

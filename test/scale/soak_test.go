@@ -8,18 +8,21 @@ import (
 	"time"
 )
 
-// TestDurableKeys: only a lock's fence counters and a semaphore's stored N may outlive its
-// holders and waiters; its holder, metadata, queue and tickets may not.
+// TestDurableKeys: only a lock's fence counters, a semaphore's stored N and release marks may
+// outlive its holders and waiters; its holder, metadata, queue and tickets may not.
 func TestDurableKeys(t *testing.T) {
 	for key, want := range map[string]bool{
 		"lockedjob:{ns/scale/scale-soak/lock-00001}:fence":    true,
 		"lockedjob:{ns/scale/scale-soak/lock-00001}:s1:fence": true,
 		"lockedjob:{ns/scale/scale-soak/lock-00001}:permits":  true,
-		"lockedjob:{ns/scale/scale-soak/lock-00001}":          false,
-		"lockedjob:{ns/scale/scale-soak/lock-00001}:meta":     false,
-		"lockedjob:{ns/scale/scale-soak/lock-00001}:queue":    false,
-		"lockedjob:{ns/scale/scale-soak/lock-00001}:tickets":  false,
-		"lockedjob:{ns/scale/scale-soak/lock-00001}:s1":       false,
+		// A release mark, of slot 0 and of slot 1: it expires by itself.
+		"lockedjob:{ns/scale/scale-soak/lock-00001}:released:0123456789abcdef0123456789abcdef01234567":    true,
+		"lockedjob:{ns/scale/scale-soak/lock-00001}:s1:released:0123456789abcdef0123456789abcdef01234567": true,
+		"lockedjob:{ns/scale/scale-soak/lock-00001}":                                                      false,
+		"lockedjob:{ns/scale/scale-soak/lock-00001}:meta":                                                 false,
+		"lockedjob:{ns/scale/scale-soak/lock-00001}:queue":                                                false,
+		"lockedjob:{ns/scale/scale-soak/lock-00001}:tickets":                                              false,
+		"lockedjob:{ns/scale/scale-soak/lock-00001}:s1":                                                   false,
 		// A lock named like a suffix is still judged by what follows its braces.
 		"lockedjob:{ns/scale/scale-soak/x:fence}:queue": false,
 	} {

@@ -40,12 +40,13 @@ func Scheme(t *testing.T) *runtime.Scheme {
 	return s
 }
 
-// Locks starts a real redis-server and returns a lock client over it, a lock book stopped at the
-// end of the test, and a plain client for looking at Redis directly.
-func Locks(t *testing.T) (*lockbook.Book, *redislock.Client, *redis.Client) {
+// Locks starts a real redis-server and returns a lock client over it (leaving release marks for
+// lockbook.ReleaseMarkRetention, as the operator's does, then opts), a lock book stopped at the end
+// of the test, and a plain client for looking at Redis directly.
+func Locks(t *testing.T, opts ...redislock.Option) (*lockbook.Book, *redislock.Client, *redis.Client) {
 	t.Helper()
 	rc := redisserver.Start(t).Client(t)
-	lockClient, err := redislock.New(rc)
+	lockClient, err := redislock.New(rc, append([]redislock.Option{redislock.WithReleaseMarkRetention(lockbook.ReleaseMarkRetention)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

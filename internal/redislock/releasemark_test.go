@@ -1,0 +1,189 @@
+package redislock_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	. "github.com/lockedjob/lockedjob/internal/redislock"
+)
+
+// releaseMarkRetention is the retention these tests ask for.
+const releaseMarkRetention = 10 * time.Minute
+
+// marked is a client over one real redis-server that leaves release marks.
+func marked(t *testing.T) (*Client, *redis.Client) {
+	t.Helper()
+	c, _, rc := single(t, WithReleaseMarkRetention(releaseMarkRetention))
+	return c, rc
+}
+
+// markKey is the release mark's key of token's release of the lock (the slot) whose Redis key is
+// lockKey (releasemark.lua).
+func markKey(lockKey, token string) string {
+	sum := sha1.Sum([]byte(token))
+	return lockKey + ":released:" + hex.EncodeToString(sum[:])
+}
+
+// TestReleaseMarkTellsAnOwnReleaseFromALoss: a holder that released and asks again, after the next
+// holder took the lock, hears that its release was done (nil), not ErrNotHeld; a holder whose lock
+// was taken from it without a release, a wrong fence and an unknown one still hear ErrNotHeld, and
+// the next holder's lock is untouched by any of them.
+func TestReleaseMarkTellsAnOwnReleaseFromALoss(t *testing.T) {
+	for _, queued := range []bool{false, true} {
+		name := map[bool]string{false: "plain", true: "queued"}[queued]
+		t.Run(name, func(t *testing.T) {
+			c, rc := marked(t)
+			ctx := context.Background()
+			key := uniqueKey(t)
+			var opts []AcquireOption
+			if queued {
+				opts = append(opts, WithQueue("a", 0, time.Minute))
+			}
+			a := mustAcquire(t, c, key, time.Minute, append(opts, WithToken("tok-a"))...)
+			if err := c.ReleaseToken(ctx, key, "tok-a", a.Fence()); err != nil {
+				t.Fatalf("first release: %v", err)
+			}
+			if queued {
+				opts = []AcquireOption{WithQueue("b", 0, time.Minute)}
+			}
+			b := mustAcquire(t, c, key, time.Minute, append(opts, WithToken("tok-b"))...)
+
+			if err := c.ReleaseToken(ctx, key, "tok-a", a.Fence()); err != nil {
+				t.Fatalf("a release asked again after b acquired: %v, want nil (the mark)", err)
+			}
+			for what, fence := range map[string]int64{"another fence": a.Fence() + 1, "no fence": 0, "b's fence": b.Fence()} {
+				if err := c.ReleaseToken(ctx, key, "tok-a", fence); !errors.Is(err, ErrNotHeld) {
+					t.Errorf("a's release with %s: %v, want ErrNotHeld", what, err)
+				}
+			}
+			// b's lock goes without a release (as a lease runs out); c takes it: b's release is a loss.
+			if err := rc.Del(ctx, c.RedisKey(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			next := mustAcquire(t, c, key, time.Minute, WithToken("tok-c"))
+			if err := c.ReleaseToken(ctx, key, "tok-b", b.Fence()); !errors.Is(err, ErrNotHeld) {
+				t.Errorf("b's release after its lock was taken: %v, want ErrNotHeld", err)
+			}
+			st, err := c.Inspect(ctx, key)
+			if err != nil || !st.Held || st.Fence != next.Fence() {
+				t.Fatalf("the holder's lock after the others' releases: %+v, %v; want held with fence %d", st, err, next.Fence())
+			}
+			ttl := rc.PTTL(ctx, markKey(c.RedisKey(key), "tok-a")).Val()
+			if ttl <= 0 || ttl > releaseMarkRetention {
+				t.Errorf("the mark's time to live %v; want within (0, %v]", ttl, releaseMarkRetention)
+			}
+		})
+	}
+}
+
+// TestReleaseMarkOfASlot: ReleaseSlotToken leaves and reads the mark of its slot.
+func TestReleaseMarkOfASlot(t *testing.T) {
+	c, _ := marked(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	declare(t, c, key, 2)
+	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithMetadata("a"))
+	b := mustAcquire(t, c, key, time.Minute, WithPermits(2), WithToken("tok"), WithMetadata("b"))
+	if err := c.ReleaseSlotToken(ctx, key, b.Slot(), "tok", b.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, c, key, time.Minute, WithPermits(2), WithMetadata("c"))
+	wantHolders(t, c, key, "a", "c")
+	if err := c.ReleaseSlotToken(ctx, key, b.Slot(), "tok", b.Fence()); err != nil {
+		t.Fatalf("the slot's release asked again: %v, want nil (the mark)", err)
+	}
+	if err := c.ReleaseSlotToken(ctx, key, 0, "tok", b.Fence()); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("another slot's release: %v, want ErrNotHeld", err)
+	}
+	wantHolders(t, c, key, "a", "c")
+}
+
+// TestReleaseMarkNeedsTheRelease: the mark a Lock's Release leaves answers a release asked again;
+// without marks asked for and on Redlock, a release asked again after the next holder took the
+// lock is ErrNotHeld, as before, and no mark is written.
+func TestReleaseMarkNeedsTheRelease(t *testing.T) {
+	ctx := context.Background()
+	again := func(t *testing.T, c *Client, nodes []*redis.Client, want error) {
+		t.Helper()
+		key := uniqueKey(t)
+		a := mustAcquire(t, c, key, time.Minute, WithToken("tok-a"))
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mustAcquire(t, c, key, time.Minute, WithToken("tok-b"))
+		if err := c.ReleaseToken(ctx, key, "tok-a", a.Fence()); !errors.Is(err, want) {
+			t.Fatalf("the release asked again: %v, want %v", err, want)
+		}
+		marks := 0
+		for _, n := range nodes {
+			marks += int(n.Exists(ctx, markKey(c.RedisKey(key), "tok-a")).Val())
+		}
+		if wantMarks := map[bool]int{true: 1, false: 0}[want == nil]; marks != wantMarks {
+			t.Fatalf("%d release marks on the nodes, want %d", marks, wantMarks)
+		}
+	}
+	t.Run("one Redis", func(t *testing.T) {
+		c, rc := marked(t)
+		again(t, c, []*redis.Client{rc}, nil)
+	})
+	t.Run("no marks asked for", func(t *testing.T) {
+		c, _, rc := single(t)
+		again(t, c, []*redis.Client{rc}, ErrNotHeld)
+	})
+	t.Run("Redlock", func(t *testing.T) {
+		c, srvs := redlock(t, 3, WithReleaseMarkRetention(releaseMarkRetention))
+		var nodes []*redis.Client
+		for _, s := range srvs {
+			nodes = append(nodes, s.Client(t))
+		}
+		again(t, c, nodes, ErrNotHeld)
+	})
+}
+
+// TestReleaseMarksAreWhatIsLeft: after two holders of a semaphore released their slots and its
+// waiter gave up, the lock's keys in Redis are its fence counters, its stored N and one release
+// mark per slot, which IsReleaseMark tells; a lock named like a mark is judged by what follows its
+// braces.
+func TestReleaseMarksAreWhatIsLeft(t *testing.T) {
+	c, rc := marked(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	declare(t, c, key, 2)
+	a := mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("a", 0, time.Minute))
+	b := mustAcquire(t, c, key, time.Minute, WithPermits(2), WithQueue("b", 0, time.Minute))
+	mustQueue(t, c, key, "w", 1, 2, 1)
+	if err := c.Dequeue(ctx, key, "w"); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*Lock{a, b} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := c.RedisKey(key)
+	var marks []string
+	for _, k := range rc.Keys(ctx, base+"*").Val() {
+		switch {
+		case IsReleaseMark(k):
+			marks = append(marks, k)
+		case k != base+":fence" && k != base+":s1:fence" && k != base+":permits":
+			t.Errorf("%s is left after every holder and waiter went", k)
+		}
+	}
+	slices.Sort(marks)
+	if want := []string{markKey(base, a.Token()), markKey(base+":s1", b.Token())}; !slices.Equal(marks, want) {
+		t.Errorf("release marks %v, want %v (one per slot released)", marks, want)
+	}
+	for _, k := range []string{base, base + ":meta", base + ":fence", "{x:released:}", "{x}:queue"} {
+		if IsReleaseMark(k) {
+			t.Errorf("IsReleaseMark(%q) = true", k)
+		}
+	}
+}
