@@ -1,16 +1,11 @@
 package kueue_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -21,6 +16,7 @@ import (
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/controllers"
 	"github.com/lockedjob/lockedjob/internal/locks"
+	"github.com/lockedjob/lockedjob/internal/testutil/redisserver"
 )
 
 // clusterScoped makes job ask for lock name of scope Cluster.
@@ -86,7 +82,7 @@ func TestOperatorRefusesClusterScopeToAKueueJobOfANamespaceNotAllowed(t *testing
 	rdb := startOperator(t, allowClusterScope("kueue-somewhere-else"))
 	operatorCheck(t, "lock-scope-refused")
 	ns := queues(t, "scope-refused", "lock-scope-refused")
-	seen := monitor(t, rdb)
+	seen := redisserver.Monitor(t, rdb)
 
 	job := clusterScoped(lockedQueuedJob(ns, "scope-refused"), "refused-global")
 	create(t, job)
@@ -118,56 +114,6 @@ func TestOperatorRefusesClusterScopeToAKueueJobOfANamespaceNotAllowed(t *testing
 		if strings.Contains(line, "refused-global") || strings.Contains(line, job.Name) {
 			t.Fatalf("Redis saw a command about the refused lock or its Job: %s", line)
 		}
-	}
-}
-
-// monitor records every command the Redis of rdb runs from now on (MONITOR, on a connection of its
-// own). seen returns the commands run until it is called: it sends a marker through rdb and waits
-// until the monitor saw it, so nothing run before the call is missing.
-func monitor(t *testing.T, rdb *redis.Client) (seen func() []string) {
-	t.Helper()
-	conn, err := net.Dial("tcp", rdb.Options().Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(conn)
-	if ok, err := r.ReadString('\n'); err != nil || ok != "+OK\r\n" {
-		t.Fatalf("MONITOR: %q, %v", ok, err)
-	}
-	var mu sync.Mutex
-	var lines []string
-	go func() {
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			lines = append(lines, line)
-			mu.Unlock()
-		}
-	}()
-	markers := 0
-	return func() []string {
-		t.Helper()
-		markers++
-		marker := fmt.Sprintf("kueue-test-monitor-marker-%d", markers)
-		if err := rdb.Echo(context.Background(), marker).Err(); err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		eventually(t, "the monitor sees "+marker, func() (bool, string) {
-			mu.Lock()
-			out = slices.Clone(lines)
-			mu.Unlock()
-			return slices.ContainsFunc(out, func(l string) bool { return strings.Contains(l, marker) }),
-				fmt.Sprintf("%d commands seen", len(out))
-		})
-		return out
 	}
 }
 
