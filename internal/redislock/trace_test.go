@@ -217,3 +217,107 @@ func TestTraceOfAPausedAcquireFollowsTheModel(t *testing.T) {
 		t.Fatalf("a forged trace was taken for a run of the model: %v %v", r, err)
 	}
 }
+
+// queueScriptEvents maps the commands MONITOR saw to the queue model's labels: each client's asks
+// (acquirequeued.lua), releases (releasehandoff.lua) and giving up (dequeue.lua), tied to the client
+// by its token (its member, for dequeue.lua). Reads and keepalives are none of the model's steps.
+func queueScriptEvents(t *testing.T, tokens, members []string, lines []string) []string {
+	t.Helper()
+	names := map[string]string{}
+	for name, src := range ScriptSources() {
+		names[redis.NewScript(src).Hash()] = name
+	}
+	var events []string
+	for _, line := range lines {
+		args := monitorArg.FindAllStringSubmatch(line, -1)
+		if len(args) < 3 || !strings.EqualFold(args[0][1], "EVALSHA") {
+			continue
+		}
+		var numKeys int
+		if _, err := fmt.Sscan(args[2][1], &numKeys); err != nil {
+			t.Fatalf("MONITOR line %q: %v", line, err)
+		}
+		argv := args[3+numKeys:]
+		switch names[args[1][1]] {
+		case "acquire queued":
+			events = append(events, fmt.Sprintf("c%d asks (acquirequeued.lua)", slices.Index(tokens, argv[0][1])+1))
+		case "release handoff":
+			events = append(events, fmt.Sprintf("c%d releases (releasehandoff.lua)", slices.Index(tokens, argv[0][1])+1))
+		case "dequeue":
+			events = append(events, fmt.Sprintf("c%d gives up (dequeue.lua)", slices.Index(members, argv[0][1])+1))
+		}
+	}
+	return events
+}
+
+// queueSeen: the scripts and the clients' writes are seen; a wake-up (by the channel or the
+// backoff timer), a validity's end, an expiry and a liveness that runs out are not.
+func queueSeen(label string) bool {
+	return strings.Contains(label, ".lua)") || strings.Contains(label, "writes to the store")
+}
+
+// TestTraceOfAQueuedHandoffFollowsTheModel: three clients on one redis-server each make one queued
+// Acquire of one lock at once (client 1's score ahead of 2's, 2's of 3's), write once to a fenced
+// store while they hold it, and release, handing it to the next in line. What Redis ran and what
+// each client wrote follow the queue model (a waiter wakes on the release channel or its backoff
+// timer); the same trace with a client writing before any grant is refused.
+func TestTraceOfAQueuedHandoffFollowsTheModel(t *testing.T) {
+	srv := redisserver.Start(t)
+	rc := srv.Client(t)
+	ctx := context.Background()
+	for _, src := range ScriptSources() {
+		if err := redis.NewScript(src).Load(ctx, rc).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := uniqueKey(t)
+	tokens := []string{"tok-1", "tok-2", "tok-3"}
+	members := []string{"m-1", "m-2", "m-3"}
+	// Each client's connection and subscription are made before the run, so the run is only the
+	// protocol's calls.
+	clients := make([]*Client, 3)
+	for i := range clients {
+		c, err := New(srv.Client(t), WithReleaseNotifications("trace:released"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Inspect(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		clients[i] = c
+	}
+	seen := redisserver.Monitor(t, rc)
+
+	writes := make([][]string, 3) // each client's writes, in its own order
+	errs := make(chan error, 3)
+	for i, c := range clients {
+		go func() {
+			l, err := c.Acquire(ctx, key, time.Minute, WithToken(tokens[i]), WithQueue(members[i], float64(i+1), time.Minute),
+				WithRetry(FixedBackoff(20*time.Millisecond)))
+			if err != nil {
+				errs <- fmt.Errorf("client %d: %w", i+1, err)
+				return
+			}
+			writes[i] = append(writes[i], fmt.Sprintf("c%d writes to the store with fence %d", i+1, l.Fence()))
+			errs <- l.Release(ctx)
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	scripts := queueScriptEvents(t, tokens, members, seen())
+	t.Logf("Redis: %q\nwrites: %q", scripts, writes)
+	cfg := model.QueueConfig{Poll: true}
+	streams := append([][]string{scripts}, writes...)
+	if r, err := model.Follow(model.QueueInit(), model.QueueNext(cfg), queueSeen, streams, sameStep, 5_000_000); err != nil || r != nil {
+		t.Fatalf("the recorded run is not a run of the model: %v %v", r, err)
+	}
+	// Not blind: a client that writes before Redis granted anyone anything is no run of the model.
+	early := append([][]string{append([]string{"c3 writes to the store with fence 1"}, scripts...)}, writes...)
+	r, err := model.Follow(model.QueueInit(), model.QueueNext(cfg), queueSeen, early, sameStep, 5_000_000)
+	if err != nil || r == nil {
+		t.Fatalf("a forged trace was taken for a run of the model: %v %v", r, err)
+	}
+}
