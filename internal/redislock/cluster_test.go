@@ -38,7 +38,8 @@ func TestRedisCluster(t *testing.T) {
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = cc.Close() })
-	c, err := New(cc, WithKeyPrefix("lockedjob:"))
+	// Release marks on, as the operator's client has them: they are derived keys in the lock's slot.
+	c, err := New(cc, WithKeyPrefix("lockedjob:"), WithReleaseMarkRetention(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +106,16 @@ func TestRedisCluster(t *testing.T) {
 	}
 	if _, err := c.Acquire(ctx, key, time.Second, WithQueue("w", 0, time.Minute)); err != nil {
 		t.Fatalf("queued Acquire of a free lock: %v", err)
+	}
+	// Each release left its mark on the master that owns its lock: asked again with the fence it
+	// held, after another holder took that lock, a release finds it.
+	if err := c.ReleaseToken(ctx, key, locks[0].Token(), locks[0].Fence()); err != nil {
+		t.Fatalf("a release asked again on the cluster: %v, want nil (its mark)", err)
+	}
+	for _, l := range locks {
+		if err := c.ReleaseToken(ctx, l.Key(), l.Token(), l.Fence()); err != nil {
+			t.Fatalf("release of %s asked again: %v", l.Key(), err)
+		}
 	}
 
 	clusterSemaphore(t, c)
