@@ -130,9 +130,12 @@ var _ = Describe("Guarded Pods", func() {
 		endPod(first, corev1.PodSucceeded)
 		_, fence2 := waitPodHeld(second)
 		Expect(fence2).To(BeNumerically(">", fence1))
-		done := getPod(first)
-		Expect(done.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)))
-		Expect(done.Finalizers).NotTo(ContainElement(batchv1alpha1.FinalizerReleaseLock))
+		// The release lets the successor in before the end record's write, so the record is waited for.
+		Eventually(func(g Gomega) {
+			done := getPod(first)
+			g.Expect(done.Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)))
+			g.Expect(done.Finalizers).NotTo(ContainElement(batchv1alpha1.FinalizerReleaseLock))
+		}).Should(Succeed())
 	})
 
 	It("excludes a guarded Pod, a LockedJob and a guarded Job of one lock name, with fences rising across all three", func() {
@@ -150,7 +153,8 @@ var _ = Describe("Guarded Pods", func() {
 		endPod(pod, corev1.PodFailed)
 		_, jobFence := waitHeld(job)
 		Expect(jobFence).To(BeNumerically(">", fence))
-		Expect(getPod(pod).Annotations).To(HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)))
+		Eventually(func() map[string]string { return getPod(pod).Annotations }).Should(
+			HaveKeyWithValue(batchv1alpha1.AnnotationGuard, string(batchv1alpha1.GuardReleased)), "recorded after the release")
 	})
 
 	It("keeps the lock of a deleted bound Pod until its containers stopped, then releases it and lets the Pod go", func() {
