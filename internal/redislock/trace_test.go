@@ -60,6 +60,40 @@ func (ct *clientTrace) release(ctx context.Context, t *testing.T, l *Lock) {
 
 var monitorArg = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
 
+// scriptRun is one script Redis ran, as MONITOR saw it: the script's name (ScriptSources) and its
+// ARGV, each as MONITOR quoted it.
+type scriptRun struct {
+	name string
+	argv []string
+}
+
+// scriptsRun are the scripts the MONITOR lines show Redis running, in order; other commands are left
+// out. Every script must have been loaded first (see the tests), so an EVALSHA is one that ran.
+func scriptsRun(t *testing.T, lines []string) []scriptRun {
+	t.Helper()
+	names := map[string]string{} // SHA-1, as EVALSHA names a script, → its name
+	for name, src := range ScriptSources() {
+		names[redis.NewScript(src).Hash()] = name
+	}
+	var runs []scriptRun
+	for _, line := range lines {
+		args := monitorArg.FindAllStringSubmatch(line, -1)
+		if len(args) < 3 || !strings.EqualFold(args[0][1], "EVALSHA") {
+			continue
+		}
+		var numKeys int
+		if _, err := fmt.Sscan(args[2][1], &numKeys); err != nil {
+			t.Fatalf("MONITOR line %q: %v", line, err)
+		}
+		run := scriptRun{name: names[args[1][1]]}
+		for _, a := range args[3+numKeys:] {
+			run.argv = append(run.argv, a[1])
+		}
+		runs = append(runs, run)
+	}
+	return runs
+}
+
 // scriptEvents maps the commands MONITOR saw to the model's labels of the acquire and undo
 // scripts of ct's clients. Attempts are numbered per client in the order their ids first appear,
 // which is the order they were sent when each client sends its next attempt only after it has its
@@ -69,10 +103,6 @@ var monitorArg = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
 // the one kept is the first after its acquire script ran, or the first if that script never ran.
 func scriptEvents(t *testing.T, ct *clientTrace, lines []string) []string {
 	t.Helper()
-	names := map[string]string{} // SHA-1, as EVALSHA names a script, → its name
-	for name, src := range ScriptSources() {
-		names[redis.NewScript(src).Hash()] = name
-	}
 	attempts := map[string]int{} // attempt id → its number for its client
 	perClient := map[int]int{}
 	type undo struct {
@@ -89,25 +119,17 @@ func scriptEvents(t *testing.T, ct *clientTrace, lines []string) []string {
 		}
 		return attempts[id]
 	}
-	for _, line := range lines {
-		args := monitorArg.FindAllStringSubmatch(line, -1)
-		if len(args) < 3 || !strings.EqualFold(args[0][1], "EVALSHA") {
-			continue
-		}
-		var numKeys int
-		if _, err := fmt.Sscan(args[2][1], &numKeys); err != nil {
-			t.Fatalf("MONITOR line %q: %v", line, err)
-		}
-		argv := args[3+numKeys:]
-		switch names[args[1][1]] {
+	for _, run := range scriptsRun(t, lines) {
+		argv := run.argv
+		switch run.name {
 		case "acquire": // ARGV: token, ttl, metadata, attempt id
-			client, id := ct.client(argv[0][1]), argv[3][1]
+			client, id := ct.client(argv[0]), argv[3]
 			acquiredAt[id] = len(events)
 			events = append(events, fmt.Sprintf("acquire script of c%d attempt %d runs", client, number(client, id)))
 		case "undo": // ARGV: token, attempt ids
-			client := ct.client(argv[0][1])
+			client := ct.client(argv[0])
 			for _, a := range argv[1:] {
-				undos[a[1]] = append(undos[a[1]], undo{at: len(events), label: fmt.Sprintf("undo script of c%d attempt %d runs", client, number(client, a[1]))})
+				undos[a] = append(undos[a], undo{at: len(events), label: fmt.Sprintf("undo script of c%d attempt %d runs", client, number(client, a))})
 			}
 		}
 	}
@@ -223,28 +245,15 @@ func TestTraceOfAPausedAcquireFollowsTheModel(t *testing.T) {
 // by its token (its member, for dequeue.lua). Reads and keepalives are none of the model's steps.
 func queueScriptEvents(t *testing.T, tokens, members []string, lines []string) []string {
 	t.Helper()
-	names := map[string]string{}
-	for name, src := range ScriptSources() {
-		names[redis.NewScript(src).Hash()] = name
-	}
 	var events []string
-	for _, line := range lines {
-		args := monitorArg.FindAllStringSubmatch(line, -1)
-		if len(args) < 3 || !strings.EqualFold(args[0][1], "EVALSHA") {
-			continue
-		}
-		var numKeys int
-		if _, err := fmt.Sscan(args[2][1], &numKeys); err != nil {
-			t.Fatalf("MONITOR line %q: %v", line, err)
-		}
-		argv := args[3+numKeys:]
-		switch names[args[1][1]] {
+	for _, run := range scriptsRun(t, lines) {
+		switch run.name {
 		case "acquire queued":
-			events = append(events, fmt.Sprintf("c%d asks (acquirequeued.lua)", slices.Index(tokens, argv[0][1])+1))
+			events = append(events, fmt.Sprintf("c%d asks (acquirequeued.lua)", slices.Index(tokens, run.argv[0])+1))
 		case "release handoff":
-			events = append(events, fmt.Sprintf("c%d releases (releasehandoff.lua)", slices.Index(tokens, argv[0][1])+1))
+			events = append(events, fmt.Sprintf("c%d releases (releasehandoff.lua)", slices.Index(tokens, run.argv[0])+1))
 		case "dequeue":
-			events = append(events, fmt.Sprintf("c%d gives up (dequeue.lua)", slices.Index(members, argv[0][1])+1))
+			events = append(events, fmt.Sprintf("c%d gives up (dequeue.lua)", slices.Index(members, run.argv[0])+1))
 		}
 	}
 	return events
