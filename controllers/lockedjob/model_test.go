@@ -90,6 +90,7 @@ type mBook struct {
 	created  bool  // MarkJobCreated
 	released bool
 	lost     bool
+	gaveUp   bool // the keeper gave the lock up in a stall and renews it no more
 }
 
 // mObs is a pass's observation: what decide reads.
@@ -172,11 +173,13 @@ type opState struct {
 	// kept for a retention longer than the model's operator is ever away.
 	mark             [2]uint8
 	down, crashed    bool
+	stalled          bool // the keeper gave a lock up in a stall (once)
 	jobDeletedByUser bool
 	ljDeletedByUser  bool
 	unrecorded       bool    // a Job was created under a fence status did not record
 	cancelled        bool    // the user deleted A's Job before its pod succeeded
 	lostTruly        [2]bool // the LockedJob's lease ran out while it held the lock
+	readoptedLost    bool    // a pass took a lock for a LockedJob the API server has LockLost
 }
 
 type opMutation uint8
@@ -201,11 +204,18 @@ const (
 	// NoReleaseMark: a release leaves no mark, so a restarted operator that asks again cannot tell
 	// its own release from a lease that ran out (the protocol before the mark).
 	opNoReleaseMark
+	// BookForgetsLoss: the book forgets a lock once the loss is acted on (the Job stopped), so a
+	// pass that read the LockedJob from before its LockLost record finds a fence and no lock in the
+	// book and re-adopts it (issue 9, #28).
+	opBookForgetsLoss
 )
 
 type opConfig struct {
-	Crash           bool // the operator may crash once, and restart
-	Outage          bool // a lease nobody renews may run out (an operator away past the ttl)
+	Crash  bool // the operator may crash once, and restart
+	Outage bool // a lease nobody renews may run out (an operator away past the ttl)
+	// Stall: the keeper may give a lock up once, its validity run out in a stall (renewals that did
+	// not come back in time) while its key lives on in Redis until its ttl.
+	Stall           bool
 	DeleteJob       bool // a user may delete the first LockedJob's Job once, out of band
 	DeleteLockedJob bool // a user may delete the first LockedJob
 	Mutation        opMutation
@@ -279,6 +289,12 @@ func opNext(cfg opConfig) func(opState) []model.Step[opState] {
 				n.book[i].lost = true
 				add("the keeper finds "+name+"'s lock gone", n)
 			}
+			if cfg.Stall && !s.stalled && !s.down && s.book[i].holding != 0 && !s.book[i].lost && s.owner == uint8(i+1) {
+				n := s
+				n.book[i].lost, n.book[i].gaveUp, n.stalled = true, true, true
+				n.lostTruly[i] = true // its validity ended while it held: its lease may be gone
+				add("the keeper gives "+name+"'s lock up: its validity ran out in a stall (the key lives on)", n)
+			}
 		}
 		// A lease nobody renews runs out after its ttl. Without Outage the operator is back (and
 		// re-adopts) sooner wherever status records the lock held; a lock only the token names (a
@@ -286,9 +302,9 @@ func opNext(cfg opConfig) func(opState) []model.Step[opState] {
 		// LockedJob that is gone is left to run out.
 		if s.owner != 0 {
 			o := s.owner - 1
-			renewed := !s.down && s.book[o].holding == s.ownerFence
+			renewed := !s.down && s.book[o].holding == s.ownerFence && !s.book[o].gaveUp
 			recorded := !s.api[o].gone && s.api[o].st.held
-			if !renewed && (cfg.Outage || !recorded) {
+			if !renewed && (cfg.Outage || !recorded || s.book[o].gaveUp) {
 				n := s
 				n.owner, n.ownerFence = 0, 0
 				n.lostTruly[o] = n.lostTruly[o] || recorded
@@ -576,6 +592,9 @@ func act(n *opState, i int, a mAction, cfg opConfig) outcomeOf {
 		return oNext
 
 	case aReadopt, aDeleteReadopt:
+		if n.owner == 0 || n.owner == owner {
+			n.readoptedLost = n.readoptedLost || n.api[i].st.phase == phLockLost
+		}
 		switch n.owner {
 		case 0:
 			n.counter++
@@ -596,6 +615,9 @@ func act(n *opState, i int, a mAction, cfg opConfig) outcomeOf {
 			n.job[i] = mJobDeleted
 		}
 		p.w.st.phase, p.w.st.held = phLockLost, false
+		if cfg.Mutation == opBookForgetsLoss {
+			n.book[i] = mBook{}
+		}
 		return oEnd
 
 	case aReleaseFinish:
@@ -706,10 +728,13 @@ func opCheck(cfg opConfig) func(opState) string {
 		if s.cancelled && s.api[0].st.phase == phSucceeded && checks("o") {
 			return "o: a LockedJob whose Job was deleted before its pod succeeded ended Succeeded"
 		}
+		if s.readoptedLost && checks("r") {
+			return "r: a pass took the lock again for a LockedJob recorded LockLost (a Readopted after LockLost)"
+		}
 		if s.unrecorded && checks("u") {
 			return "u: a Job was created under a fence its LockedJob's status did not record"
 		}
-		if !cfg.Outage && s.pod[0] == podRunning && s.pod[1] == podRunning && checks("a") {
+		if !cfg.Outage && !cfg.Stall && s.pod[0] == podRunning && s.pod[1] == podRunning && checks("a") {
 			return "a: the pods of both LockedJobs ran at once"
 		}
 		return ""
@@ -768,6 +793,8 @@ func TestOperatorModelAsBuilt(t *testing.T) {
 	t.Run("a user deletes a Job", func(t *testing.T) { expectOperator(t, opConfig{DeleteJob: true}, "") })
 	t.Run("the operator crashes and restarts", func(t *testing.T) { expectOperator(t, opConfig{Crash: true}, "") })
 	t.Run("the operator is away past the ttl", func(t *testing.T) { expectOperator(t, opConfig{Crash: true, Outage: true, Skip: "h"}, "") })
+	// A stall is a true loss: the key runs out while the Job may run on, so (a) is not claimed.
+	t.Run("the keeper gives a lock up in a stall", func(t *testing.T) { expectOperator(t, opConfig{Stall: true}, "") })
 	// A limit of today's protocol (docs/design.md, "A Job is created once"): a crash after the
 	// Job's create and before its UID is recorded, then the Job deleted out of band before the
 	// operator is back, looks like a Job never created.
@@ -799,5 +826,8 @@ func TestOperatorModelMutations(t *testing.T) {
 	// once another holder has the lock.
 	t.Run("a release leaves no mark", func(t *testing.T) {
 		expectOperator(t, opConfig{Crash: true, Mutation: opNoReleaseMark, Skip: "g"}, "h")
+	})
+	t.Run("the book forgets a lost lock once the loss is acted on (issue 9, #28)", func(t *testing.T) {
+		expectOperator(t, opConfig{Stall: true, Mutation: opBookForgetsLoss, Skip: "g"}, "r")
 	})
 }
