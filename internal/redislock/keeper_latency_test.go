@@ -174,21 +174,23 @@ func measureUnderLatency(t *testing.T, c *Client, k *Keeper, g *keeperLog, delay
 }
 
 // TestKeeperRenewsEarlyForItsMarginAt600msRTT: a keeper that measured 600ms round trips renews a lock
-// early enough for its at-risk margin. A 3s lease renewed every half lease, with a third of it as
-// the margin, leaves 470ms between the renewal and the margin, less than a round trip: a renewal at
-// the interval was answered 130ms into the margin, so it must go out sooner.
+// early enough for its at-risk margin. A 3.3s lease renewed every 1.98s, with 1s of margin, leaves
+// about 290ms between the renewal and the margin (the drift takes 33ms), less than a round trip: a
+// renewal at the interval would be answered some 310ms into the margin, so it must go out sooner.
+// The lease leaves room for round trips of up to 756ms (three of them must fit before the margin,
+// else the keeper reports the lease too short), so a loaded machine's slower answers still fit.
 func TestKeeperRenewsEarlyForItsMarginAt600msRTT(t *testing.T) {
 	c, p, _ := proxied(t, withoutIdentity)
-	const ttl = 3 * time.Second
+	const ttl = 3300 * time.Millisecond
 	var g keeperLog
 	opts := g.options()
-	opts.AtRiskMargin = ttl / 3
+	opts.AtRiskMargin = time.Second
 	k := c.NewKeeper(opts)
 	defer k.Stop()
 	measureUnderLatency(t, c, k, &g, func() { p.Delay(latencyOneWay) })
 
 	l := mustAcquire(t, c, uniqueKey(t), ttl)
-	if err := k.Add(l, ttl/2); err != nil {
+	if err := k.Add(l, ttl*6/10); err != nil {
 		t.Fatal(err)
 	}
 	g.keepsThroughLeases(t, l, 2)
