@@ -270,7 +270,7 @@ var _ = Describe("LockedCronJob controller", func() {
 			g.Expect(st.Active).To(HaveLen(1))
 			g.Expect(st.Active[0].Name).To(Equal(second.Name))
 		}).Should(Succeed())
-		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("Created: Created LockedJob " + first.Name)))
+		Eventually(func() []string { return cronEvents(cj) }).Should(ContainElement(ContainSubstring("Created: Created LockedJob " + first.Name)))
 	})
 
 	It("misses runs while the controller is away: starts only the most recent, never a burst", func() {
@@ -310,7 +310,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		}).Should(Succeed())
 		Expect(runsOf(ns)).To(BeEmpty())
 		Expect(exported("lockedjob_cron_runs_total", "result", "skipped") - skippedBefore).To(BeNumerically("==", 1))
-		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("Skipped: Skipped the run scheduled at " + r1.UTC().Format(time.RFC3339) + ": lock db is held")))
+		Eventually(func() []string { return cronEvents(cj) }).Should(ContainElement(ContainSubstring("Skipped: Skipped the run scheduled at " + r1.UTC().Format(time.RFC3339) + ": lock db is held")))
 
 		// Free: the next run is created.
 		Expect(held.Release(ctx)).To(Succeed())
@@ -321,7 +321,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		rig.at(cj, r3.Add(time.Second))
 		Eventually(func() int64 { return fetchCron(cj).Status.SkippedRuns }).Should(Equal(int64(2)))
 		Expect(runsOf(ns)).To(HaveLen(1))
-		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("LockedJob " + run.Name + " has not finished")))
+		Eventually(func() []string { return cronEvents(cj) }).Should(ContainElement(ContainSubstring("LockedJob " + run.Name + " has not finished")))
 		Expect(fetchCron(cj).Status.LastScheduleTime.Time).To(BeTemporally("==", r2))
 	})
 
@@ -428,7 +428,7 @@ var _ = Describe("LockedCronJob controller", func() {
 		got := fetch(other)
 		Expect(got.DeletionTimestamp).To(BeNil(), "another owner's LockedJob is never replaced")
 		Expect(got.Status.Phase).To(Equal(batchv1alpha1.PhaseRunning))
-		Expect(cronEvents(cj)).To(ContainElement(ContainSubstring("Replaced: Deleted unfinished LockedJob " + first.Name)))
+		Eventually(func() []string { return cronEvents(cj) }).Should(ContainElement(ContainSubstring("Replaced: Deleted unfinished LockedJob " + first.Name)))
 		Expect(exported("lockedjob_cron_replaced_total") - replacedBefore).To(BeNumerically("==", 1))
 	})
 
@@ -501,7 +501,7 @@ var _ = Describe("LockedCronJob controller", func() {
 			g.Expect(c.Message).To(ContainSubstring("beyond end of range"))
 			g.Expect(got.Status.NextScheduleTime).To(BeNil())
 		}).Should(Succeed())
-		Expect(cronEvents(cj)).To(ContainElement(HavePrefix("InvalidSchedule: ")))
+		Eventually(func() []string { return cronEvents(cj) }).Should(ContainElement(HavePrefix("InvalidSchedule: ")))
 
 		cur := fetchCron(cj)
 		cur.Spec.Schedule = "* * * * *"
