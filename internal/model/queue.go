@@ -46,6 +46,18 @@ const (
 
 // QueueConfig says which faults the queue model may take.
 type QueueConfig struct {
+	// Operator: the clients are an operator's claimants, as the fault suite's traces record them
+	// (Follow; the model is not explored exhaustively so). A client's keeper may renew its lock
+	// (renew.lua, which compares the token), and a client may release by its token or leave the
+	// queue whatever it believes (a pass acts on what status records, which may be older than what
+	// Redis did), and undo an attempt it got no answer for (undo.lua).
+	Operator bool
+	// Disturbed (with Operator): the clients, one bit each (client i+1 is bit i), whose operator the
+	// fault hits: besides what Crash allows, such a client may crash any number of times and come
+	// back (its operator killed, paused or cut off past its waiters' liveness, then back), and then
+	// ask again or re-adopt with the plain acquire (acquire.lua, outside the queue), and a holder of
+	// it may get no reply to the ask that granted it, and ask again.
+	Disturbed uint8
 	// Poll: a waiter also asks again when its backoff timer fires, not only when the channel tells
 	// it (Client.awaitTurn).
 	Poll bool
@@ -67,7 +79,8 @@ const (
 	qHolding                   // holds the lock and believes its lease valid
 	qStale                     // its validity ended while it held: it stopped, and still releases by token
 	qDone                      // released, or gave up
-	qCrashed                   // takes no more steps
+	qCrashed                   // takes no more steps (with Operator: until its operator starts again)
+	qBack                      // Operator: started again after a crash; asks again or re-adopts
 )
 
 type message int8
@@ -90,17 +103,24 @@ type queueClient struct {
 }
 
 type queueLock struct {
-	owner int8 // 0: free; clients are 1..3
+	owner int8 // 0: free; clients are 1..n
 	// claimed: written by its owner's own ask (a fresh grant or a re-adoption), so it expires only
 	// after that owner's validity ended; a lock a release handed over is not claimed yet.
 	claimed bool
+	// fresh (Operator only): written by a fresh grant and not re-adopted since, so it holds the
+	// token marked with the attempt (holder.lua), which undo.lua removes.
+	fresh bool
 }
+
+// MaxQueueClients bounds a queue model's clients (QueueInitN).
+const MaxQueueClients = 7
 
 // QueueState is one state of the queue model.
 type QueueState struct {
 	lock      queueLock
 	counter   int16
-	c         [3]queueClient
+	n         int8 // clients
+	c         [MaxQueueClients]queueClient
 	crashed   bool
 	storeMax  int16
 	storeBy   int8
@@ -110,9 +130,12 @@ type QueueState struct {
 
 // QueueInit is the model's initial state: the lock free, every client about to ask. A client's
 // score is its number: client 1 is ahead of 2, 2 of 3 (priority, then age).
-func QueueInit() QueueState {
-	var s QueueState
-	for i := range s.c {
+func QueueInit() QueueState { return QueueInitN(3) }
+
+// QueueInitN is the initial state with n clients (at most MaxQueueClients), numbered by score.
+func QueueInitN(n int) QueueState {
+	s := QueueState{n: int8(min(n, MaxQueueClients))}
+	for i := range s.n {
 		s.c[i].alive = true
 	}
 	return s
@@ -126,7 +149,7 @@ func QueueNext(cfg QueueConfig) func(QueueState) []Step[QueueState] {
 		}
 		var out []Step[QueueState]
 		add := func(label string, n QueueState) { out = append(out, Step[QueueState]{label, n}) }
-		for i := range s.c {
+		for i := range int(s.n) {
 			s.queueClientSteps(cfg, i, add)
 			s.channelSteps(cfg, i, add)
 		}
@@ -139,14 +162,18 @@ func QueueNext(cfg QueueConfig) func(QueueState) []Step[QueueState] {
 func (s QueueState) queueClientSteps(cfg QueueConfig, i int, add func(string, QueueState)) {
 	id := int8(i + 1)
 	c := s.c[i]
-	if cfg.Crash && !s.crashed && c.pc != qDone && c.pc != qCrashed {
+	disturbed := cfg.Operator && cfg.Disturbed&(1<<i) != 0
+	if (cfg.Crash && !s.crashed || disturbed) && c.pc != qDone && c.pc != qCrashed {
 		n := s
 		n.c[i].pc, n.crashed = qCrashed, true
 		add(fmt.Sprintf("c%d crashes", id), n)
 	}
+	if cfg.Operator {
+		s.operatorSteps(cfg, i, add)
+	}
 	switch c.pc {
 	case qAsk:
-		add(fmt.Sprintf("c%d asks (acquirequeued.lua)", id), s.askQueued(i))
+		add(s.ask(cfg, i))
 	case qWaiting:
 		if cfg.Poll {
 			n := s
@@ -163,9 +190,9 @@ func (s QueueState) queueClientSteps(cfg QueueConfig, i int, add func(string, Qu
 		n := s
 		n.c[i].pc = qStale
 		add(fmt.Sprintf("c%d's validity ends: it stops its work", id), n)
-		add(fmt.Sprintf("c%d releases (releasehandoff.lua)", id), s.releaseHandoff(cfg, i))
+		add(s.release(cfg, i, "releases"))
 	case qStale:
-		add(fmt.Sprintf("c%d releases late, by its token (releasehandoff.lua)", id), s.releaseHandoff(cfg, i))
+		add(s.release(cfg, i, "releases late, by its token"))
 	}
 }
 
@@ -195,6 +222,100 @@ func (s QueueState) channelSteps(cfg QueueConfig, i int, add func(string, QueueS
 	}
 }
 
+// operatorSteps are what an operator's claimant does besides the modelled client's steps (see
+// QueueConfig.Operator).
+func (s QueueState) operatorSteps(cfg QueueConfig, i int, add func(string, QueueState)) {
+	id := int8(i + 1)
+	c := s.c[i]
+	if cfg.Disturbed&(1<<i) != 0 {
+		switch c.pc {
+		case qCrashed:
+			n := s
+			n.c[i].pc = qBack
+			add(fmt.Sprintf("c%d's operator starts again", id), n)
+			return
+		case qBack:
+			add(s.ask(cfg, i))
+			n := s.readopt(i)
+			add(fmt.Sprintf("c%d re-adopts (acquire.lua) → %s", id, grantOutcome(s, n, i, "is refused")), n)
+		case qHolding:
+			n := s
+			n.c[i].pc = qAsk
+			add(fmt.Sprintf("c%d gets no reply to the ask that granted it, and asks again", id), n)
+		}
+	}
+	if c.pc == qCrashed {
+		return
+	}
+	if c.pc != qHolding && c.pc != qStale {
+		add(s.release(cfg, i, "releases"))
+	}
+	renewed := "not ours" // renew.lua compares the token; a keeper that still has the lock renews it
+	if s.lock.owner == id {
+		renewed = "renewed"
+	}
+	add(fmt.Sprintf("c%d renews (renew.lua) → %s", id, renewed), s)
+	if c.pc != qWaiting || !cfg.GiveUp {
+		add(fmt.Sprintf("c%d gives up (dequeue.lua)", id), s.dequeue(i))
+	}
+	n := s
+	undone := "changes nothing"
+	if l := s.lock; l.owner == id && l.fresh && c.pc != qHolding {
+		n.lock, undone = queueLock{}, "removes the lock"
+	}
+	add(fmt.Sprintf("c%d undoes an attempt (undo.lua) → %s", id, undone), n)
+}
+
+// ask is client i's acquirequeued.lua, labelled with its outcome as Redis' writes show it.
+func (s QueueState) ask(cfg QueueConfig, i int) (string, QueueState) {
+	n := s.askQueued(cfg, i)
+	return fmt.Sprintf("c%d asks (acquirequeued.lua) → %s", i+1, grantOutcome(s, n, i, "waits")), n
+}
+
+// grantOutcome names what an acquire by client i from s to n did: a re-adoption of a lock that
+// held its token, a fresh grant, or none (refused).
+func grantOutcome(s, n QueueState, i int, refused string) string {
+	switch {
+	case n.c[i].pc != qHolding:
+		return refused
+	case s.lock.owner == int8(i+1):
+		return "re-adopts"
+	}
+	return "is granted"
+}
+
+// release is client i's releasehandoff.lua (how is how the client releases), labelled with whether
+// it released: it deleted (and handed on) a lock, or found it not the caller's.
+func (s QueueState) release(cfg QueueConfig, i int, how string) (string, QueueState) {
+	n := s.releaseHandoff(cfg, i)
+	released := "not ours"
+	if n.lock != s.lock || n.counter != s.counter {
+		released = "released"
+	}
+	return fmt.Sprintf("c%d %s (releasehandoff.lua) → %s", i+1, how, released), n
+}
+
+// readopt runs acquire.lua for client i with its own token, outside the queue: a lock that holds
+// the token is re-adopted with the counter's fence, a free one granted afresh, another's refused.
+func (s QueueState) readopt(i int) QueueState {
+	id := int8(i + 1)
+	n := s
+	c := &n.c[i]
+	switch s.lock.owner {
+	case id:
+		n.lock = queueLock{owner: id, claimed: true}
+		c.pc, c.fence, c.held = qHolding, n.counter, true
+		return n
+	case 0:
+		n.counter++
+		n.lock = queueLock{owner: id, claimed: true, fresh: true}
+		c.pc, c.fence, c.held = qHolding, n.counter, true
+		return n.granted(i, n.counter)
+	}
+	c.pc = qDone // LockLost: it may still release by its token, or leave the queue
+	return n
+}
+
 // queueRedisSteps are Redis' expiry of the lock and the end of a crashed waiter's liveness.
 func (s QueueState) queueRedisSteps(cfg QueueConfig, add func(string, QueueState)) {
 	if o := s.lock.owner; o != 0 && (!s.lock.claimed || s.c[o-1].pc != qHolding) {
@@ -202,7 +323,7 @@ func (s QueueState) queueRedisSteps(cfg QueueConfig, add func(string, QueueState
 		n.lock = queueLock{}
 		add(fmt.Sprintf("Redis expires c%d's lock", o), n)
 	}
-	for i, c := range s.c {
+	for i, c := range s.c[:s.n] {
 		if c.pc == qCrashed && c.alive && cfg.Mutation != PruneNothing {
 			n := s
 			n.c[i].alive = false
@@ -212,14 +333,14 @@ func (s QueueState) queueRedisSteps(cfg QueueConfig, add func(string, QueueState
 }
 
 // askQueued runs acquirequeued.lua for client i and reads its reply.
-func (s QueueState) askQueued(i int) QueueState {
+func (s QueueState) askQueued(cfg QueueConfig, i int) QueueState {
 	id := int8(i + 1)
 	n := s
 	c := &n.c[i]
 	if n.lock.owner == id {
 		// Ours: handed to us by a release (or re-adopted): re-adopt, with the counter's fence.
 		c.queued = false
-		n.lock.claimed = true
+		n.lock.claimed, n.lock.fresh = true, false
 		c.pc, c.fence, c.held = qHolding, n.counter, true
 		return n
 	}
@@ -233,7 +354,7 @@ func (s QueueState) askQueued(i int) QueueState {
 	}
 	c.queued = false
 	n.counter++
-	n.lock = queueLock{owner: id, claimed: true}
+	n.lock = queueLock{owner: id, claimed: true, fresh: cfg.Operator}
 	c.pc, c.fence, c.held = qHolding, n.counter, true
 	return n.granted(i, n.counter)
 }
@@ -258,8 +379,8 @@ func (s QueueState) releaseHandoff(cfg QueueConfig, i int) QueueState {
 	return n.releaseToHead(cfg)
 }
 
-// dequeue runs dequeue.lua for client i: leave the queue; a lock handed to it, or a free lock with
-// others in line, goes to the head.
+// dequeue runs dequeue.lua for client i: leave the queue; a lock handed to it and not claimed yet
+// (its ticket holds the token the lock holds), or a free lock with others in line, goes to the head.
 func (s QueueState) dequeue(i int) QueueState {
 	n := s
 	n.c[i].pc, n.c[i].queued, n.c[i].alive = qDone, false, false
@@ -269,7 +390,7 @@ func (s QueueState) dequeue(i int) QueueState {
 		}
 		return n
 	}
-	if s.lock.owner == int8(i+1) {
+	if s.lock.owner == int8(i+1) && !s.lock.claimed {
 		return n.releaseToHead(QueueConfig{})
 	}
 	return n
@@ -300,7 +421,7 @@ func (s QueueState) releaseToHead(cfg QueueConfig) QueueState {
 // publishFreed is a release's message to everyone: one that is still to be delivered a handoff is
 // not overwritten, since both only wake and the handoff wakes its waiter in any case.
 func (s *QueueState) publishFreed() {
-	for j := range s.c {
+	for j := range s.n {
 		if s.c[j].msg == noMessage {
 			s.c[j].msg = freedMessage
 		}
@@ -309,7 +430,7 @@ func (s *QueueState) publishFreed() {
 
 // prune drops the waiters whose liveness ran out.
 func (s *QueueState) prune() {
-	for j := range s.c {
+	for j := range s.n {
 		if !s.c[j].alive {
 			s.c[j].queued = false
 		}
@@ -318,7 +439,7 @@ func (s *QueueState) prune() {
 
 // head is the queued client with the lowest score (its number), or -1.
 func (s QueueState) head() int {
-	for j := range s.c {
+	for j := range int(s.n) {
 		if s.c[j].queued {
 			return j
 		}
@@ -348,7 +469,7 @@ func QueueCheck(s QueueState) string {
 		return s.broken
 	}
 	holding := 0
-	for _, c := range s.c {
+	for _, c := range s.c[:s.n] {
 		if c.pc == qHolding {
 			holding++
 		}
@@ -363,7 +484,7 @@ func QueueCheck(s QueueState) string {
 // that did not give up held the lock.
 func QueueDone(giveUp bool) func(QueueState) bool {
 	return func(s QueueState) bool {
-		for _, c := range s.c {
+		for _, c := range s.c[:s.n] {
 			if c.pc == qCrashed {
 				continue
 			}

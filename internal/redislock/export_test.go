@@ -77,6 +77,3 @@ func RemoveDivert(t interface{ Cleanup(func()) }) {
 		t.Cleanup(func() { *s = saved })
 	}
 }
-
-// ScriptSources maps the name of every composed script to its source.
-func ScriptSources() map[string]string { return maps.Clone(composedSources) }

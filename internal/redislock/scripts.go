@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -100,8 +101,13 @@ var (
 )
 
 // composedSources holds the source of every composed script by name, for the test that checks each
-// defines every helper it calls.
+// defines every helper it calls, and for ScriptSources.
 var composedSources = map[string]string{}
+
+// ScriptSources maps the name of every script the library runs to its source, as Redis receives
+// it. A recording of what Redis ran (MONITOR shows EVALSHA with the SHA-1 of the source) names the
+// scripts by it, and a test that loads them all first sees no NOSCRIPT retry in its recording.
+func ScriptSources() map[string]string { return maps.Clone(composedSources) }
 
 // compose joins a script's parts, shared helpers first, and records the result.
 func compose(name string, parts ...string) *redis.Script {

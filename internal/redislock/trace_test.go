@@ -58,38 +58,13 @@ func (ct *clientTrace) release(ctx context.Context, t *testing.T, l *Lock) {
 	ct.events = append(ct.events, fmt.Sprintf("c%d releases", ct.client(l.Token())))
 }
 
-var monitorArg = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
-
-// scriptRun is one script Redis ran, as MONITOR saw it: the script's name (ScriptSources) and its
-// ARGV, each as MONITOR quoted it.
-type scriptRun struct {
-	name string
-	argv []string
-}
-
-// scriptsRun are the scripts the MONITOR lines show Redis running, in order; other commands are left
-// out. Every script must have been loaded first (see the tests), so an EVALSHA is one that ran.
-func scriptsRun(t *testing.T, lines []string) []scriptRun {
+// scriptsRun are the scripts the MONITOR lines show Redis running, in order (every script is
+// loaded before the recording; see the tests).
+func scriptsRun(t *testing.T, lines []string) []redisserver.ScriptRun {
 	t.Helper()
-	names := map[string]string{} // SHA-1, as EVALSHA names a script, → its name
-	for name, src := range ScriptSources() {
-		names[redis.NewScript(src).Hash()] = name
-	}
-	var runs []scriptRun
-	for _, line := range lines {
-		args := monitorArg.FindAllStringSubmatch(line, -1)
-		if len(args) < 3 || !strings.EqualFold(args[0][1], "EVALSHA") {
-			continue
-		}
-		var numKeys int
-		if _, err := fmt.Sscan(args[2][1], &numKeys); err != nil {
-			t.Fatalf("MONITOR line %q: %v", line, err)
-		}
-		run := scriptRun{name: names[args[1][1]]}
-		for _, a := range args[3+numKeys:] {
-			run.argv = append(run.argv, a[1])
-		}
-		runs = append(runs, run)
+	runs, err := redisserver.ScriptsRun(lines, redisserver.ScriptNames(ScriptSources()))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return runs
 }
@@ -120,8 +95,8 @@ func scriptEvents(t *testing.T, ct *clientTrace, lines []string) []string {
 		return attempts[id]
 	}
 	for _, run := range scriptsRun(t, lines) {
-		argv := run.argv
-		switch run.name {
+		argv := run.Argv
+		switch run.Name {
 		case "acquire": // ARGV: token, ttl, metadata, attempt id
 			client, id := ct.client(argv[0]), argv[3]
 			acquiredAt[id] = len(events)
@@ -166,8 +141,10 @@ func traceSeen(label string) bool {
 var traceFence = regexp.MustCompile(`fence \d+`)
 
 // sameStep compares a label with an event up to their fencing tokens: the model's are small
-// numbers, the library's a hybrid clock's microseconds (their order is checked elsewhere).
+// numbers, the library's a hybrid clock's microseconds (their order is checked elsewhere). These
+// recordings do not read a script's outcome, so a label's ("… → waits") is left out.
 func sameStep(label, event string) bool {
+	label, _, _ = strings.Cut(label, " → ")
 	return traceFence.ReplaceAllString(label, "fence N") == traceFence.ReplaceAllString(event, "fence N")
 }
 
@@ -247,13 +224,13 @@ func queueScriptEvents(t *testing.T, tokens, members []string, lines []string) [
 	t.Helper()
 	var events []string
 	for _, run := range scriptsRun(t, lines) {
-		switch run.name {
+		switch run.Name {
 		case "acquire queued":
-			events = append(events, fmt.Sprintf("c%d asks (acquirequeued.lua)", slices.Index(tokens, run.argv[0])+1))
+			events = append(events, fmt.Sprintf("c%d asks (acquirequeued.lua)", slices.Index(tokens, run.Argv[0])+1))
 		case "release handoff":
-			events = append(events, fmt.Sprintf("c%d releases (releasehandoff.lua)", slices.Index(tokens, run.argv[0])+1))
+			events = append(events, fmt.Sprintf("c%d releases (releasehandoff.lua)", slices.Index(tokens, run.Argv[0])+1))
 		case "dequeue":
-			events = append(events, fmt.Sprintf("c%d gives up (dequeue.lua)", slices.Index(members, run.argv[0])+1))
+			events = append(events, fmt.Sprintf("c%d gives up (dequeue.lua)", slices.Index(members, run.Argv[0])+1))
 		}
 	}
 	return events
