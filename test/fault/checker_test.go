@@ -72,6 +72,16 @@ func holder(cluster, namespace, claimant string) string {
 
 func (p podSpan) holder() string { return holder(p.Cluster, p.Namespace, p.Claimant) }
 
+// holderOf turns the operator's holder name cluster/namespace/name/uid into
+// the checker's cluster/namespace/name.
+func holderOf(meta string) string {
+	i := strings.LastIndexByte(meta, '/')
+	if i < 0 {
+		return meta
+	}
+	return meta[:i]
+}
+
 // jobEntry is one Job as the recorder saw it.
 type jobEntry struct {
 	Cluster   string
@@ -191,6 +201,8 @@ type verdict struct {
 	OverlapAllowed bool
 	Failures       []string
 	Notes          []string
+	// Trace is whether what Redis ran, and the pods wrote, followed the queue model (trace_test.go).
+	Trace string
 }
 
 // Failed reports whether the scenario broke a rule the suite enforces.
@@ -577,8 +589,8 @@ func maxTime(a, b time.Time) time.Time {
 // keeps.
 func table(vs []verdict) string {
 	var b strings.Builder
-	b.WriteString("| scenario | most holders at once / permits | overlaps | longest overlap | ran past lease | stale writes accepted | stale writes rejected | fences monotonic | all terminal within | duplicate Jobs | result |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |\n")
+	b.WriteString("| scenario | most holders at once / permits | overlaps | longest overlap | ran past lease | stale writes accepted | stale writes rejected | fences monotonic | all terminal within | duplicate Jobs | trace | result |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- | --- |\n")
 	for _, v := range vs {
 		mono := "yes"
 		if !v.Monotonic {
@@ -600,8 +612,8 @@ func table(vs []verdict) string {
 		if v.RanPast > 0 {
 			past = fmt.Sprintf("%d (%s)", v.RanPast, v.LongestPast.Round(time.Millisecond))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d | %s | %s | %d | %s |\n", v.Scenario, holdersCell(v), overl,
-			v.LongestOverlap.Round(time.Millisecond), past, v.StaleAccepted, v.StaleRejected, mono, term, v.DuplicateJobs, result)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d | %s | %s | %d | %s | %s |\n", v.Scenario, holdersCell(v), overl,
+			v.LongestOverlap.Round(time.Millisecond), past, v.StaleAccepted, v.StaleRejected, mono, term, v.DuplicateJobs, cmp.Or(v.Trace, "-"), result)
 	}
 	return b.String()
 }

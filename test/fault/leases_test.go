@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -128,16 +127,6 @@ func (w *leaseWatcher) observe(ctx context.Context) {
 	}
 	w.cur.LeastLeft = min(w.cur.LeastLeft, ttl)
 	w.expiry = expiry
-}
-
-// holderOf turns the operator's holder name cluster/namespace/name/uid into
-// the checker's cluster/namespace/name.
-func holderOf(meta string) string {
-	i := strings.LastIndexByte(meta, '/')
-	if i < 0 {
-		return meta
-	}
-	return meta[:i]
 }
 
 // all returns the leases seen; one still held keeps a zero End.

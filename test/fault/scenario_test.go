@@ -57,6 +57,13 @@ type scenario struct {
 	// verify, if set, judges what only this scenario promises, from the recorded history and the
 	// operators' logs; each string is a failure.
 	verify func(r *run, h history) []string
+	// untraced says why the queue model cannot follow what Redis ran in this scenario ("": it can,
+	// and the trace is checked; see trace_test.go).
+	untraced string
+	// disturbs names the clusters whose operator the fault hits (kills, pauses, restarts, cuts off
+	// from Redis or slows): only their claimants may, in the trace's model, crash and come back or
+	// miss a reply.
+	disturbs []string
 }
 
 // run is one scenario's state while it runs.
@@ -131,6 +138,7 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 		// The Sentinel scenario's lock lives on another Redis: no leases seen
 		// there, and the checker falls back to the next holder's Job.
 		r.leases = watchLeases(ctx, env.redis.Addr(), r.lock, sc.permits)
+		seen := r.recordTrace()
 
 		healedAt, err := sc.run(r)
 		if err != nil {
@@ -154,6 +162,10 @@ func runScenario(t *testing.T, sc scenario) (v verdict, ok bool) {
 		v = check(sc.name, h, sc.overlapAllowed || r.allowOverlap)
 		if sc.verify != nil {
 			v.Failures = append(v.Failures, sc.verify(r, h)...)
+		}
+		var failure string
+		if v.Trace, failure = r.checkTrace(seen, h); failure != "" {
+			v.Failures = append(v.Failures, failure)
 		}
 		if sc.permits > 1 {
 			// The operators must let the ClusterLock go: a finalizer left behind is theirs.
