@@ -181,20 +181,24 @@ func TestDeletionReleasesALockTakenBeforeACrash(t *testing.T) {
 	}
 }
 
+// withAndWithoutMarks are the two clients a history that the release mark mends runs on, each with
+// the outcome it must end in: Succeeded with the marks the operator leaves, LockLost without.
+var withAndWithoutMarks = []struct {
+	name string
+	opts []redislock.Option
+	want batchv1alpha1.LockedJobPhase
+}{
+	{"with release marks", nil, batchv1alpha1.PhaseSucceeded},
+	{"without release marks", []redislock.Option{redislock.WithReleaseMarkRetention(0)}, batchv1alpha1.PhaseLockLost},
+}
+
 // TestAReleaseWhoseRecordACrashCutOffIsNoLoss: the operator releases a finished LockedJob's lock
 // and crashes before it writes the outcome, and the next holder takes the lock. The restarted
 // operator's release finds the lock not its own; the release mark tells it the release was its
 // own, and the LockedJob ends Succeeded. Without marks the same history ends LockLost
 // (docs/design.md, "A release whose record is lost"), which is what the mark mends.
 func TestAReleaseWhoseRecordACrashCutOffIsNoLoss(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts []redislock.Option
-		want batchv1alpha1.LockedJobPhase
-	}{
-		{"with release marks", nil, batchv1alpha1.PhaseSucceeded},
-		{"without release marks", []redislock.Option{redislock.WithReleaseMarkRetention(0)}, batchv1alpha1.PhaseLockLost},
-	} {
+	for _, tc := range withAndWithoutMarks {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			var crashed atomic.Bool
@@ -224,19 +228,26 @@ func TestAReleaseWhoseRecordACrashCutOffIsNoLoss(t *testing.T) {
 			}
 			crashed.Store(false)
 
-			for range 3 {
-				u.reconcile()
-				if u.get().Status.Phase.IsTerminal() {
-					break
-				}
-			}
-			if got := u.get().Status.Phase; got != tc.want {
-				t.Fatalf("phase after the restart %s, want %s", got, tc.want)
-			}
-			if st, err := u.lib.Inspect(ctx, key); err != nil || !st.Held || st.Fence != next.Fence() {
-				t.Fatalf("the next holder's lock after the restarted release: %+v, %v", st, err)
-			}
+			u.endsLeavingTheNextHolder(t, key, next, tc.want)
 		})
+	}
+}
+
+// endsLeavingTheNextHolder reconciles until the LockedJob is terminal (three passes at most) and
+// checks that it ended in want and that next still holds the lock named key.
+func (u *unitRig) endsLeavingTheNextHolder(t *testing.T, key string, next *redislock.Lock, want batchv1alpha1.LockedJobPhase) {
+	t.Helper()
+	for range 3 {
+		u.reconcile()
+		if u.get().Status.Phase.IsTerminal() {
+			break
+		}
+	}
+	if got := u.get().Status.Phase; got != want {
+		t.Fatalf("phase %s, want %s", got, want)
+	}
+	if st, err := u.lib.Inspect(context.Background(), key); err != nil || !st.Held || st.Fence != next.Fence() {
+		t.Fatalf("the next holder's lock after the passes: %+v, %v", st, err)
 	}
 }
 
@@ -252,5 +263,35 @@ func completeJob(t *testing.T, api client.Client, name string) {
 		batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue})
 	if err := api.Status().Update(context.Background(), job); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAReadoptionFindsItsOwnSuccessorsRelease (found by the operator model with a deposed leader):
+// a leader paused past its lease and resumed beside its successor releases a LockedJob's lock at
+// its pod's outcome, and the next holder takes the lock; the successor, which knew nothing of that
+// release, re-adopts. The release mark tells it the recorded acquisition ended by a release of its
+// own token: the LockedJob ends Succeeded once its Job completes, and the next holder's lock is left
+// alone. Without marks the re-adoption finds another holder and ends it LockLost.
+func TestAReadoptionFindsItsOwnSuccessorsRelease(t *testing.T) {
+	for _, tc := range withAndWithoutMarks {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			u := newUnitRig(t, interceptor.Funcs{}, tc.opts...)
+			running := u.runToRunning()
+			claimant := locks.ClaimantOf(u.lj)
+			key, token := u.r.Config.Identity.LockKey(claimant), u.r.Config.Identity.Token(claimant)
+			// The deposed leader's release at the pod's outcome, which its successor never saw.
+			if err := u.lib.ReleaseToken(ctx, key, token, *running.Status.FencingToken); err != nil {
+				t.Fatal(err)
+			}
+			next, err := u.lib.Acquire(ctx, key, time.Minute, redislock.WithToken("next-holder"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.restart() // the successor: a book of its own
+			u.reconcile()
+			completeJob(t, u.api, running.Status.JobName)
+			u.endsLeavingTheNextHolder(t, key, next, tc.want)
+		})
 	}
 }

@@ -15,10 +15,10 @@ import (
 
 // unitLocks starts a real redis-server and returns a lock client over it, a book stopped at the
 // end of the test, and a plain client for looking at Redis directly.
-func unitLocks(t *testing.T) (*Book, *redislock.Client, *redis.Client) {
+func unitLocks(t *testing.T, opts ...redislock.Option) (*Book, *redislock.Client, *redis.Client) {
 	t.Helper()
 	rc := redisserver.Start(t).Client(t)
-	lockClient, err := redislock.New(rc)
+	lockClient, err := redislock.New(rc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
@@ -83,9 +85,41 @@ func (b *Book) onLost(l *redislock.Lock, err error) {
 		b.detach(e) // the keeper has dropped it already
 	}
 	b.mu.Unlock()
-	if ok && leading {
+	switch {
+	case ok && leading && redislock.FoundGone(err):
+		go b.lossOrOwnRelease(e, l, err)
+	case ok && leading:
 		b.reportLoss(e, err)
 	}
+}
+
+// markReadTimeout bounds the read of a release mark before a loss is reported.
+const markReadTimeout = time.Second
+
+// lossOrOwnRelease reports a lock the keeper found gone as lost, unless the release mark says its
+// own token released it under its fence: another process of this operator's did (a successor's pass,
+// while this one, deposed in a pause, did not know it yet; found by the operator model), so the
+// acquisition ended by a release, not a loss, and the reconciler finds it released. The mark is
+// written only by a release that found the lock the token's, under that fence, so no other holder
+// was granted it in between. It runs off the keeper's goroutine; until it is done the workload's
+// lock is neither held nor lost in the book, which a reconciler takes for a lock to re-adopt, and
+// re-adoption reads the same mark.
+func (b *Book) lossOrOwnRelease(e *bookEntry, l *redislock.Lock, cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), markReadTimeout)
+	released, err := b.redis.ReleasedBefore(ctx, l.Key(), l.Slot(), l.Token(), l.Fence())
+	cancel()
+	if err != nil || !released {
+		b.reportLoss(e, cause)
+		return
+	}
+	b.mu.Lock()
+	e.released = true
+	events := b.eventsOf(e.Kind)
+	obj := e.object()
+	b.mu.Unlock()
+	ctrl.Log.WithName("lockbook").Info("A lock found gone was released under its fencing token by another process of this operator",
+		"kind", e.Kind, "workload", klog.KRef(e.Object.Namespace, e.Object.Name), "fencingToken", l.Fence())
+	events <- event.GenericEvent{Object: obj}
 }
 
 // onAtRisk runs on the keeper's goroutine when renewals keep failing and the lease will end soon:

@@ -7,6 +7,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/locks"
+	"github.com/lockedjob/lockedjob/internal/redislock"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -84,5 +85,32 @@ func TestLossWakesTheReconcilerOfItsKind(t *testing.T) {
 	case <-byKind[locks.KindLockedJob]:
 		t.Fatal("a Job's loss went to the LockedJob reconciler's handler")
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestALockReleasedByAnotherProcessOfOursIsNoLoss: a successor operator released the lock with this
+// LockedJob's token (at its pod's outcome) while this book, a deposed leader's, still renewed it;
+// the keeper finds it gone, and the release mark tells the book it was released: the Job is not
+// stopped, the book says released, not lost, and the reconciler is woken to go on to the end. A
+// lock taken away without a release is still a loss (TestLostLockStopsTheJobOutsideTheQueue).
+func TestALockReleasedByAnotherProcessOfOursIsNoLoss(t *testing.T) {
+	book, lockClient, _ := unitLocks(t, redislock.WithReleaseMarkRetention(ReleaseMarkRetention))
+	stopped := make(chan Workload, 1)
+	book.SetHandlers(locks.KindLockedJob, Handlers{StopWorkload: func(_ context.Context, w Workload, _ error) { stopped <- w }})
+	lock := trackedLock(t, book, lockClient, 3*time.Second)
+	// The successor's release: the same token, the recorded fence.
+	if err := lockClient.ReleaseToken(t.Context(), lock.Key(), lock.Token(), lock.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-book.Events(locks.KindLockedJob):
+	case w := <-stopped:
+		t.Fatalf("the Job of a lock released by its own token was stopped: %+v", w)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reconciler was not woken once the keeper found the lock gone")
+	}
+	rec := book.RecordOf("u")
+	if rec.Lost != nil || !rec.Released || rec.Lock != nil {
+		t.Fatalf("the book's record %+v, want released, not lost, nothing held", rec)
 	}
 }

@@ -112,6 +112,17 @@ func (b *Book) lapsedUntaken(ctx context.Context, c Claim) bool {
 	return !st.Held && st.Fence == c.Fence
 }
 
+// ReleasedBefore reports whether the claim's token released its lock (its slot) under the claim's
+// fence, as the release mark says (redislock.Client.ReleasedBefore): that acquisition is over,
+// ended by a release of its own, whoever holds the lock now. False without a fence or marks.
+func (b *Book) ReleasedBefore(ctx context.Context, c Claim) (bool, error) {
+	slot := 0
+	if c.Slot != nil {
+		slot = int(*c.Slot)
+	}
+	return b.redis.ReleasedBefore(ctx, c.Key, slot, c.Token, c.Fence)
+}
+
 // Dequeue takes the claim's holder out of the lock's queue, giving back a lock handed to it that it
 // never used.
 func (b *Book) Dequeue(ctx context.Context, c Claim) error {

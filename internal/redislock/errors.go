@@ -82,3 +82,9 @@ var (
 	// that hands the lock to someone else: two holders (docs/design.md, Sentinel split brain).
 	ErrUnreplicatedWrites = errors.New("redislock: redis primary accepts writes without replicas")
 )
+
+// FoundGone reports whether err, a keeper's OnLost cause, says Redis answered a renewal that the
+// lock was gone or another token's, rather than that renewals failed until the lease ran out.
+func FoundGone(err error) bool {
+	return err == ErrLockLost //nolint:errorlint // the renewal's own answer, not a loss wrapped with another cause
+}

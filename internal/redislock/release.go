@@ -2,7 +2,11 @@ package redislock
 
 import (
 	"context"
+	"crypto/sha1" //nolint:gosec // the release mark's key names the token by its SHA-1, as releasemark.lua does (redis.sha1hex)
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -118,4 +122,32 @@ func (c *Client) validateSlots(verb string, n int) error {
 		return invalidf("%s: %d slots; must be 1..%d", verb, n, MaxPermits)
 	}
 	return nil
+}
+
+// ReleasedBefore reports whether token released the lock named key (its slot, for a semaphore's
+// holder; slot 0 otherwise) under fence, as the release mark it left says (WithReleaseMarkRetention):
+// true means that acquisition is over, whoever holds the lock now. A holder that finds its lock
+// free, or another's, when it asks again learns so whether it was its own release (another process
+// of its, or an earlier pass whose record was lost) rather than a loss. Without marks (the
+// default, and always on Redlock) or with fence 0 it reports false.
+func (c *Client) ReleasedBefore(ctx context.Context, key string, slot int, token string, fence int64) (bool, error) {
+	if err := validateRelease(key, token); err != nil {
+		return false, err
+	}
+	if c.markRetention == noMarks || fence <= 0 {
+		return false, nil
+	}
+	k := c.keysFor(key, false)
+	if slot > 0 {
+		k = c.keysForPermits(key).slot(slot)
+	}
+	sum := sha1.Sum([]byte(token))
+	got, err := c.nodes[0].Get(ctx, k.lock()+releaseMarkInfix+hex.EncodeToString(sum[:])).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the release mark of %s: %w", key, err)
+	}
+	return got == strconv.FormatInt(fence, 10), nil
 }

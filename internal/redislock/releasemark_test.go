@@ -187,3 +187,55 @@ func TestReleaseMarksAreWhatIsLeft(t *testing.T) {
 		}
 	}
 }
+
+// TestReleasedBeforeReadsTheMark: after a holder's release, ReleasedBefore says so for its token and
+// fence, on the lock and on a semaphore's slot, whoever holds the lock since; not for another
+// fence, another token, a lock taken from the holder without a release, nor without marks.
+func TestReleasedBeforeReadsTheMark(t *testing.T) {
+	c, _ := marked(t)
+	ctx := context.Background()
+	released := func(c *Client, key string, slot int, token string, fence int64) bool {
+		t.Helper()
+		ok, err := c.ReleasedBefore(ctx, key, slot, token, fence)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	key := uniqueKey(t)
+	a := mustAcquire(t, c, key, time.Minute, WithToken("tok-a"))
+	if released(c, key, 0, "tok-a", a.Fence()) {
+		t.Fatal("a lock still held reads as released")
+	}
+	if err := c.ReleaseToken(ctx, key, "tok-a", a.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	b := mustAcquire(t, c, key, time.Minute, WithToken("tok-b"))
+	if !released(c, key, 0, "tok-a", a.Fence()) {
+		t.Error("a's release under its fence does not read as released once b holds the lock")
+	}
+	if released(c, key, 0, "tok-a", a.Fence()+1) || released(c, key, 0, "tok-a", 0) || released(c, key, 0, "tok-b", b.Fence()) {
+		t.Error("another fence, no fence, or a holder that never released reads as released")
+	}
+
+	// A semaphore's slot keeps its own marks.
+	sem := uniqueKey(t)
+	declare(t, c, sem, 2)
+	s1 := mustAcquire(t, c, sem, time.Minute, WithToken("tok-s0"), WithPermits(2))
+	s2 := mustAcquire(t, c, sem, time.Minute, WithToken("tok-s1"), WithPermits(2))
+	if err := c.ReleaseSlotToken(ctx, sem, s2.Slot(), "tok-s1", s2.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if !released(c, sem, s2.Slot(), "tok-s1", s2.Fence()) || released(c, sem, s1.Slot(), "tok-s0", s1.Fence()) {
+		t.Errorf("slot %d's release, and slot %d held: marks read wrong", s2.Slot(), s1.Slot())
+	}
+
+	plain, _, _ := single(t)
+	l := mustAcquire(t, plain, key+"-plain", time.Minute, WithToken("tok-p"))
+	if err := plain.ReleaseToken(ctx, key+"-plain", "tok-p", l.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if released(plain, key+"-plain", 0, "tok-p", l.Fence()) {
+		t.Error("a client that leaves no marks reads a release")
+	}
+}
