@@ -27,8 +27,8 @@ import (
 // checks handoffs), Events, conditions beyond LockAcquired, observedGeneration, messages, the Job
 // cache (a Job is read as the API server has it, which observe's fallback to the API reader gives
 // for a Job the cache lacks), onLockLost (Delete: what matters is that the pod goes), Redis
-// failing, and a second operator (a leader that lost its lease is the crash here: its passes
-// stop).
+// failing; a second operator only as a deposed leader beside its successor (Deposed), for one
+// LockedJob.
 
 type mJob uint8
 
@@ -180,6 +180,26 @@ type opState struct {
 	cancelled        bool    // the user deleted A's Job before its pod succeeded
 	lostTruly        [2]bool // the LockedJob's lease ran out while it held the lock
 	readoptedLost    bool    // a pass took a lock for a LockedJob the API server has LockLost
+	// old is a deposed leader (Deposed): it lost its lease in a pause and goes on, its passes beside
+	// its successor's, until it sees the lease gone and exits.
+	old     opProc
+	deposed bool
+}
+
+// opProc is an operator process's memory: its cache, book and passes.
+type opProc struct {
+	on    bool
+	cache [2]mObject
+	book  [2]mBook
+	pass  [2]mPass
+}
+
+// swapOld puts the deposed leader's memory where the steps read the operator's, and back.
+func (s opState) swapOld() opState {
+	s.cache, s.old.cache = s.old.cache, s.cache
+	s.book, s.old.book = s.old.book, s.book
+	s.pass, s.old.pass = s.old.pass, s.pass
+	return s
 }
 
 type opMutation uint8
@@ -208,6 +228,14 @@ const (
 	// pass that read the LockedJob from before its LockLost record finds a fence and no lock in the
 	// book and re-adopts it (issue 9, #28).
 	opBookForgetsLoss
+	// ReadoptWithoutMark: a re-adoption does not ask the release mark whether the recorded
+	// acquisition was ended by a release of its own (the protocol before the deposed leader was
+	// modelled), so it takes a lock a deposed leader released afresh, or finds it another's, and
+	// ends the LockedJob LockLost.
+	opReadoptWithoutMark
+	// KeeperWithoutMark: a lock the keeper finds gone is lost, even when the release mark says a
+	// release by its token ended it (a successor's, while this deposed leader did not know it yet).
+	opKeeperWithoutMark
 )
 
 type opConfig struct {
@@ -215,7 +243,14 @@ type opConfig struct {
 	Outage bool // a lease nobody renews may run out (an operator away past the ttl)
 	// Stall: the keeper may give a lock up once, its validity run out in a stall (renewals that did
 	// not come back in time) while its key lives on in Redis until its ttl.
-	Stall           bool
+	Stall bool
+	// Deposed: the leader may pause past its leader lease once; another operator then leads (a
+	// fresh book, its cache listed afresh) while the deposed one, resumed, goes on with its passes,
+	// its keeper and its book until it sees its lease gone and exits.
+	Deposed bool
+	// Alone: LockedJob A only (B never exists), to bound a configuration whose races are between
+	// two operators over one LockedJob.
+	Alone           bool
 	DeleteJob       bool // a user may delete the first LockedJob's Job once, out of band
 	DeleteLockedJob bool // a user may delete the first LockedJob
 	Mutation        opMutation
@@ -273,22 +308,10 @@ func opNext(cfg opConfig) func(opState) []model.Step[opState] {
 				n.cache[i] = s.api[i]
 				add("the cache catches up on "+name, n)
 			}
-			if !s.down && !s.pass[i].on {
-				n := s
-				if label := startPass(&n, i, cfg); label != "" {
-					add(label, n)
-				}
-			}
-			if !s.down && s.pass[i].on {
-				n := s
-				add(runAction(&n, i, cfg), n)
+			if !s.down {
+				operatorSteps(s, i, cfg, add)
 			}
 			jobWorld(s, i, add)
-			if !s.down && s.book[i].holding != 0 && !s.book[i].lost && (s.owner != uint8(i+1) || s.ownerFence != s.book[i].holding) {
-				n := s
-				n.book[i].lost = true
-				add("the keeper finds "+name+"'s lock gone", n)
-			}
 			if cfg.Stall && !s.stalled && !s.down && s.book[i].holding != 0 && !s.book[i].lost && s.owner == uint8(i+1) {
 				n := s
 				n.book[i].lost, n.book[i].gaveUp, n.stalled = true, true, true
@@ -296,13 +319,35 @@ func opNext(cfg opConfig) func(opState) []model.Step[opState] {
 				add("the keeper gives "+name+"'s lock up: its validity ran out in a stall (the key lives on)", n)
 			}
 		}
+		if s.old.on {
+			// The deposed leader acts for A (the configuration has A alone: its races are between
+			// the two operators over one LockedJob).
+			d := s.swapOld()
+			if d.cache[0] != d.api[0] {
+				n := d
+				n.cache[0] = d.api[0]
+				add("the deposed leader's cache catches up on A", n.swapOld())
+			}
+			operatorSteps(d, 0, cfg, func(label string, n opState) { add("the deposed leader: "+label, n.swapOld()) })
+			n := s
+			n.old = opProc{}
+			add("the deposed leader sees its lease gone and exits", n)
+		}
+		if cfg.Deposed && !s.deposed && !s.down {
+			n := s
+			n.deposed = true
+			n.old = opProc{on: true, cache: s.cache, book: s.book, pass: s.pass}
+			n.cache, n.book, n.pass = s.api, [2]mBook{}, [2]mPass{}
+			add("the leader pauses past its lease; another operator leads (its cache listed afresh)", n)
+		}
 		// A lease nobody renews runs out after its ttl. Without Outage the operator is back (and
 		// re-adopts) sooner wherever status records the lock held; a lock only the token names (a
 		// crash between the grant and its record, a pass that read a stale cache) or one of a
 		// LockedJob that is gone is left to run out.
 		if s.owner != 0 {
 			o := s.owner - 1
-			renewed := !s.down && s.book[o].holding == s.ownerFence && !s.book[o].gaveUp
+			renewed := !s.down && s.book[o].holding == s.ownerFence && !s.book[o].gaveUp ||
+				s.old.on && s.old.book[o].holding == s.ownerFence
 			recorded := !s.api[o].gone && s.api[o].st.held
 			if !renewed && (cfg.Outage || !recorded || s.book[o].gaveUp) {
 				n := s
@@ -343,6 +388,31 @@ func opNext(cfg opConfig) func(opState) []model.Step[opState] {
 	}
 }
 
+// operatorSteps are what a running operator does for LockedJob i: a pass starts or takes its next
+// action, and the keeper finds a lock in hand gone.
+func operatorSteps(s opState, i int, cfg opConfig, add func(string, opState)) {
+	if !s.pass[i].on {
+		n := s
+		if label := startPass(&n, i, cfg); label != "" {
+			add(label, n)
+		}
+	} else if s.pass[i].on {
+		n := s
+		add(runAction(&n, i, cfg), n)
+	}
+	if s.book[i].holding != 0 && !s.book[i].lost && !s.book[i].released && (s.owner != uint8(i+1) || s.ownerFence != s.book[i].holding) {
+		n := s
+		if s.mark[i] == s.book[i].holding && cfg.Mutation != opKeeperWithoutMark { // lossOrOwnRelease
+			// The book lets the lock go; a pass in flight keeps the lock it acquired (its fence).
+			n.book[i].released = true
+			add("the keeper finds "+ljName(i)+"'s lock gone, released under its fence (the mark)", n)
+			return
+		}
+		n.book[i].lost = true
+		add("the keeper finds "+ljName(i)+"'s lock gone", n)
+	}
+}
+
 // jobWorld: the Job controller, the kubelet and the garbage collector for LockedJob i's Job.
 func jobWorld(s opState, i int, add func(string, opState)) {
 	name := ljName(i)
@@ -378,7 +448,7 @@ func startPass(n *opState, i int, cfg opConfig) string {
 	}
 	b := n.book[i]
 	o := mObs{deleting: c.del, fin: c.fin, terminal: c.st.phase.terminal(), held: c.st.held,
-		holding: b.holding != 0, lost: b.lost, released: b.released || c.st.released}
+		holding: b.holding != 0 && !b.released, lost: b.lost, released: b.released || c.st.released}
 	w := c
 	if !w.st.uid && b.created { // the book's word is newer
 		w.st.job, w.st.uid = b.job, true
@@ -592,6 +662,13 @@ func act(n *opState, i int, a mAction, cfg opConfig) outcomeOf {
 		return oNext
 
 	case aReadopt, aDeleteReadopt:
+		if f := p.w.st.fence; f != 0 && n.mark[i] == f && cfg.Mutation != opReadoptWithoutMark { // releasedBefore
+			if cfg.Mutation != opBookForgetsRelease {
+				n.book[i].released = true
+			}
+			p.o.released = true
+			return oNext
+		}
 		if n.owner == 0 || n.owner == owner {
 			n.readoptedLost = n.readoptedLost || n.api[i].st.phase == phLockLost
 		}
@@ -758,15 +835,19 @@ const opStateLimit = 4_000_000
 func expectOperator(t *testing.T, cfg opConfig, want string) {
 	t.Helper()
 	check := opCheck(cfg)
+	init := opInit()
+	if cfg.Alone {
+		init.api[1].gone, init.cache[1].gone = true, true
+	}
 	var (
 		res model.Result
 		v   *model.Violation
 		err error
 	)
 	if strings.Contains(cfg.Skip, "g") {
-		res, v, err = model.Explore(opInit(), opNext(cfg), check, opStateLimit)
+		res, v, err = model.Explore(init, opNext(cfg), check, opStateLimit)
 	} else {
-		res, v, err = model.ExploreLive(opInit(), opNext(cfg), check, opDone,
+		res, v, err = model.ExploreLive(init, opNext(cfg), check, opDone,
 			"g: a state from which some LockedJob can no longer end", opStateLimit)
 	}
 	if err != nil {
@@ -795,6 +876,7 @@ func TestOperatorModelAsBuilt(t *testing.T) {
 	t.Run("the operator is away past the ttl", func(t *testing.T) { expectOperator(t, opConfig{Crash: true, Outage: true, Skip: "h"}, "") })
 	// A stall is a true loss: the key runs out while the Job may run on, so (a) is not claimed.
 	t.Run("the keeper gives a lock up in a stall", func(t *testing.T) { expectOperator(t, opConfig{Stall: true}, "") })
+	t.Run("a deposed leader goes on beside its successor", func(t *testing.T) { expectOperator(t, opConfig{Deposed: true, Alone: true}, "") })
 	// A limit of today's protocol (docs/design.md, "A Job is created once"): a crash after the
 	// Job's create and before its UID is recorded, then the Job deleted out of band before the
 	// operator is back, looks like a Job never created.
@@ -826,6 +908,16 @@ func TestOperatorModelMutations(t *testing.T) {
 	// once another holder has the lock.
 	t.Run("a release leaves no mark", func(t *testing.T) {
 		expectOperator(t, opConfig{Crash: true, Mutation: opNoReleaseMark, Skip: "g"}, "h")
+	})
+	// Found by this model: a deposed leader releases at the pod's outcome while its successor's pass
+	// re-adopts, takes the lock afresh, and ends the LockedJob LockLost.
+	t.Run("a re-adoption that does not read the release mark", func(t *testing.T) {
+		expectOperator(t, opConfig{Deposed: true, Alone: true, Mutation: opReadoptWithoutMark, Skip: "g"}, "h")
+	})
+	// Found by this model, next: the successor releases at the pod's outcome, and the deposed
+	// leader's keeper finds the lock gone and its pass records LockLost.
+	t.Run("a keeper that takes a lock released by its token for lost", func(t *testing.T) {
+		expectOperator(t, opConfig{Deposed: true, Alone: true, Mutation: opKeeperWithoutMark, Skip: "g"}, "h")
 	})
 	t.Run("the book forgets a lost lock once the loss is acted on (issue 9, #28)", func(t *testing.T) {
 		expectOperator(t, opConfig{Stall: true, Mutation: opBookForgetsLoss, Skip: "g"}, "r")
