@@ -29,7 +29,9 @@ type KeeperOptions struct {
 	// less than AtRiskMargin of its validity is left. err is the last transport error, or one
 	// saying why there is none yet. It is the time to stop the work the lock protects, before Redis may
 	// expire the key; a later successful renewal (OnRenew with nil) ends the run, and OnLost follows
-	// at ValidUntil if none comes.
+	// at ValidUntil if none comes. A lock added with less than AtRiskMargin left (its acquire was
+	// answered late) is renewed at once, and that renewal is awaited for half of what is left before
+	// the lock counts as at risk, unless it fails sooner.
 	OnAtRisk func(l *Lock, err error)
 	// AtRiskMargin is how long before a lock's validity ends OnAtRisk is called. Default: a third of
 	// the lock's lease, but at most half of the time between its scheduled renewal and the end of
@@ -122,6 +124,10 @@ type keeperEntry struct {
 	// warned: OnAtRisk was called for this run of failures.
 	warned  bool
 	lastErr error // the last transport error of this run of failures
+	// lateUntil: the lock came to the keeper already inside its margin (its acquire was answered
+	// late), and until then its first renewal is awaited before the lock counts as at risk; zero
+	// once a renewal has been settled.
+	lateUntil time.Time
 	// short: OnShortLease was called for this lock.
 	short bool
 }
@@ -204,6 +210,7 @@ func (k *Keeper) Add(l *Lock, interval time.Duration) error {
 			e.due = k.dueAfter(e, start, ttl, vu)
 		}
 		k.due.set(e)
+		e.lateUntil = lateUntil(time.Now(), vu, margin)
 	}
 	e.watchAt = e.watchTime(vu)
 	k.watch.set(e)

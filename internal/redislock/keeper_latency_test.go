@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockedjob/lockedjob/internal/testutil/faultproxy"
+
 	. "github.com/lockedjob/lockedjob/internal/redislock"
 )
 
@@ -282,5 +284,87 @@ func TestKeeperStillReportsAnUnresponsiveRedisUnderLatency(t *testing.T) {
 	}
 	if n := risk.calls(); n != 1 {
 		t.Errorf("OnAtRisk called %d times, want once", n)
+	}
+}
+
+// lateLock acquires a 3s lock whose acquire is answered 2.1s after it was sent (1050ms each way
+// through the proxy, on a connection opened and scripts loaded before), as an acquire that waited on
+// a dead connection and was sent again after a Sentinel failover is: its lease counts from the
+// first send, so less than its default at-risk margin (1s) is left when the caller gets it. The
+// latency is gone when it returns.
+func lateLock(t *testing.T, c *Client, p *faultproxy.Proxy) *Lock {
+	t.Helper()
+	const ttl = 3 * time.Second
+	if err := mustAcquire(t, c, uniqueKey(t), ttl).Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p.Delay(1050 * time.Millisecond)
+	l := mustAcquire(t, c, uniqueKey(t), ttl)
+	p.Delay(0)
+	if left := time.Until(l.ValidUntil()); left >= ttl/3 {
+		t.Fatalf("the late acquire left %v of its validity, not less than its margin %v", left, ttl/3)
+	}
+	return l
+}
+
+// TestKeeperRenewsALockAddedInsideItsMargin: a lock added to the keeper with less than its at-risk
+// margin left, Redis answering at once, is renewed and never reported. It was reported at risk
+// before its first renewal went out, with "renewal due but not sent yet", and the operator stopped
+// a Job that had not started (the fault suite's sentinel-split-brain, where the acquire went out on
+// the old master's connection and go-redis sent it again to the promoted replica).
+func TestKeeperRenewsALockAddedInsideItsMargin(t *testing.T) {
+	c, p, _ := proxied(t, withoutIdentity)
+	var g keeperLog
+	k := c.NewKeeper(g.options())
+	defer k.Stop()
+	l := lateLock(t, c, p)
+	if err := k.Add(l, 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a renewal of "+l.Key()+", or a report", func() bool { return g.reported() || g.renewals(l) > 0 })
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range g.reports {
+		t.Errorf("keeper reported %s", r)
+	}
+}
+
+// TestKeeperReportsALateLockAtRiskWhenItsRenewalDoesNotCome: the wait for a late lock's first
+// renewal ends in time. Redis stops answering as the lock is added: it is reported at risk before its
+// validity ends, then lost at its end.
+func TestKeeperReportsALateLockAtRiskWhenItsRenewalDoesNotCome(t *testing.T) {
+	c, p, _ := proxied(t, withoutIdentity)
+	var mu sync.Mutex
+	reported := map[string]time.Time{}
+	report := func(what string) func(*Lock, error) {
+		return func(*Lock, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			reported[what] = time.Now()
+		}
+	}
+	k := c.NewKeeper(KeeperOptions{OnAtRisk: report("at risk"), OnLost: report("lost")})
+	defer k.Stop()
+	l := lateLock(t, c, p)
+	p.Blackhole()
+	vu := l.ValidUntil()
+	if err := k.Add(l, 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the loss of "+l.Key(), func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !reported["lost"].IsZero()
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	atRisk, lost := reported["at risk"], reported["lost"]
+	switch {
+	case atRisk.IsZero():
+		t.Errorf("lost at %v without being reported at risk", lost.Sub(vu))
+	case !atRisk.Before(vu):
+		t.Errorf("reported at risk %v after its validity ended", atRisk.Sub(vu))
+	case lost.Before(vu):
+		t.Errorf("reported lost %v before its validity ended", vu.Sub(lost))
 	}
 }

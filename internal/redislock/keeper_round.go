@@ -207,6 +207,7 @@ func (k *Keeper) settle(r roundResult) []callback {
 		}
 		err := e.lock.settleRenew(r.tallies[i], r.start, r.end, r.ttls[i])
 		_, vu := e.lock.lease()
+		e.lateUntil = time.Time{} // the first renewal has come back: from now on, by the margin
 		switch {
 		case err == nil:
 			e.outstanding, e.warned, e.lastErr = false, false, nil
