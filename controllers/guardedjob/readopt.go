@@ -18,12 +18,12 @@ import (
 // continues the acquisition; a lock granted afresh, or held by another, is lost: someone may have
 // held it in between, so the Job's pods were not covered.
 func (r *GuardedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
-	lock, lost, err := r.holdings().Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.job))
+	lock, lost, released, err := r.holdings().Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.job))
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}
-	p.obs.holding, p.obs.lost = lock, lost
-	if lost != nil {
+	p.obs.holding, p.obs.lost, p.obs.released = lock, lost, released
+	if lost != nil || released {
 		return ctrl.Result{}, true, nil
 	}
 	ctrl.LoggerFrom(ctx).Info("Re-adopted lock", "lock", p.claim.Key, "fencingToken", lock.Fence())

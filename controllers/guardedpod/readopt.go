@@ -15,12 +15,12 @@ import (
 // lost: someone may have held it in between. A fence nobody wrote through the operator (the gate
 // removed by hand with a forged fence) is found so too.
 func (r *GuardedPodReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
-	lock, lost, err := r.holdings().Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.pod))
+	lock, lost, released, err := r.holdings().Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.pod))
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}
-	p.obs.holding, p.obs.lost = lock, lost
-	if lost != nil {
+	p.obs.holding, p.obs.lost, p.obs.released = lock, lost, released
+	if lost != nil || released {
 		return ctrl.Result{}, true, nil
 	}
 	ctrl.LoggerFrom(ctx).Info("Re-adopted lock", "lock", p.claim.Key, "fencingToken", lock.Fence())

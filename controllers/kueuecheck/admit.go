@@ -103,12 +103,12 @@ func (r *KueueCheckReconciler) admit(ctx context.Context, p *pass) (ctrl.Result,
 
 // readopt asks for the lock with the Job's own token, outside the queue (guard.Holdings.Readopt).
 func (r *KueueCheckReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
-	lock, lost, err := r.holdings().Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.job))
+	lock, lost, released, err := r.holdings().Readopt(ctx, &p.claim, p.claimant, p.workloadOf(), guard.RecordedFence(p.job))
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}
-	p.obs.holding, p.obs.lost = lock, lost
-	if lost == nil {
+	p.obs.holding, p.obs.lost, p.obs.released = lock, lost, released
+	if lost == nil && !released {
 		ctrl.LoggerFrom(ctx).Info("Re-adopted lock", "lock", p.claim.Key, "fencingToken", lock.Fence())
 		r.event(p.job, corev1.EventTypeNormal, batchv1alpha1.ReasonReadopted, "Readopt", "Re-adopted lock %s with fencing token %d", p.claimant.Lock.Name, lock.Fence())
 	}

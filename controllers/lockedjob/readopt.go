@@ -35,13 +35,14 @@ func (r *LockedJobReconciler) acquireOwn(ctx context.Context, p *pass) (*lockboo
 
 // readopt picks up a lock this LockedJob held before the operator restarted (or its leader
 // changed). The token is derived, so the same Acquire both re-adopts a lock that is still ours and
-// tells us when it is not.
+// tells us when it is not, or that our own release ended the acquisition (releasedBefore).
 func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	lj := p.lj
-	if released, err := r.releasedBefore(ctx, p); err != nil || released {
-		return ctrl.Result{}, err == nil, err
-	}
 	lock, err := r.acquireOwn(ctx, p)
+	if errors.Is(err, lockbook.ErrReleasedBefore) {
+		r.releasedBefore(ctx, p)
+		return ctrl.Result{}, true, nil
+	}
 	if errors.Is(err, lockbook.ErrNotAcquired) {
 		r.lostWhileAway(p)
 		return ctrl.Result{}, true, nil
@@ -71,28 +72,19 @@ func (r *LockedJobReconciler) readopt(ctx context.Context, p *pass) (ctrl.Result
 	return ctrl.Result{}, true, nil
 }
 
-// releasedBefore reports whether the acquisition status records was ended by this LockedJob's own
-// release, as the release mark says: a pass of another operator's (a deposed leader's, resumed
-// beside its successor) or one whose record a crash cut off released it, and the lock is free or
-// another's since. Re-adopting would then take the lock afresh, or find it taken, and end the
-// LockedJob LockLost although its Job ran alone (found by the operator model with a deposed
-// leader); instead the book and the pass take the release for their own, and the pass goes on to
-// the end. The release came at the Job's outcome or once its pods were gone, never while they ran.
-func (r *LockedJobReconciler) releasedBefore(ctx context.Context, p *pass) (bool, error) {
-	rctx, cancel := r.redisCtx(ctx)
-	defer cancel()
-	released, err := r.Locks.ReleasedBefore(rctx, p.lockClaim())
-	if err != nil {
-		return false, r.redisDown(p, fmt.Errorf("read the release mark of %s: %w", p.claim.Key, err))
-	}
-	if !released {
-		return false, nil
-	}
+// releasedBefore takes for its own the release that ended the acquisition status records, which
+// the re-adoption found from the release mark (lockbook.ErrReleasedBefore): a pass of another
+// operator's (a deposed leader's, resumed beside its successor) or one whose record a crash cut off
+// released it, and the lock is free or another's since. The book and the pass record the release,
+// and the pass goes on to the end rather than LockLost: the Job ran alone (found by the operator
+// model with a deposed leader). The release came at the Job's outcome or once its pods were gone,
+// never while they ran.
+func (r *LockedJobReconciler) releasedBefore(ctx context.Context, p *pass) {
+	r.redisUp(p)
 	r.Locks.MarkReleased(workloadOf(p.lj))
 	p.obs.released = true
 	ctrl.LoggerFrom(ctx).Info("Found the lock released under its recorded fence by an earlier pass", "lock", p.claim.Key,
 		"fencingToken", derefInt64(p.lj.Status.FencingToken))
-	return true, nil
 }
 
 // lostWhileAway records that a lock this LockedJob held is now held by someone else, in the book
@@ -114,10 +106,11 @@ func readopted(lock *lockbook.Lock, lj *batchv1alpha1.LockedJob) bool {
 // lock keeps covering the Job's pods until they are gone.
 func (r *LockedJobReconciler) deleteReadopt(ctx context.Context, p *pass) (ctrl.Result, bool, error) {
 	lj := p.lj
-	if released, err := r.releasedBefore(ctx, p); err != nil || released {
-		return ctrl.Result{}, err == nil, err
-	}
 	lock, err := r.acquireOwn(ctx, p)
+	if errors.Is(err, lockbook.ErrReleasedBefore) {
+		r.releasedBefore(ctx, p)
+		return ctrl.Result{}, true, nil
+	}
 	if errors.Is(err, lockbook.ErrNotAcquired) {
 		r.lostWhileAway(p)
 		r.event(lj, corev1.EventTypeWarning, batchv1alpha1.ReasonLockLost, "Readopt",

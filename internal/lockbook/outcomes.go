@@ -20,6 +20,9 @@ var (
 	ErrLockLost = redislock.ErrLockLost
 	// ErrLeaseTooShort: the lease is too short for the round trips the keeper measures.
 	ErrLeaseTooShort = redislock.ErrLeaseTooShort
+	// ErrReleasedBefore: a re-adoption found, from the release mark, that the claim's own token
+	// released the acquisition the claim records (Book.Readopt): it is over, and nothing was taken.
+	ErrReleasedBefore = redislock.ErrReleasedBefore
 
 	// ErrLapsedUntaken: a release found the lock not ours because its lease ran out, and nobody
 	// was granted it since the claim's fence (Book.Release). The lock's own, unlike ErrNotHeld's

@@ -61,9 +61,22 @@ func (b *Book) Join(ctx context.Context, c Claim, ttl time.Duration, score float
 
 // Readopt asks for the lock with the workload's own token, outside the queue: it finds a lock
 // that is still ours (Lock.Readopted), acquires it afresh if it is free, and returns ErrNotAcquired
-// if another holder has it.
+// if another holder has it. First, in the same script, it reads the release mark of the claim's
+// fence (and slot): when the claim's own token released that acquisition (a deposed leader's pass
+// or its successor's, or one whose record a crash cut off) it takes nothing and returns
+// ErrReleasedBefore, whoever holds the lock now. Re-adopting would otherwise take the lock afresh,
+// or find it taken, and end the workload lost although its work ran alone (found by the operator
+// model with a deposed leader). The release came at the work's outcome or once its pods were gone.
 func (b *Book) Readopt(ctx context.Context, c Claim, ttl time.Duration) (*Lock, error) {
-	l, err := b.redis.Acquire(ctx, c.Key, ttl, c.acquireOptions()...)
+	opts := c.acquireOptions()
+	if c.Fence > 0 {
+		slot := 0
+		if c.Slot != nil {
+			slot = int(*c.Slot)
+		}
+		opts = append(opts, redislock.WithRecordedFence(c.Fence, slot))
+	}
+	l, err := b.redis.Acquire(ctx, c.Key, ttl, opts...)
 	return held(l), err
 }
 
@@ -110,17 +123,6 @@ func (b *Book) lapsedUntaken(ctx context.Context, c Claim) bool {
 		}
 	}
 	return !st.Held && st.Fence == c.Fence
-}
-
-// ReleasedBefore reports whether the claim's token released its lock (its slot) under the claim's
-// fence, as the release mark says (redislock.Client.ReleasedBefore): that acquisition is over,
-// ended by a release of its own, whoever holds the lock now. False without a fence or marks.
-func (b *Book) ReleasedBefore(ctx context.Context, c Claim) (bool, error) {
-	slot := 0
-	if c.Slot != nil {
-		slot = int(*c.Slot)
-	}
-	return b.redis.ReleasedBefore(ctx, c.Key, slot, c.Token, c.Fence)
 }
 
 // Dequeue takes the claim's holder out of the lock's queue, giving back a lock handed to it that it

@@ -30,6 +30,8 @@ func (c *Client) attemptAcquire(ctx context.Context, start time.Time, key string
 		switch node, err := t.count(c, i, r); node {
 		case nodeSemaphore:
 			return nil, errSemaphore // one node, whose script wrote nothing: nothing to undo
+		case nodeReleased:
+			return nil, ErrReleasedBefore // one node (marks need one deployment), nothing written
 		case nodeUnsure:
 			unsure = append(unsure, i)
 			errs = append(errs, err)
@@ -64,12 +66,20 @@ func (c *Client) sendAcquire(ctx context.Context, k keys, ttl time.Duration, o *
 			if o.queueMember != "" {
 				liveness = o.queueLiveness.Milliseconds()
 			}
+			if o.recordedArg != nil {
+				return c.runAcquire(ctx, n, scriptAcquireSlots, k, k,
+					o.tokenArg, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, liveness, o.permits, joinArg(o.join), o.recordedArg, o.recordedSlot)
+			}
 			return c.runAcquire(ctx, n, scriptAcquireSlots, k, k,
 				o.tokenArg, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, liveness, o.permits, joinArg(o.join))
 		}
 		if o.queueMember != "" {
 			return c.runAcquire(ctx, n, scriptAcquireQueued, k, k.withQueue(),
 				o.tokenArg, ttlMs, o.metadata, o.attempt, o.queueMember, o.queueScore, o.queueLiveness.Milliseconds(), joinArg(o.join), o.proposalArg)
+		}
+		if o.recordedArg != nil {
+			// No proposal: marks, and so recordedArg, exist on one deployment only.
+			return c.runAcquire(ctx, n, scriptAcquire, k, k.withFence(), o.tokenArg, ttlMs, o.metadata, o.attempt, "", o.recordedArg)
 		}
 		if o.proposalArg != nil {
 			return c.runAcquire(ctx, n, scriptAcquire, k, k.withFence(), o.tokenArg, ttlMs, o.metadata, o.attempt, o.proposalArg)
@@ -96,6 +106,7 @@ const (
 	nodeReadopted                    // granted, and it already held our token
 	nodeFresh                        // granted to this attempt
 	nodeSemaphore                    // a single deployment's plain script found a semaphore
+	nodeReleased                     // the release mark says our token released the recorded acquisition
 )
 
 // acquireTally is what an attempt's replies say, but for which nodes granted or failed (see
@@ -131,6 +142,8 @@ func (t *acquireTally) count(c *Client, i int, r nodeReply) (nodeOutcome, error)
 		return nodeFailed, &NodeError{Node: i, Addr: nodeAddr(c.nodes[i]), Err: err}
 	}
 	switch {
+	case g.releasedBefore:
+		return nodeReleased, nil
 	case !g.ok:
 		t.busy++
 		t.position = max(t.position, g.position)

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"strconv"
 	"strings"
 	"time"
 )
@@ -34,6 +35,11 @@ type acquireOptions struct {
 	// from the clock at proposedAt (µs); proposalArg is it as a script argument, nil when none.
 	proposal, proposedAt int64
 	proposalArg          any
+	// recordedFence and recordedSlot are WithRecordedFence's; recordedArg is the fence as a script
+	// argument, nil when the scripts are not to read the release mark (no option, no marks).
+	recordedFence int64
+	recordedSlot  int
+	recordedArg   any
 }
 
 // WithToken acquires with the given token instead of a random one. Acquiring a lock that is held
@@ -90,6 +96,17 @@ const MaxPermits = 64
 // majority; n = 1 is the plain lock there. Default: a plain lock.
 func WithPermits(n int) AcquireOption { return func(o *acquireOptions) { o.permits = n } }
 
+// WithRecordedFence re-adopts the acquisition the caller recorded: granted under fence, in slot (0
+// for a plain lock). If the caller's token released it under that fence, as the release mark says
+// (WithReleaseMarkRetention), Acquire takes nothing, whoever holds the lock now, and returns
+// ErrReleasedBefore: another process of the caller's, or an earlier call whose answer was lost,
+// ended that acquisition, and taking a free lock afresh would start one the caller never asked
+// for. The mark is read in the acquire script, so it costs no round trip. Without marks (always on
+// Redlock) or with fence 0 the option changes nothing; it cannot be combined with WithQueue.
+func WithRecordedFence(fence int64, slot int) AcquireOption {
+	return func(o *acquireOptions) { o.recordedFence, o.recordedSlot = fence, slot }
+}
+
 // applyAcquireOptions applies opts over the defaults, checks them, and settles the token: the
 // caller's, the one derived from the queue member, or a random one.
 func (c *Client) applyAcquireOptions(o *acquireOptions, opts []AcquireOption) error {
@@ -115,6 +132,9 @@ func (c *Client) applyAcquireOptions(o *acquireOptions, opts []AcquireOption) er
 		o.retry = NoRetry()
 	}
 	if err := c.settlePermits(o); err != nil {
+		return err
+	}
+	if err := c.settleRecordedFence(o); err != nil {
 		return err
 	}
 	if o.queueMember != "" {
@@ -146,3 +166,18 @@ func (c *Client) settlePermits(o *acquireOptions) error {
 
 // semaphore reports whether an attempt runs the semaphore's script: WithPermits, or diverted.
 func (o *acquireOptions) semaphore() bool { return o.permits > 0 || o.diverted }
+
+// settleRecordedFence checks WithRecordedFence and decides whether the scripts read the mark.
+func (c *Client) settleRecordedFence(o *acquireOptions) error {
+	switch {
+	case o.recordedFence == 0 && o.recordedSlot == 0:
+		return nil
+	case o.queueMember != "":
+		return invalidf("a recorded fence re-adopts outside a queue: WithRecordedFence cannot be combined with WithQueue")
+	case o.recordedFence < 0 || o.recordedSlot < 0 || o.recordedSlot >= MaxPermits:
+		return invalidf("recorded fence %d in slot %d: the fence must not be negative, the slot must be 0..%d", o.recordedFence, o.recordedSlot, MaxPermits-1)
+	case o.recordedFence > 0 && c.markRetention != noMarks:
+		o.recordedArg = strconv.FormatInt(o.recordedFence, 10)
+	}
+	return nil
+}

@@ -13,10 +13,13 @@ type grant struct {
 	position  int    // not ok: place in the queue (0 without one)
 	holder    string // not ok: the holder's metadata
 	free      bool   // not ok, joining: the lock is free and its next grant is this waiter's
+	// releasedBefore: not ok, nothing written; the release mark says our token released the
+	// acquisition the caller recorded (WithRecordedFence), under fence.
+	releasedBefore bool
 }
 
 // acquireReply parses the acquire scripts' reply: {1, fence, readopted[, slot]} when acquired,
-// {0, position[, holder[, free]]} when not.
+// {0, position[, holder[, free]]} when not, {2, fence, 0[, slot]} when released before.
 func acquireReply(v any) (grant, error) {
 	vals, isSlice := v.([]any)
 	if !isSlice || len(vals) < 2 || len(vals) > 4 {
@@ -26,6 +29,9 @@ func acquireReply(v any) (grant, error) {
 	n, ok2 := vals[1].(int64)
 	if !ok1 || !ok2 {
 		return grant{}, fmt.Errorf("unexpected acquire reply %v", v)
+	}
+	if flag == 2 {
+		return grant{fence: n, releasedBefore: true}, nil
 	}
 	if flag == 1 {
 		g := grant{ok: true, fence: n}

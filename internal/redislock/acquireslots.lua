@@ -1,5 +1,6 @@
 -- acquireslots.lua: acquire one slot of a semaphore (a lock acquired with permits N; see
--- slots.lua), with or without a queue. holder.lua, clock.lua, queue.lua and slots.lua come first.
+-- slots.lua), with or without a queue. holder.lua, releasemark.lua, clock.lua, queue.lua and
+-- slots.lua come first.
 -- KEYS[1..6] lock, meta, fence, queue, waiters, tickets of slot 0 (see queue.lua)
 -- KEYS[7] permits (string: the N that SetPermits, the semaphore's one writer, stored; no TTL; its
 --         existence makes the lock a semaphore for every caller, see acquire.lua; absent = 1)
@@ -11,6 +12,8 @@
 -- "0" is the stored N alone (a plain Acquire that a plain script sent here because the lock is a
 -- semaphore)
 -- ARGV[9] "1": join only (Client.Join): stand in line, but take nothing, not even a free slot
+-- ARGV[10], ARGV[11] (optional, not queued) the fence and slot of the acquisition the caller
+-- recorded and re-adopts (as ARGV[6] of acquire.lua): {2, fence, 0, slot} when our token released it
 -- Returns {1, fence, 0, slot} for a fresh grant, {1, fence, 1, slot} for a re-adoption (our token
 -- in any slot: a restarted holder, a late attempt, a slot a release handed to this waiter), and
 -- {0, position, holder} when not acquired: position is the waiter's place in the queue (0 when not
@@ -22,6 +25,10 @@
 -- or above N, which holders keep after N was lowered) and, queued, the caller is among the first
 -- N - held live waiters; not queued, when fewer than N - held live waiters stand in the queue, so
 -- a caller that does not queue never takes a slot a waiter is entitled to.
+
+if ARGV[10] and releasedBefore(slotKey(tonumber(ARGV[11])), ARGV[1], ARGV[10]) then
+  return {2, tonumber(ARGV[10]), 0, tonumber(ARGV[11])}
+end
 
 local n = storedPermits()
 local asked = tonumber(ARGV[8])

@@ -14,6 +14,11 @@ var (
 	// longer holds it and must stop the work it protects. Retrying cannot recover it.
 	ErrLockLost = errors.New("redislock: lock lost")
 
+	// ErrReleasedBefore means an Acquire WithRecordedFence found, from the release mark, that the
+	// caller's own token had released the lock (its slot) under that fence: the acquisition the caller
+	// recorded is over, whoever holds the lock now, and nothing was acquired.
+	ErrReleasedBefore = errors.New("redislock: released before by this token")
+
 	// ErrNotHeld means the operation needs a lock that this Lock does not hold: it was released
 	// already, it expired, someone else holds it now, or the Lock is nil.
 	ErrNotHeld = errors.New("redislock: lock not held")

@@ -239,3 +239,85 @@ func TestReleasedBeforeReadsTheMark(t *testing.T) {
 		t.Error("a client that leaves no marks reads a release")
 	}
 }
+
+// TestAcquireWithRecordedFenceFindsItsOwnRelease: a re-adoption WithRecordedFence whose token
+// released that acquisition (the mark) takes nothing and hears ErrReleasedBefore, whether the lock
+// is free or another's since, on a plain lock and on a semaphore's slot (asked as a semaphore, or
+// diverted from the plain script); it re-adopts a lock still held with its token, and another fence
+// or no marks leave Acquire as it was.
+func TestAcquireWithRecordedFenceFindsItsOwnRelease(t *testing.T) {
+	c, rc := marked(t)
+	ctx := context.Background()
+	readopt := func(c *Client, key, token string, fence int64, slot int, opts ...AcquireOption) (*Lock, error) {
+		return c.Acquire(ctx, key, time.Minute, append([]AcquireOption{WithToken(token), WithRecordedFence(fence, slot)}, opts...)...)
+	}
+	heldBy := func(key string) string {
+		v, err := rc.Get(ctx, c.RedisKey(key)).Result()
+		if errors.Is(err, redis.Nil) {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	key := uniqueKey(t)
+	a := mustAcquire(t, c, key, time.Minute, WithToken("tok-a"))
+	if l, err := readopt(c, key, "tok-a", a.Fence(), 0); err != nil || !l.Readopted() || l.Fence() != a.Fence() {
+		t.Fatalf("a lock still held with its token: %v, %v; want it re-adopted under fence %d", l, err, a.Fence())
+	}
+	if err := c.ReleaseToken(ctx, key, "tok-a", a.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readopt(c, key, "tok-a", a.Fence(), 0); !errors.Is(err, ErrReleasedBefore) {
+		t.Fatalf("released, the lock free: %v, want ErrReleasedBefore", err)
+	}
+	if v := heldBy(key); v != "" {
+		t.Fatalf("the re-adoption that found its release took the free lock: %q", v)
+	}
+	b := mustAcquire(t, c, key, time.Minute, WithToken("tok-b"))
+	if _, err := readopt(c, key, "tok-a", a.Fence(), 0); !errors.Is(err, ErrReleasedBefore) {
+		t.Fatalf("released, the lock another's: %v, want ErrReleasedBefore", err)
+	}
+	if _, err := readopt(c, key, "tok-a", a.Fence()+1, 0); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("another fence, the lock another's: %v, want ErrNotAcquired", err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := readopt(c, key, "tok-a", a.Fence()+1, 0); err != nil || l.Readopted() {
+		t.Fatalf("another fence, the lock free: %v, %v; want it granted afresh", l, err)
+	}
+
+	sem := uniqueKey(t)
+	declare(t, c, sem, 2)
+	mustAcquire(t, c, sem, time.Minute, WithToken("tok-s0"), WithPermits(2))
+	s := mustAcquire(t, c, sem, time.Minute, WithToken("tok-s1"), WithPermits(2))
+	if err := c.ReleaseSlotToken(ctx, sem, s.Slot(), "tok-s1", s.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readopt(c, sem, "tok-s1", s.Fence(), s.Slot(), WithPermits(2)); !errors.Is(err, ErrReleasedBefore) {
+		t.Fatalf("a semaphore's slot released: %v, want ErrReleasedBefore", err)
+	}
+	if _, err := readopt(c, sem, "tok-s1", s.Fence(), s.Slot()); !errors.Is(err, ErrReleasedBefore) {
+		t.Fatalf("a semaphore's slot released, asked by the plain script: %v, want ErrReleasedBefore", err)
+	}
+	if _, err := readopt(c, sem, "tok-s1", s.Fence(), 0, WithPermits(2)); errors.Is(err, ErrReleasedBefore) {
+		t.Fatal("the mark of one slot read for another")
+	}
+
+	if _, err := readopt(c, key, "tok-q", 1, 0, WithQueue("q", 1, time.Minute)); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("WithRecordedFence with WithQueue: %v, want ErrInvalidArgument", err)
+	}
+
+	plain, _, _ := single(t)
+	pk := uniqueKey(t)
+	p := mustAcquire(t, plain, pk, time.Minute, WithToken("tok-p"))
+	if err := plain.ReleaseToken(ctx, pk, "tok-p", p.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := readopt(plain, pk, "tok-p", p.Fence(), 0); err != nil || l.Readopted() {
+		t.Fatalf("a client that leaves no marks: %v, %v; want the free lock granted afresh", l, err)
+	}
+}

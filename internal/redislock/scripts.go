@@ -72,11 +72,12 @@ var (
 	slotsSrc string
 	//go:embed slotrelease.lua
 	slotReleaseSrc string
-	// The scripts that release a lock by its token also carry releasemark.lua (the release mark).
+	// The scripts that release a lock by its token also carry releasemark.lua (the release mark), and
+	// so do the acquire scripts a re-adoption runs (WithRecordedFence).
 	//go:embed releasemark.lua
 	releaseMarkSrc string
 
-	scriptAcquire        = compose("acquire", holderSrc, clockSrc, grantSrc, acquireSrc)
+	scriptAcquire        = compose("acquire", holderSrc, releaseMarkSrc, clockSrc, grantSrc, acquireSrc)
 	scriptAcquireQueued  = compose("acquire queued", holderSrc, clockSrc, queueSrc, grantSrc, acquireQueuedSrc)
 	renewFullSrc         = holderSrc + renewSrc // the keeper loads it itself (renewPipeline)
 	scriptRenew          = compose("renew", renewFullSrc)
@@ -91,7 +92,7 @@ var (
 	scriptLineup         = compose("lineup", lineupSrc)
 	scriptQueueState     = compose("queue state", clockSrc, queueStateSrc)
 
-	scriptAcquireSlots = compose("acquire slots", holderSrc, clockSrc, queueSrc, slotsSrc, acquireSlotsSrc)
+	scriptAcquireSlots = compose("acquire slots", holderSrc, releaseMarkSrc, clockSrc, queueSrc, slotsSrc, acquireSlotsSrc)
 	scriptReleaseSlot  = compose("release slot", holderSrc, releaseMarkSrc, clockSrc, queueSrc, slotsSrc, slotReleaseSrc, releaseSlotSrc)
 	scriptDequeueSlots = compose("dequeue slots", holderSrc, clockSrc, queueSrc, slotsSrc, slotReleaseSrc, dequeueSlotsSrc)
 	scriptInspectSlots = compose("inspect slots", slotsSrc, inspectSlotsSrc)

@@ -28,14 +28,16 @@ type Holdings struct {
 }
 
 // Readopt asks for the lock with the object's own token, outside the queue, and has the book renew
-// what it gets; claim learns the permits it asked with. The same fence (and slot) continues the acquisition, and lost is nil. A lock
-// granted afresh, or held by another, is lost (someone may have held it in between, so the
-// object's work was not covered): lost says why, and a fresh lock is still returned and renewed,
-// at risk, so it is released only once the work is stopped.
-func (ro Holdings) Readopt(ctx context.Context, claim *lockbook.Claim, c locks.Claimant, w lockbook.Workload, recordedFence int64) (lock *lockbook.Lock, lost, err error) {
+// what it gets; claim learns the permits it asked with. The same fence (and slot) continues the
+// acquisition, and lost is nil. A lock granted afresh, or held by another, is lost (someone may
+// have held it in between, so the object's work was not covered): lost says why, and a fresh lock
+// is still returned and renewed, at risk, so it is released only once the work is stopped. When
+// the object's own token released the recorded acquisition (the release mark: a deposed leader's
+// pass or its successor's), released is true, the book records the release, and nothing is held.
+func (ro Holdings) Readopt(ctx context.Context, claim *lockbook.Claim, c locks.Claimant, w lockbook.Workload, recordedFence int64) (lock *lockbook.Lock, lost error, released bool, err error) {
 	permits, err := ro.Permits.Of(ctx, c)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	if !ro.Locks.HandsOff() {
 		permits = 1 // what a guarded object holds on Redlock is a plain lock
@@ -44,23 +46,28 @@ func (ro Holdings) Readopt(ctx context.Context, claim *lockbook.Claim, c locks.C
 	rctx, cancel := context.WithTimeout(ctx, ro.Config.RedisTimeout)
 	lock, err = ro.Locks.Readopt(rctx, *claim, TTLOf(c))
 	cancel()
+	if errors.Is(err, lockbook.ErrReleasedBefore) {
+		ro.Locks.MarkReleased(w)
+		ctrl.LoggerFrom(ctx).Info("Found the lock released under its recorded fence by an earlier pass", "lock", claim.Key, "fencingToken", recordedFence)
+		return nil, nil, true, nil
+	}
 	if errors.Is(err, lockbook.ErrNotAcquired) {
 		lost = fmt.Errorf("lock held by another holder while the operator was away: %w", lockbook.ErrLockLost)
 		ro.Locks.MarkLost(w, lost)
-		return nil, lost, nil
+		return nil, lost, false, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("re-adopt %s: %w", claim.Key, err)
+		return nil, nil, false, fmt.Errorf("re-adopt %s: %w", claim.Key, err)
 	}
 	if err := ro.Locks.Track(w, lock, 0); err != nil {
-		return nil, nil, fmt.Errorf("renew %s: %w", claim.Key, err)
+		return nil, nil, false, fmt.Errorf("renew %s: %w", claim.Key, err)
 	}
 	if !Continues(lock, recordedFence, claim.Slot) {
 		lost = fmt.Errorf("lease of fencing token %d expired while the operator was away: %w", recordedFence, lockbook.ErrLockLost)
 		ro.Locks.MarkAtRisk(w.UID, lost)
-		return lock, lost, nil
+		return lock, lost, false, nil
 	}
-	return lock, nil, nil
+	return lock, nil, false, nil
 }
 
 // Release gives the lock back by compare-and-delete with the object's token and tells the book it
