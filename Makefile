@@ -138,13 +138,18 @@ test-race: redis ## Run the lock library's, the lock book's and the controllers'
 # local cluster's real node from IMAGES_DIR; on another cluster, load them there first).
 # E2E_POD_REDIS_HOST: on another cluster, the address its pods reach this machine at (make test-kind
 # sets it from hack/kind.sh pod-host).
+# E2E_LOAD_IMAGE: on another cluster, the command that loads an image tarball into its nodes, for the
+# release lane's images (make test-kind: hack/kind.sh load-image). E2E_RELEASE_FROM: the commit
+# whose release the release lane installs before it upgrades to this checkout's.
 E2E_KUBECONFIG ?=
 E2E_POD_REDIS_HOST ?=
+E2E_LOAD_IMAGE ?=
+E2E_RELEASE_FROM ?=
 E2E_IMG ?= $(IMG)
 E2E_WORKLOAD_IMG ?= $(FENCEDWRITER_IMG)
 .PHONY: test-e2e
 test-e2e: redis k8s-bin kustomize helm images ## Run the end-to-end suite (local control plane with kwok nodes and a real node, or E2E_KUBECONFIG).
-	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" E2E_POD_REDIS_HOST="$(E2E_POD_REDIS_HOST)" E2E_IMG="$(E2E_IMG)" E2E_WORKLOAD_IMG="$(E2E_WORKLOAD_IMG)" E2E_IMAGES_DIR="$(IMAGES_DIR)" HELM="$(HELM)" \
+	E2E_KUBECONFIG="$(E2E_KUBECONFIG)" E2E_POD_REDIS_HOST="$(E2E_POD_REDIS_HOST)" E2E_LOAD_IMAGE="$(E2E_LOAD_IMAGE)" E2E_RELEASE_FROM="$(E2E_RELEASE_FROM)" E2E_IMG="$(E2E_IMG)" E2E_WORKLOAD_IMG="$(E2E_WORKLOAD_IMG)" E2E_IMAGES_DIR="$(IMAGES_DIR)" HELM="$(HELM)" \
 		$(WHY_FAILED) e2e go test -tags=e2e -timeout 40m -count=1 ./test/e2e/ -v -ginkgo.v
 
 .PHONY: test-fault

@@ -60,5 +60,6 @@ pod_host="$("${KIND}" pod-host)"
 t="$(now_ns)"
 log "running the e2e suite on kind (E2E_KUBECONFIG=${kubeconfig}, E2E_POD_REDIS_HOST=${pod_host})"
 "${MAKE:-make}" -C "${LOCKEDJOB_ROOT}" --no-print-directory test-e2e \
-	E2E_KUBECONFIG="${kubeconfig}" E2E_POD_REDIS_HOST="${pod_host}" IMAGES_DIR="${IMAGES_DIR}"
+	E2E_KUBECONFIG="${kubeconfig}" E2E_POD_REDIS_HOST="${pod_host}" IMAGES_DIR="${IMAGES_DIR}" \
+	E2E_LOAD_IMAGE="bash ${KIND} load-image"
 log "the e2e suite passed on kind in $(since "${t}")s"

@@ -7,6 +7,7 @@
 // outlives the pod.
 //
 //	fencedwriter --store-addr 10.200.0.1:6379 --writes 5 --interval 1s
+//	fencedwriter --store-addr 10.200.0.1:6379 --writes 0 --until-key drill:done   # until told to stop
 //	fencedwriter --store-addr 127.0.0.1:6379 --store fencedstore:nightly --show   # the store's history
 package main
 
@@ -37,6 +38,7 @@ type options struct {
 	interval time.Duration
 	exitCode int
 	show     bool
+	untilKey string
 }
 
 func main() {
@@ -46,6 +48,7 @@ func main() {
 	flag.IntVar(&o.writes, "writes", 5, "how many writes to make (0: until stopped)")
 	flag.DurationVar(&o.interval, "interval", time.Second, "time between writes")
 	flag.IntVar(&o.exitCode, "exit-code", 0, "exit code after the last write (non-zero to play a failing Job)")
+	flag.StringVar(&o.untilKey, "until-key", "", "stop writing once this key exists in the store's Redis (checked after every write; --writes still bounds it): a run that ends when told to, as a test or a handoff drill needs")
 	flag.BoolVar(&o.show, "show", false, "print the store's history and its accepted/refused counts, and exit")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds | log.LUTC)
@@ -135,6 +138,13 @@ func run(o options) int {
 		if o.writes != 0 && n == o.writes {
 			break
 		}
+		told, err := stopKeySet(ctx, rdb, o.untilKey)
+		if told {
+			break
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Printf("read --until-key %s: %v", o.untilKey, err)
+		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
@@ -143,6 +153,15 @@ func run(o options) int {
 	}
 	log.Printf("done: %d accepted, %d refused, exit %d", accepted, refused, o.exitCode)
 	return o.exitCode
+}
+
+// stopKeySet tells whether the run was told to stop: key is set and exists.
+func stopKeySet(ctx context.Context, rdb *redis.Client, key string) (bool, error) {
+	if key == "" {
+		return false, nil
+	}
+	n, err := rdb.Exists(ctx, key).Result()
+	return n > 0, err
 }
 
 // terminated records the signal in the store's history (the pod and its log may be gone soon)

@@ -39,6 +39,53 @@ func TestWritesUnderItsToken(t *testing.T) {
 	}
 }
 
+// With --until-key a run writes until the key appears, then ends as a run of its writes does.
+func TestStopsWritingOnceTheKeyExists(t *testing.T) {
+	srv := redisserver.Start(t)
+	setToken(t, 9)
+	rdb := srv.Client(t)
+	store := fencedstore.New(rdb, "fencedstore:demo")
+	done := make(chan int, 1)
+	go func() {
+		done <- run(options{addr: srv.Addr(), writes: 0, interval: time.Millisecond, untilKey: "drill:done"})
+	}()
+	// The key is set only once the run has written: it stops on the key, not before its first write.
+	for {
+		h, err := store.History(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(h) >= 3 {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("ended (exit %d) before the key was set", code)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := rdb.Set(context.Background(), "drill:done", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit code %d, want 0", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still writing 10 s after the key was set")
+	}
+	h, err := store.History(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range h {
+		if e.Result != fencedstore.ResultAccepted || e.Token != 9 {
+			t.Fatalf("entry %+v, want accepted with token 9", e)
+		}
+	}
+}
+
 // A semaphore's holders write side by side, each to its slot's partition, fenced against the
 // earlier holders of that slot only.
 func TestASemaphoreHolderWritesToItsSlot(t *testing.T) {

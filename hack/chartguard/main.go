@@ -22,6 +22,10 @@
 // the component never goes missing from the chart. With guard.admission: policy the chart renders
 // byte for byte what the plugin wrote.
 //
+// It also gives the chart the value hostNetwork (hostnetwork.go): the pod-level part of
+// config/local, which the plugin's values cannot express; the rest of config/local is values the
+// plugin already has.
+//
 // Usage: go run ./hack/chartguard [-kustomize bin/kustomize] [-chart dist/chart]
 package main
 
@@ -67,10 +71,16 @@ func run(kustomize, chart string) error {
 	if err := patchManager(templates, d); err != nil {
 		return err
 	}
-	if err := ensureValue(filepath.Join(chart, "values.yaml")); err != nil {
+	if err := patchHostNetwork(templates); err != nil {
 		return err
 	}
-	fmt.Printf("chartguard: guard.admission written into %s: %d objects on the webhook path only, %d on the policy path only\n",
+	if err := ensureValue(filepath.Join(chart, "values.yaml"), valuesBlock, "guard"); err != nil {
+		return err
+	}
+	if err := ensureValue(filepath.Join(chart, "values.yaml"), hostNetworkValue, "hostNetwork"); err != nil {
+		return err
+	}
+	fmt.Printf("chartguard: guard.admission and hostNetwork written into %s: %d objects on the webhook path only, %d on the policy path only\n",
 		chart, len(d.added), len(d.removed))
 	return nil
 }

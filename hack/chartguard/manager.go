@@ -148,19 +148,19 @@ guard:
   admission: policy
 `
 
-// ensureValue appends valuesBlock to values.yaml unless it holds it; a guard key of another
-// shape fails the step.
-func ensureValue(path string) error {
+// ensureValue appends block, which sets the top-level value key, to values.yaml unless it holds
+// it; a key of another shape fails the step.
+func ensureValue(path, block, key string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	content := string(raw)
 	switch {
-	case strings.Contains(content, valuesBlock):
+	case strings.Contains(content, block):
 		return nil
-	case strings.Contains(content, "\nguard:"):
-		return fmt.Errorf("%s has a guard: key that is not this step's; remove it and run make helm-chart", path)
+	case strings.Contains(content, "\n"+key+":"):
+		return fmt.Errorf("%s has a %s: key that is not this step's; remove it and run make helm-chart", path, key)
 	}
-	return writeFile(path, strings.TrimRight(content, "\n")+"\n"+valuesBlock)
+	return writeFile(path, strings.TrimRight(content, "\n")+"\n"+block)
 }

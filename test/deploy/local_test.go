@@ -57,6 +57,7 @@ func TestLocalOverlayChangesOnlyWhatTheLocalClusterLacks(t *testing.T) {
 // localChanges applies to config/default's objects what docs/deploy.md says config/local changes.
 func localChanges(t *testing.T, dep, svc *unstructured.Unstructured) {
 	t.Helper()
+	dep.Object["spec"].(map[string]any)["strategy"] = map[string]any{"type": "Recreate"}
 	spec := dep.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	spec["hostNetwork"] = true
 	spec["dnsPolicy"] = "Default"

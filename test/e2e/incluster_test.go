@@ -228,24 +228,9 @@ var _ = Describe("The manager deployed in-cluster, Jobs as real containers", Ord
 // (with config/local on the suite's own cluster) through a generated kustomization.
 func deploy(ctx context.Context) *deployment {
 	GinkgoHelper()
-	d := &deployment{prefix: "e2e-ic:", workImg: envOr("E2E_WORKLOAD_IMG", defaultWorkImg), pullPolicy: corev1.PullIfNotPresent}
+	d := placeWorkloads(ctx)
+	d.prefix, d.workImg = "e2e-ic:", envOr("E2E_WORKLOAD_IMG", defaultWorkImg)
 	mgrImg := envOr("E2E_IMG", defaultMgrImg)
-	var nodes corev1.NodeList
-	Expect(suite.k8s.List(ctx, &nodes, client.MatchingLabels{realNodeLabel: "true"})).To(Succeed())
-	switch {
-	case len(nodes.Items) > 0:
-		d.local = suite.ownCluster
-		d.nodeIP = internalIP(nodes.Items[0])
-		Expect(d.nodeIP).NotTo(BeEmpty(), "real node %s has no InternalIP", nodes.Items[0].Name)
-		d.pullPolicy = corev1.PullNever
-	case suite.ownCluster:
-		Fail("the suite's cluster has no real node (hack/cluster.sh says why in its log): the in-cluster lane needs one; run as root with the packages of hack/ensure-node-packages.sh")
-	default:
-		d.nodeIP = os.Getenv("E2E_POD_REDIS_HOST")
-		if d.nodeIP == "" {
-			Skip("E2E_POD_REDIS_HOST is not set: on another cluster the in-cluster lane needs the address at which its pods reach this machine")
-		}
-	}
 
 	if d.local {
 		t0 := time.Now()
@@ -258,20 +243,16 @@ func deploy(ctx context.Context) *deployment {
 		logf("loaded the manager and workload images into the real node in %s", since(t0))
 	}
 
-	// The pods reach the store at the node's address. The manager reaches its Redis on loopback on
-	// the local cluster (it runs in the node's network namespace), else at that address too.
-	var err error
+	// The manager reaches its Redis on loopback on the local cluster (it runs in the node's network
+	// namespace), else at the node's address.
 	bind := "127.0.0.1 " + d.nodeIP
-	d.store, err = redisserver.StartProcess(redisserver.WithArgs("--bind", bind))
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { _ = d.store.Close() })
 	if d.local {
 		bind = "127.0.0.1"
 	}
+	var err error
 	d.lockRedis, err = redisserver.StartProcess(redisserver.WithArgs("--bind", bind))
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { _ = d.lockRedis.Close() })
-	d.storeAddr = d.nodeIP + ":" + portOf(d.store.Addr())
 
 	d.dir = filepath.Join(suite.work, "deploy")
 	Expect(os.MkdirAll(d.dir, 0o755)).To(Succeed())
@@ -299,6 +280,37 @@ func deploy(ctx context.Context) *deployment {
 		d.gate = gateOf(manifests)
 		awaitGate(ctx, d)
 	}
+	return d
+}
+
+// placeWorkloads finds where the lane's workloads run and starts the fenced store they write to:
+// on the suite's own cluster its real node (images loaded from tarballs, never pulled), elsewhere
+// the nodes that reach this machine at E2E_POD_REDIS_HOST.
+func placeWorkloads(ctx context.Context) *deployment {
+	GinkgoHelper()
+	d := &deployment{pullPolicy: corev1.PullIfNotPresent}
+	var nodes corev1.NodeList
+	Expect(suite.k8s.List(ctx, &nodes, client.MatchingLabels{realNodeLabel: "true"})).To(Succeed())
+	switch {
+	case len(nodes.Items) > 0:
+		d.local = suite.ownCluster
+		d.nodeIP = internalIP(nodes.Items[0])
+		Expect(d.nodeIP).NotTo(BeEmpty(), "real node %s has no InternalIP", nodes.Items[0].Name)
+		d.pullPolicy = corev1.PullNever
+	case suite.ownCluster:
+		Fail("the suite's cluster has no real node (hack/cluster.sh says why in its log): the lanes of real containers need one; run as root with the packages of hack/ensure-node-packages.sh")
+	default:
+		d.nodeIP = os.Getenv("E2E_POD_REDIS_HOST")
+		if d.nodeIP == "" {
+			Skip("E2E_POD_REDIS_HOST is not set: on another cluster the lanes of real containers need the address at which its pods reach this machine")
+		}
+	}
+	// The pods reach the store at the node's address.
+	var err error
+	d.store, err = redisserver.StartProcess(redisserver.WithArgs("--bind", "127.0.0.1 "+d.nodeIP))
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { _ = d.store.Close() })
+	d.storeAddr = d.nodeIP + ":" + portOf(d.store.Addr())
 	return d
 }
 
