@@ -53,9 +53,10 @@ import (
 // redis-server (E2E_POD_REDIS_HOST).
 
 // releaseFrom is the commit whose release the lane installs first (E2E_RELEASE_FROM names
-// another): the oldest whose release the lane can run on the suite's own cluster, since the chart's
-// hostNetwork value and config/local over install.yaml came with it.
-const releaseFrom = "HEAD"
+// another): the first whose release the lane can run on the suite's own cluster, since the chart's
+// hostNetwork value and config/local over install.yaml came with it. Move it on to the last
+// published release once there is one.
+const releaseFrom = "a4a97c984d345669bad09cf19e301b60614b03f2"
 
 const (
 	fromVersion     = "v0.0.1-e2e"
