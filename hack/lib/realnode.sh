@@ -332,6 +332,12 @@ evictionHard:
   nodefs.available: 1Gi
   imagefs.available: 1Gi
   nodefs.inodesFree: 5%
+# No image garbage collection: every image here was imported from a tarball and none can be
+# pulled back, and the disk's use is the host's (build caches), not the node's. At 85 % of the
+# host's disk kubelet removed the pause image while no pod ran, and every pod after that failed
+# its sandbox ("failed to pull image lockedjob.local/pause:v1"); kind's nodes run without it too.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 EOF
 }
 
