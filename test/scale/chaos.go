@@ -25,6 +25,8 @@ type supervisor struct {
 	args    []string
 	env     []string // added to the benchmark's own environment
 	logBase string   // each life logs to logBase-<n>.log: startOperator waits for its own start line
+	// pprofAddr serves the process's /debug/pprof on loopback, when the run profiles it ("" if not).
+	pprofAddr string
 
 	mu       sync.Mutex
 	current  *operator

@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -203,13 +205,44 @@ type probes struct {
 // the background; the returned func waits for it and says where it went. The profile shows where
 // the API server's time per object goes, which the request counts alone do not.
 func (p probes) profileAPIServer(ctx context.Context, d time.Duration, path string) (wait func()) {
+	return profileCPU(ctx, d, "kube-apiserver", path, func(ctx context.Context, seconds string) ([]byte, error) {
+		return p.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", seconds).Timeout(d + time.Minute).DoRaw(ctx)
+	})
+}
+
+// profileController records the CPU profile of what runs the scenario (lockedjob's operator or
+// Kueue's manager) from its pprof endpoint at addr, as profileAPIServer does kube-apiserver's.
+func profileController(ctx context.Context, d time.Duration, addr, what, path string) (wait func()) {
+	return profileCPU(ctx, d, what, path, func(ctx context.Context, seconds string) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(ctx, d+time.Minute)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/profile?seconds="+seconds, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("get %s: %s", req.URL, resp.Status)
+		}
+		return io.ReadAll(resp.Body)
+	})
+}
+
+// profileCPU runs get, which returns a CPU profile of the given number of seconds, for d (nothing
+// when d is 0) in the background and writes it to path; the returned func waits for it and says
+// where it went. A profile is a help, not a result: a failure is logged, not returned.
+func profileCPU(ctx context.Context, d time.Duration, what, path string, get func(ctx context.Context, seconds string) ([]byte, error)) (wait func()) {
 	if d <= 0 {
 		return func() {}
 	}
 	done := make(chan error, 1)
 	go func() {
-		raw, err := p.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-			Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + time.Minute).DoRaw(ctx)
+		raw, err := get(ctx, strconv.Itoa(int(d.Seconds())))
 		if err == nil {
 			err = os.WriteFile(path, raw, 0o644)
 		}
@@ -217,10 +250,10 @@ func (p probes) profileAPIServer(ctx context.Context, d time.Duration, path stri
 	}()
 	return func() {
 		if err := <-done; err != nil {
-			log.Printf("kube-apiserver profile: %v", err)
+			log.Printf("%s profile: %v", what, err)
 			return
 		}
-		log.Printf("kube-apiserver profile (%s from the first create): %s", d, path)
+		log.Printf("%s profile (%s from the first create): %s", what, d, path)
 	}
 }
 

@@ -28,7 +28,8 @@ import (
 // LocalQueue of the lock's name in the scenario's namespace; the Jobs are plain Jobs with the
 // queue-name label, suspended by Kueue's webhook at creation and unsuspended by Kueue when it
 // admits them. Kueue's manager is the one the repository builds (`make kueue-bin`), unmodified,
-// with its webhooks, at its default log level.
+// with its webhooks and the controller concurrency of the Configuration it ships
+// (kueuerun.Prepare), at its default log level.
 
 const (
 	// kueueNamespaceLabel marks the namespaces Kueue's webhooks act in: only the Kueue
@@ -95,6 +96,7 @@ func (b *bench) startKueue(ctx context.Context, s scenario) (*supervisor, error)
 		op.stop()
 		return nil, fmt.Errorf("kueue: %w\n%s", err, tail(filepath.Join(dir, "kueue-1.log")))
 	}
+	op.pprofAddr = launch.PprofAddr
 	return op, nil
 }
 

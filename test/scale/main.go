@@ -104,7 +104,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "Longest wait for one scenario's goal or deletion.")
 	flag.StringVar(&o.pauseWhile, "pause-while", "", "Before the cluster starts and before each scenario, wait while a process whose command line matches this regular expression runs (another heavy job on a shared machine). Write it so it does not match itself, e.g. '\\.ci/ru[n]', or pgrep -f .ci/run finds this benchmark too.")
 	flag.IntVar(&o.requestCosts, "request-costs", 0, "If set, first measure the control plane's CPU per request of each kind a guarded Job adds to a plain Job's, this many of each, with the gate installed and no operator (costs.go); -scenarios '' runs nothing else.")
-	flag.DurationVar(&o.profile, "profile", 0, "If set, profile kube-apiserver's CPU for this long from each scenario's first create, into WORK/apiserver-SCENARIO.pprof (go tool pprof).")
+	flag.DurationVar(&o.profile, "profile", 0, "If set, profile the CPU of kube-apiserver and of what runs the scenario (the operator or Kueue) for this long from each scenario's first create, into WORK/apiserver-SCENARIO.pprof and WORK/controller-SCENARIO.pprof (go tool pprof).")
 	flag.DurationVar(&o.killEvery, "kill-every", 0, "Chaos (issue 28): SIGKILL the operator this often and start a new one at once (0: never).")
 	flag.DurationVar(&o.redisDelay, "redis-delay", 0, "Chaos (issue 28): delay everything between the operator and Redis by this much each way, through a proxy (0: none).")
 	flag.IntVar(&o.soak.lives, "soak-lives", 10000, "LockedJobs the soak scenario runs through the operator, one after another per worker (issue 28).")
@@ -500,8 +500,8 @@ func describeRun(o options, src, bin string, gate, kueue bool) string {
 		if o.kueueQPS > 0 {
 			limits = fmt.Sprintf("clientConnection qps %d burst %d", o.kueueQPS, o.kueueBurst)
 		}
-		fmt.Fprintf(&b, "kueue:     %s (make kueue-bin), %s, its webhooks in the kueue-* scenarios' namespaces only; "+
-			"per lock a StrictFIFO ClusterQueue with quota for one Job (%s cpu)\n", k8sassets.KueueVersion, limits, kueueJobCPU.String())
+		fmt.Fprintf(&b, "kueue:     %s (make kueue-bin), %s, the controller concurrency of its shipped Configuration, "+
+			"its webhooks in the kueue-* scenarios' namespaces only; per lock a StrictFIFO ClusterQueue with quota for one Job (%s cpu)\n", k8sassets.KueueVersion, limits, kueueJobCPU.String())
 	}
 	if o.killEvery > 0 || o.redisDelay > 0 {
 		fmt.Fprintf(&b, "chaos:     operator SIGKILLed every %s (0: never), Redis delayed %s each way\n", o.killEvery, o.redisDelay)

@@ -19,6 +19,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/internal/testutil/kueuerun"
+	"github.com/lockedjob/lockedjob/internal/testutil/ports"
 	"github.com/lockedjob/lockedjob/test/scale/measure"
 	"github.com/lockedjob/lockedjob/test/testkit"
 )
@@ -170,6 +171,8 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 	_ = op.takeMaxRSS()
 	profiled := b.probes.profileAPIServer(ctx, b.opts.profile, fmt.Sprintf("%s/apiserver-%s.pprof", b.work, s.name))
 	defer profiled()
+	controllerProfiled := profileController(ctx, b.opts.profile, op.pprofAddr, controllerName(s), fmt.Sprintf("%s/controller-%s.pprof", b.work, s.name))
+	defer controllerProfiled()
 	start := time.Now()
 	if err := parallel(ctx, s.objects, createWorkers, func(ctx context.Context, i int) error {
 		return b.k8s.Create(ctx, s.object(ns, i))
@@ -244,14 +247,31 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (measure.Result, er
 	return res, b.conclude(ctx, s, ns, op, rec, stopWatches, start, &res)
 }
 
+// controllerName is what runs scenario s, as the output names it.
+func controllerName(s scenario) string {
+	if s.kueue {
+		return "kueue"
+	}
+	return "operator"
+}
+
 // startController starts what runs scenario s: Kueue's manager with the scenario's queues, or
 // lockedjob's operator.
 func (b *bench) startController(ctx context.Context, s scenario, ns string) (*supervisor, error) {
 	if !s.kueue {
-		op, err := startSupervisor(ctx, b.operatorBin, b.operatorArgs(), nil, fmt.Sprintf("%s/operator-%s", b.work, s.name), b.opts.killEvery)
+		args, pprofAddr := b.operatorArgs(), ""
+		if b.opts.profile > 0 {
+			addr, err := ports.FreeAddr()
+			if err != nil {
+				return nil, err
+			}
+			args, pprofAddr = append(args, "--pprof-bind-address", addr), addr
+		}
+		op, err := startSupervisor(ctx, b.operatorBin, args, nil, fmt.Sprintf("%s/operator-%s", b.work, s.name), b.opts.killEvery)
 		if err != nil {
 			return nil, err
 		}
+		op.pprofAddr = pprofAddr
 		log.Printf("%s: operator pid %d up; load average %s", s.name, op.pid(), loadAvg())
 		return op, nil
 	}

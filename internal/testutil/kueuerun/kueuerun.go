@@ -301,18 +301,27 @@ type Launch struct {
 	Args       []string
 	Env        []string // KUBECONFIG=...
 	HealthAddr string
+	// PprofAddr serves Go's /debug/pprof on loopback, for a profile of Kueue's own CPU (its
+	// metrics endpoint needs a token; this does not). It costs nothing until it is asked.
+	PprofAddr string
 }
 
 // Prepare writes Kueue's Configuration and the Secret's files into dir and returns how to start
 // Kueue's manager with the kubeconfig at kubeconfig. The Job integration alone is on: every other
-// framework's webhook is a no-op. qps and burst are its API client's limits (clientConnection); 0
-// keeps Kueue's defaults (20 and 30).
+// framework's webhook is a no-op. Its controllers run as many reconciles at once as Kueue's shipped
+// Configuration says (shippedController). qps and burst are its API client's limits
+// (clientConnection); 0 keeps Kueue's built-in defaults (20 and 30; the shipped Configuration says
+// 50 and 100).
 func (s *Setup) Prepare(dir, kubeconfig string, qps float32, burst int) (Launch, error) {
 	healthAddr, err := ports.FreeAddr()
 	if err != nil {
 		return Launch{}, err
 	}
 	metricsAddr, err := ports.FreeAddr()
+	if err != nil {
+		return Launch{}, err
+	}
+	pprofAddr, err := ports.FreeAddr()
 	if err != nil {
 		return Launch{}, err
 	}
@@ -337,6 +346,7 @@ health:
   healthProbeBindAddress: %s
 metrics:
   bindAddress: %s
+pprofBindAddress: %s
 webhook:
   host: 127.0.0.1
   port: %d
@@ -348,7 +358,12 @@ internalCertManagement:
 integrations:
   frameworks:
   - batch/job
-`, Namespace, healthAddr, metricsAddr, s.WebhookPort, certDir, webhookServiceName, webhookSecretName)
+`, Namespace, healthAddr, metricsAddr, pprofAddr, s.WebhookPort, certDir, webhookServiceName, webhookSecretName)
+	shipped, err := s.shippedController()
+	if err != nil {
+		return Launch{}, err
+	}
+	config += shipped
 	if qps > 0 {
 		config += fmt.Sprintf("clientConnection:\n  qps: %g\n  burst: %d\n", qps, burst)
 	}
@@ -362,7 +377,36 @@ integrations:
 		Args:       []string{"--config", cfgPath, "--feature-gates=VisibilityOnDemand=false"},
 		Env:        []string{"KUBECONFIG=" + kubeconfig},
 		HealthAddr: healthAddr,
+		PprofAddr:  pprofAddr,
 	}, nil
+}
+
+// shippedController is the `controller` section of the Configuration Kueue's manifests install
+// (config/components/manager/controller_manager_config.yaml), as YAML: how many reconciles of each
+// kind run at once (Job.batch and Workload 5, the queues 1). Without it each of Kueue's controllers
+// runs one reconcile at a time, controller-runtime's default: at 5,000 Jobs the Job reconciler alone
+// then paces creating Workloads and starting admitted Jobs (about 10 a second), which is no
+// Kueue a user installs.
+func (s *Setup) shippedController() (string, error) {
+	path := filepath.Join(s.Source, "config", "components", "manager", "controller_manager_config.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read the Configuration Kueue ships: %w", err)
+	}
+	var shipped struct {
+		Controller map[string]any `json:"controller"`
+	}
+	if err := yaml.Unmarshal(raw, &shipped); err != nil {
+		return "", fmt.Errorf("parse %s: %w", path, err)
+	}
+	if len(shipped.Controller) == 0 {
+		return "", fmt.Errorf("%s has no controller section", path)
+	}
+	out, err := yaml.Marshal(map[string]any{"controller": shipped.Controller})
+	if err != nil {
+		return "", err
+	}
+	return string(out), nil
 }
 
 // WaitReady polls Kueue's readiness endpoint and its webhook server until both answer, the latter
