@@ -2,9 +2,6 @@ package redislock
 
 import (
 	"context"
-	"crypto/sha1" //nolint:gosec // the release mark's key names the token by its SHA-1, as releasemark.lua does (redis.sha1hex)
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -141,13 +138,9 @@ func (c *Client) ReleasedBefore(ctx context.Context, key string, slot int, token
 	if slot > 0 {
 		k = c.keysForPermits(key).slot(slot)
 	}
-	sum := sha1.Sum([]byte(token))
-	got, err := c.nodes[0].Get(ctx, k.lock()+releaseMarkInfix+hex.EncodeToString(sum[:])).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
+	got, err := runScript(ctx, c.nodes[0], scriptReleasedBefore, k[:1], token, strconv.FormatInt(fence, 10)).Int()
 	if err != nil {
 		return false, fmt.Errorf("read the release mark of %s: %w", key, err)
 	}
-	return got == strconv.FormatInt(fence, 10), nil
+	return got == 1, nil
 }

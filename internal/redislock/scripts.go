@@ -53,6 +53,8 @@ var (
 	setPermitsSrc string
 	//go:embed announce.lua
 	announceSrc string
+	//go:embed releasedbefore.lua
+	releasedBeforeSrc string
 	// Lua scripts cannot include one another, so shared helpers are put in front of the scripts that
 	// use them: holder.lua (who holds a lock), clock.lua (server clock, fence counter), queue.lua
 	// (the waiter queue and handoff) and grant.lua (the end of a successful acquisition). Each script
@@ -99,6 +101,8 @@ var (
 	scriptUndoSlots    = compose("undo slots", slotsSrc, undoSlotsSrc)
 	scriptSetPermits   = compose("set permits", slotsSrc, setPermitsSrc)
 	scriptAnnounce     = compose("announce", clockSrc, announceSrc)
+
+	scriptReleasedBefore = compose("released before", releaseMarkSrc, releasedBeforeSrc)
 )
 
 // composedSources holds the source of every composed script by name, for the test that checks each
