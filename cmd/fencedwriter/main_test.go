@@ -25,18 +25,25 @@ func TestWritesUnderItsToken(t *testing.T) {
 	if code := run(options{addr: srv.Addr(), writes: 3, interval: time.Millisecond, exitCode: 3}); code != 3 {
 		t.Fatalf("exit code %d, want the requested 3", code)
 	}
-	h, err := fencedstore.New(srv.Client(t), "fencedstore:demo").History(context.Background())
+	if h := expectAllAccepted(t, fencedstore.New(srv.Client(t), "fencedstore:demo"), 7); len(h) != 3 {
+		t.Fatalf("history %+v, want 3 accepted writes", h)
+	}
+}
+
+// expectAllAccepted fails t unless every entry of store's history is a write accepted under token,
+// and returns the history.
+func expectAllAccepted(t *testing.T, store *fencedstore.Store, token int64) []fencedstore.Entry {
+	t.Helper()
+	h, err := store.History(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(h) != 3 {
-		t.Fatalf("history %+v, want 3 accepted writes", h)
-	}
 	for _, e := range h {
-		if e.Result != fencedstore.ResultAccepted || e.Token != 7 {
-			t.Fatalf("entry %+v, want accepted with token 7", e)
+		if e.Result != fencedstore.ResultAccepted || e.Token != token {
+			t.Fatalf("entry %+v, want accepted with token %d", e, token)
 		}
 	}
+	return h
 }
 
 // With --until-key a run writes until the key appears, then ends as a run of its writes does.
@@ -75,15 +82,7 @@ func TestStopsWritingOnceTheKeyExists(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("still writing 10 s after the key was set")
 	}
-	h, err := store.History(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range h {
-		if e.Result != fencedstore.ResultAccepted || e.Token != 9 {
-			t.Fatalf("entry %+v, want accepted with token 9", e)
-		}
-	}
+	expectAllAccepted(t, store, 9)
 }
 
 // A semaphore's holders write side by side, each to its slot's partition, fenced against the

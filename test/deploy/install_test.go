@@ -318,12 +318,7 @@ func TestInstallOnLocalCluster(t *testing.T) {
 				want = append(want, o)
 			}
 		}
-		helmHome := t.TempDir()
-		env := []string{
-			"HELM_CACHE_HOME=" + filepath.Join(helmHome, "cache"),
-			"HELM_CONFIG_HOME=" + filepath.Join(helmHome, "config"),
-			"HELM_DATA_HOME=" + filepath.Join(helmHome, "data"),
-		}
+		env := utils.HelmEnv(t.TempDir())
 		repo, tag, _ := strings.Cut(image, ":")
 		start := time.Now()
 		tl.run(t, env, tl.helm, "install", release, filepath.Join(tl.root, "dist", "chart"),

@@ -24,6 +24,7 @@ import (
 
 	batchv1alpha1 "github.com/lockedjob/lockedjob/api/v1alpha1"
 	"github.com/lockedjob/lockedjob/test/testkit"
+	"github.com/lockedjob/lockedjob/test/utils"
 )
 
 // Guarded Jobs in the in-cluster lane: plain batch/v1 Jobs labelled batch.lockedjob.dev/lock, written
@@ -268,9 +269,7 @@ func (l *guardedLane) helmHook(ctx SpecContext) {
 	Expect(os.WriteFile(values, b, 0o644)).To(Succeed())
 	helm := exec.Command(helmBin(), "install", "hooked", filepath.Join(suite.root, hookChart), "--namespace", s.ns,
 		"--kubeconfig", suite.kubeconfig, "--values", values, "--timeout", "3m")
-	helmHome := filepath.Join(suite.work, "helm")
-	helm.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(helmHome, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(helmHome, "config"), "HELM_DATA_HOME="+filepath.Join(helmHome, "data"))
+	helm.Env = append(os.Environ(), utils.HelmEnv(filepath.Join(suite.work, "helm"))...)
 	var out bytes.Buffer
 	helm.Stdout, helm.Stderr = &out, &out
 	Expect(helm.Start()).To(Succeed(), "%s", helm)

@@ -90,6 +90,7 @@ type releaseLane struct {
 	// On the suite's own cluster: the apiserver's port and the ports the manager's probe and
 	// metrics servers take in the node's network.
 	apiserverPort, probePort int
+	built                    map[string]string // manifests' file per release version, built once
 }
 
 // installPath is one way to install a release: first install, upgrade, uninstall.
@@ -125,7 +126,7 @@ var _ = Describe("A release installed, upgraded with a lock held and uninstalled
 
 func prepareReleaseLane(ctx context.Context) *releaseLane {
 	GinkgoHelper()
-	l := &releaseLane{work: filepath.Join(suite.work, "release")}
+	l := &releaseLane{work: filepath.Join(suite.work, "release"), built: map[string]string{}}
 	Expect(os.MkdirAll(l.work, 0o755)).To(Succeed())
 	l.d = placeWorkloads(ctx)
 	switch {
@@ -248,6 +249,7 @@ func verified(ctx context.Context, dir string) bool {
 func (l *releaseLane) walk(ctx SpecContext, p installPath) {
 	By("installing " + l.from.version + " " + p.name)
 	t0 := time.Now()
+	l.redisService(ctx)
 	p.install(ctx, l.from)
 	l.expectRunning(ctx, l.from)
 	measure("release lane, %s: install %s -> manager Available %s", p.name, l.from.version, ms(time.Since(t0)))
@@ -392,13 +394,9 @@ func (l *releaseLane) installYAML() installPath {
 		kubectl(ctx, "apply", "--server-side", "-f", l.manifests(r))
 	}
 	return installPath{
-		id:   "yaml",
-		name: "install.yaml",
-		install: func(ctx context.Context, r release) {
-			GinkgoHelper()
-			l.redisService(ctx)
-			apply(ctx, r)
-		},
+		id:      "yaml",
+		name:    "install.yaml",
+		install: apply,
 		upgrade: apply,
 		uninstall: func(ctx context.Context, r release) {
 			GinkgoHelper()
@@ -409,11 +407,15 @@ func (l *releaseLane) installYAML() installPath {
 }
 
 // manifests is what the lane applies of release r: its install.yaml, or on the suite's own cluster
-// a kustomization over it with config/local, as a stranger on such a cluster would write it.
+// a kustomization over it with config/local, as a stranger on such a cluster would write it. It is
+// built once per release: the upgrade applies it and the uninstall deletes what it names.
 func (l *releaseLane) manifests(r release) string {
 	GinkgoHelper()
 	if !l.d.local {
 		return r.file("install.yaml")
+	}
+	if path, ok := l.built[r.version]; ok {
+		return path
 	}
 	dir := filepath.Join(l.work, "install-"+r.version)
 	Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
@@ -436,6 +438,7 @@ func (l *releaseLane) manifests(r release) string {
 	out := filepath.Join(dir, "manifests.yaml")
 	res, err = utils.Run(exec.Command(filepath.Join(suite.root, "bin", "kustomize"), "build", "-o", out, dir))
 	Expect(err).NotTo(HaveOccurred(), res)
+	l.built[r.version] = out
 	return out
 }
 
@@ -444,10 +447,8 @@ func (l *releaseLane) manifests(r release) string {
 func (l *releaseLane) helmChart() installPath {
 	helm := func(ctx context.Context, args ...string) {
 		GinkgoHelper()
-		home := filepath.Join(l.work, "helm")
 		cmd := exec.CommandContext(ctx, helmBin(), append(args, "--kubeconfig", suite.kubeconfig, "--namespace", operatorNamespace)...)
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-			"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
+		cmd.Env = append(os.Environ(), utils.HelmEnv(filepath.Join(l.work, "helm"))...)
 		out, err := utils.Run(cmd)
 		Expect(err).NotTo(HaveOccurred(), "helm %v:\n%s", args, out)
 	}
@@ -456,7 +457,6 @@ func (l *releaseLane) helmChart() installPath {
 		name: "the chart",
 		install: func(ctx context.Context, r release) {
 			GinkgoHelper()
-			l.redisService(ctx)
 			helm(ctx, "install", helmRelease, r.chart(), "--create-namespace", "-f", l.chartValues(), "--wait", "--timeout", "3m")
 		},
 		upgrade: func(ctx context.Context, r release) {

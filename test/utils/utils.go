@@ -72,3 +72,14 @@ func CRDFiles(root string) ([]string, error) {
 	}
 	return files, err
 }
+
+// HelmEnv is the environment, beyond the caller's own, under which helm keeps its cache,
+// configuration and data in home: a test never reads or writes the user's helm repositories or
+// plugins.
+func HelmEnv(home string) []string {
+	return []string{
+		"HELM_CACHE_HOME=" + filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME=" + filepath.Join(home, "config"),
+		"HELM_DATA_HOME=" + filepath.Join(home, "data"),
+	}
+}
